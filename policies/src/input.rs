@@ -1,0 +1,189 @@
+//! Building a policy's input tensors from robot observations.
+
+use burn::prelude::*;
+use imago_robots::Observation;
+use thiserror::Error;
+
+use crate::model::VlaPolicyConfig;
+use crate::tokenizer::{TokenizerError, WordTokenizer};
+
+/// Why an observation cannot be fed to a policy.
+#[derive(Debug, Clone, PartialEq, Error)]
+pub enum PolicyInputError {
+    /// The observation carries no camera frame.
+    #[error("the observation has no camera image, but the policy needs one")]
+    MissingImage,
+    /// The frame's size differs from the policy's.
+    #[error("camera image is {got_w}x{got_h}, the policy expects {want}x{want}")]
+    ImageSize {
+        /// Frame width.
+        got_w: u32,
+        /// Frame height.
+        got_h: u32,
+        /// The policy's image side.
+        want: usize,
+    },
+    /// The proprioception length differs from the policy's.
+    #[error("proprioception has {got} values, the policy expects {want}")]
+    ProprioDim {
+        /// Observed length.
+        got: usize,
+        /// The policy's length.
+        want: usize,
+    },
+    /// A proprioception value is NaN or infinite.
+    #[error("proprioception value {index} is {value}, not a finite number")]
+    NonFinite {
+        /// Index of the value.
+        index: usize,
+        /// The value.
+        value: f32,
+    },
+    /// The instruction cannot be tokenized.
+    #[error(transparent)]
+    Instruction(#[from] TokenizerError),
+}
+
+/// The tensors a [`crate::VlaPolicy`] consumes.
+#[derive(Debug, Clone)]
+pub struct PolicyInput<B: Backend> {
+    /// Frames, `[batch, 3, size, size]`, values in `[0, 1]`.
+    pub images: Tensor<B, 4>,
+    /// Instruction word ids, `[batch, max_words]`.
+    pub words: Tensor<B, 2, Int>,
+    /// Weight of each instruction word in the instruction's mean, `[batch, max_words]`
+    /// (`1 / words` for words, 0 for padding).
+    pub word_weights: Tensor<B, 2>,
+    /// Padding mask of the whole token sequence, `[batch, tokens]` (`true` = padding).
+    pub pad_mask: Tensor<B, 2, Bool>,
+    /// Proprioception, `[batch, proprio_dim]`.
+    pub proprio: Tensor<B, 2>,
+}
+
+/// Host-side buffers of a batch of observations, filled one observation at a time
+/// and turned into tensors in one transfer.
+#[derive(Debug, Clone)]
+pub struct PolicyBatch {
+    config: VlaPolicyConfig,
+    tokenizer: WordTokenizer,
+    images: Vec<f32>,
+    words: Vec<i64>,
+    word_weights: Vec<f32>,
+    pad: Vec<bool>,
+    proprio: Vec<f32>,
+    len: usize,
+}
+
+impl PolicyBatch {
+    /// An empty batch for a policy with `config`.
+    pub fn new(config: &VlaPolicyConfig) -> Self {
+        Self {
+            config: config.clone(),
+            tokenizer: WordTokenizer::new(config.max_words),
+            images: Vec::new(),
+            words: Vec::new(),
+            word_weights: Vec::new(),
+            pad: Vec::new(),
+            proprio: Vec::new(),
+            len: 0,
+        }
+    }
+
+    /// Number of observations pushed.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether no observation was pushed.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Empties the batch, keeping its allocations.
+    pub fn clear(&mut self) {
+        self.images.clear();
+        self.words.clear();
+        self.word_weights.clear();
+        self.pad.clear();
+        self.proprio.clear();
+        self.len = 0;
+    }
+
+    /// Appends one observation; on error the batch is unchanged.
+    pub fn push(&mut self, observation: &Observation) -> Result<(), PolicyInputError> {
+        let size = self.config.image_size;
+        let image = observation
+            .image
+            .as_ref()
+            .ok_or(PolicyInputError::MissingImage)?;
+        if image.width as usize != size || image.height as usize != size {
+            return Err(PolicyInputError::ImageSize {
+                got_w: image.width,
+                got_h: image.height,
+                want: size,
+            });
+        }
+        if observation.proprio.len() != self.config.proprio_dim {
+            return Err(PolicyInputError::ProprioDim {
+                got: observation.proprio.len(),
+                want: self.config.proprio_dim,
+            });
+        }
+        if let Some((index, &value)) = observation
+            .proprio
+            .iter()
+            .enumerate()
+            .find(|(_, v)| !v.is_finite())
+        {
+            return Err(PolicyInputError::NonFinite { index, value });
+        }
+        let (ids, word_pad) = self.tokenizer.encode_padded(&observation.instruction)?;
+
+        let plane = size * size;
+        let start = self.images.len();
+        self.images.resize(start + 3 * plane, 0.0);
+        for (i, rgb) in image.rgb.chunks_exact(3).enumerate() {
+            for (c, &v) in rgb.iter().enumerate() {
+                self.images[start + c * plane + i] = v as f32 / 255.0;
+            }
+        }
+        self.words.extend(ids.iter().map(|&id| id as i64));
+        let count = word_pad.iter().filter(|&&p| !p).count() as f32;
+        self.word_weights
+            .extend(word_pad.iter().map(|&p| if p { 0.0 } else { 1.0 / count }));
+        self.pad.extend([false, false]);
+        self.pad.extend(word_pad);
+        self.pad
+            .extend(std::iter::repeat_n(false, self.config.patch_count()));
+        self.proprio.extend_from_slice(&observation.proprio);
+        self.len += 1;
+        Ok(())
+    }
+
+    /// The batch as tensors on `device`.
+    pub fn to_input<B: Backend>(&self, device: &B::Device) -> PolicyInput<B> {
+        let (n, size) = (self.len, self.config.image_size);
+        PolicyInput {
+            images: Tensor::from_data(
+                TensorData::new(self.images.clone(), [n, 3, size, size]),
+                device,
+            ),
+            words: Tensor::from_data(
+                TensorData::new(self.words.clone(), [n, self.config.max_words]),
+                device,
+            ),
+            word_weights: Tensor::from_data(
+                TensorData::new(self.word_weights.clone(), [n, self.config.max_words]),
+                device,
+            ),
+            pad_mask: Tensor::from_data(
+                TensorData::new(self.pad.clone(), [n, self.config.token_count()]),
+                device,
+            ),
+            proprio: Tensor::from_data(
+                TensorData::new(self.proprio.clone(), [n, self.config.proprio_dim]),
+                device,
+            ),
+        }
+    }
+}

@@ -1,0 +1,385 @@
+//! The VLA policy: tokens from image patches, instruction words and proprioception,
+//! a transformer encoder, and a Gaussian action-chunk head.
+
+use burn::nn::transformer::{
+    TransformerEncoder, TransformerEncoderConfig, TransformerEncoderInput,
+};
+use burn::nn::{Embedding, EmbeddingConfig, LayerNorm, LayerNormConfig, Linear, LinearConfig};
+use burn::nn::Initializer;
+use burn::prelude::*;
+use burn::tensor::activation::{gelu, sigmoid};
+
+use crate::input::PolicyInput;
+use crate::tokenizer::VOCABULARY;
+
+/// Shape and size of a [`VlaPolicy`].
+#[derive(Config, Debug, PartialEq)]
+pub struct VlaPolicyConfig {
+    /// Length of the proprioception vector.
+    pub proprio_dim: usize,
+    /// Per-dimension bound of the robot's actions; the network works in units of it.
+    pub action_limit: Vec<f32>,
+    /// Side of the (square) camera frame, pixels.
+    #[config(default = 48)]
+    pub image_size: usize,
+    /// Side of one image patch (one token), pixels.
+    #[config(default = 8)]
+    pub patch_size: usize,
+    /// Number of instruction words (shorter instructions are padded).
+    #[config(default = 6)]
+    pub max_words: usize,
+    /// Size of the word vocabulary.
+    #[config(default = "VOCABULARY.len()")]
+    pub vocab_size: usize,
+    /// Number of future actions predicted at once (`K`).
+    #[config(default = 4)]
+    pub chunk_len: usize,
+    /// Token width.
+    #[config(default = 64)]
+    pub d_model: usize,
+    /// Attention heads.
+    #[config(default = 4)]
+    pub n_heads: usize,
+    /// Transformer layers.
+    #[config(default = 2)]
+    pub n_layers: usize,
+    /// Feed-forward width.
+    #[config(default = 128)]
+    pub d_ff: usize,
+    /// Smallest log standard deviation of the Gaussian head.
+    #[config(default = -4.0)]
+    pub min_log_std: f64,
+    /// Largest log standard deviation of the Gaussian head.
+    #[config(default = 0.5)]
+    pub max_log_std: f64,
+}
+
+impl VlaPolicyConfig {
+    /// Length of an action.
+    pub fn action_dim(&self) -> usize {
+        self.action_limit.len()
+    }
+
+    /// Number of image patches (tokens) per frame.
+    pub fn patch_count(&self) -> usize {
+        (self.image_size / self.patch_size).pow(2)
+    }
+
+    /// Length of the token sequence: readout, proprioception, words, patches.
+    pub fn token_count(&self) -> usize {
+        2 + self.max_words + self.patch_count()
+    }
+
+    /// Checks the sizes fit together; a message names the first that does not.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.patch_size == 0 || self.image_size % self.patch_size != 0 {
+            return Err(format!(
+                "image_size {} is not a multiple of patch_size {}",
+                self.image_size, self.patch_size
+            ));
+        }
+        if self.n_heads == 0 || self.d_model % self.n_heads != 0 {
+            return Err(format!(
+                "d_model {} is not a multiple of n_heads {}",
+                self.d_model, self.n_heads
+            ));
+        }
+        if self.action_limit.is_empty()
+            || self
+                .action_limit
+                .iter()
+                .any(|l| !(l.is_finite() && *l > 0.0))
+        {
+            return Err(format!(
+                "action_limit {:?} must be positive and finite",
+                self.action_limit
+            ));
+        }
+        if self.chunk_len == 0 || self.max_words == 0 || self.proprio_dim == 0 {
+            return Err("chunk_len, max_words and proprio_dim must be at least 1".into());
+        }
+        Ok(())
+    }
+
+    /// A freshly initialised policy. Call [`Self::validate`] first on untrusted configs.
+    pub fn init<B: Backend>(&self, device: &B::Device) -> VlaPolicy<B> {
+        let d = self.d_model;
+        let patch_dim = 3 * self.patch_size * self.patch_size;
+        let head_out = 2 * self.chunk_len * self.action_dim();
+        // Embedding tables start small (as in GPT-2) so that they do not drown the
+        // content and coordinate signals at initialisation.
+        let small = Initializer::Normal { mean: 0.0, std: 0.02 };
+        VlaPolicy {
+            patch_embed: LinearConfig::new(patch_dim, d).init(device),
+            patch_coordinates: LinearConfig::new(COORDINATE_FEATURES, d).init(device),
+            word_embed: EmbeddingConfig::new(self.vocab_size, d)
+                .with_initializer(small.clone())
+                .init(device),
+            word_position: EmbeddingConfig::new(self.max_words, d)
+                .with_initializer(small.clone())
+                .init(device),
+            proprio_embed: LinearConfig::new(self.proprio_dim, d).init(device),
+            token_type: EmbeddingConfig::new(4, d)
+                .with_initializer(small)
+                .init(device),
+            encoder: TransformerEncoderConfig::new(d, self.d_ff, self.n_heads, self.n_layers)
+                .with_norm_first(true)
+                .with_dropout(0.0)
+                .init(device),
+            readout_norm: LayerNormConfig::new(d).init(device),
+            head_hidden: LinearConfig::new(d, d).init(device),
+            head_out: LinearConfig::new(d, head_out).init(device),
+            image_size: self.image_size,
+            patch_size: self.patch_size,
+            chunk_len: self.chunk_len,
+            action_dim: self.action_dim(),
+            min_log_std: self.min_log_std,
+            max_log_std: self.max_log_std,
+        }
+    }
+}
+
+/// A Gaussian over a chunk of `K` actions, in units of the action limit.
+#[derive(Debug, Clone)]
+pub struct GaussianChunk<B: Backend> {
+    /// Means, `[batch, K, A]`.
+    pub mean: Tensor<B, 3>,
+    /// Log standard deviations, `[batch, K, A]`.
+    pub log_std: Tensor<B, 3>,
+}
+
+/// The vision-language-action policy; see the crate documentation.
+#[derive(Module, Debug)]
+pub struct VlaPolicy<B: Backend> {
+    patch_embed: Linear<B>,
+    patch_coordinates: Linear<B>,
+    word_embed: Embedding<B>,
+    word_position: Embedding<B>,
+    proprio_embed: Linear<B>,
+    token_type: Embedding<B>,
+    encoder: TransformerEncoder<B>,
+    readout_norm: LayerNorm<B>,
+    head_hidden: Linear<B>,
+    head_out: Linear<B>,
+    image_size: usize,
+    patch_size: usize,
+    chunk_len: usize,
+    action_dim: usize,
+    min_log_std: f64,
+    max_log_std: f64,
+}
+
+impl<B: Backend> VlaPolicy<B> {
+    /// The action-chunk distribution for a batch of inputs.
+    pub fn forward(&self, input: PolicyInput<B>) -> GaussianChunk<B> {
+        let device = input.images.device();
+        let [batch, channels, size, _] = input.images.dims();
+        let p = self.patch_size;
+        let grid = size / p;
+        let patches = input
+            .images
+            .reshape([batch, channels, grid, p, grid, p])
+            .permute([0, 2, 4, 1, 3, 5])
+            .reshape([batch, grid * grid, channels * p * p]);
+        let patch_tokens = self.patch_embed.forward(patches)
+            + self
+                .patch_coordinates
+                .forward(patch_coordinate_features::<B>(grid, &device));
+
+        let [_, words] = input.words.dims();
+        let word_ids = Tensor::<B, 1, Int>::arange(0..words as i64, &device).reshape([1, words]);
+        let word_tokens =
+            self.word_embed.forward(input.words) + self.word_position.forward(word_ids);
+
+        let proprio_token = self
+            .proprio_embed
+            .forward(input.proprio)
+            .unsqueeze_dim::<3>(1);
+        let d = proprio_token.dims()[2];
+        // The readout token starts as the instruction (mean of its words) plus the
+        // proprioception, so that its first attention query can already look for the
+        // instructed target, and the head sees where the arm is without a second hop.
+        let instruction = (word_tokens.clone() * input.word_weights.unsqueeze_dim::<3>(2)).sum_dim(1);
+        let readout = instruction + proprio_token.clone();
+
+        let types: Vec<i64> = [0, 1]
+            .into_iter()
+            .chain(std::iter::repeat_n(2, words))
+            .chain(std::iter::repeat_n(3, grid * grid))
+            .collect();
+        let seq = types.len();
+        let type_ids = Tensor::<B, 2, Int>::from_data(TensorData::new(types, [1, seq]), &device);
+        let tokens = Tensor::cat(vec![readout, proprio_token, word_tokens, patch_tokens], 1)
+            + self.token_type.forward(type_ids);
+
+        let encoded = self
+            .encoder
+            .forward(TransformerEncoderInput::new(tokens).mask_pad(input.pad_mask));
+        let summary = self
+            .readout_norm
+            .forward(encoded.narrow(1, 0, 1).reshape([batch, d]));
+        let out = self
+            .head_out
+            .forward(gelu(self.head_hidden.forward(summary)));
+        let ka = self.chunk_len * self.action_dim;
+        let mean = out
+            .clone()
+            .narrow(1, 0, ka)
+            .reshape([batch, self.chunk_len, self.action_dim]);
+        let raw_log_std = out
+            .narrow(1, ka, ka)
+            .reshape([batch, self.chunk_len, self.action_dim]);
+        let log_std =
+            sigmoid(raw_log_std) * (self.max_log_std - self.min_log_std) + self.min_log_std;
+        GaussianChunk { mean, log_std }
+    }
+}
+
+/// Number of features describing a patch centre: `(x, y)` and their sines and cosines
+/// at three frequencies.
+const COORDINATE_FEATURES: usize = 14;
+
+/// Fourier features of the centres of a `grid x grid` patch layout in `[-1, 1]^2`
+/// (x right, y up), `[1, N, COORDINATE_FEATURES]`: explicit, smooth positions that let
+/// attention turn "which patch" into "where" linearly.
+fn patch_coordinate_features<B: Backend>(grid: usize, device: &B::Device) -> Tensor<B, 3> {
+    let features: Vec<f32> = (0..grid)
+        .flat_map(|row| (0..grid).map(move |col| (row, col)))
+        .flat_map(|(row, col)| {
+            let x = -1.0 + (2 * col + 1) as f32 / grid as f32;
+            let y = 1.0 - (2 * row + 1) as f32 / grid as f32;
+            let mut f = vec![x, y];
+            for freq in [1.0f32, 2.0, 4.0] {
+                let w = freq * std::f32::consts::PI;
+                f.extend([(w * x).sin(), (w * x).cos(), (w * y).sin(), (w * y).cos()]);
+            }
+            f
+        })
+        .collect();
+    Tensor::from_data(TensorData::new(features, [1, grid * grid, COORDINATE_FEATURES]), device)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::input::PolicyBatch;
+    use crate::loss::gaussian_nll;
+    use burn::backend::{Autodiff, Flex};
+    use burn::optim::{AdamConfig, GradientsParams, Optimizer};
+    use imago_robots::reacher2d::Reacher2d;
+    use imago_robots::{Observation, Robot};
+
+    type B = Autodiff<Flex>;
+
+    fn config() -> VlaPolicyConfig {
+        VlaPolicyConfig::new(8, vec![1.0, 1.0])
+            .with_d_model(32)
+            .with_d_ff(64)
+            .with_n_layers(1)
+    }
+
+    fn observations(n: u64) -> Vec<Observation> {
+        let mut robot = Reacher2d::default();
+        (0..n).map(|seed| robot.reset(seed)).collect()
+    }
+
+    #[test]
+    fn output_shapes_and_bounds() {
+        let config = config();
+        assert_eq!(config.validate(), Ok(()));
+        let device = Default::default();
+        let policy = config.init::<B>(&device);
+        let mut batch = PolicyBatch::new(&config);
+        for obs in observations(3) {
+            batch.push(&obs).unwrap();
+        }
+        let out = policy.forward(batch.to_input(&device));
+        assert_eq!(out.mean.dims(), [3, 4, 2]);
+        assert_eq!(out.log_std.dims(), [3, 4, 2]);
+        let log_std: Vec<f32> = out.log_std.into_data().to_vec().unwrap();
+        assert!(log_std.iter().all(|v| (-4.0..=0.5).contains(v)));
+    }
+
+    #[test]
+    fn invalid_configs_are_named() {
+        assert!(
+            config()
+                .with_patch_size(7)
+                .validate()
+                .unwrap_err()
+                .contains("patch_size")
+        );
+        assert!(
+            config()
+                .with_n_heads(5)
+                .validate()
+                .unwrap_err()
+                .contains("n_heads")
+        );
+        assert!(
+            VlaPolicyConfig::new(8, vec![])
+                .validate()
+                .unwrap_err()
+                .contains("action_limit")
+        );
+    }
+
+    #[test]
+    fn bad_observations_are_rejected_with_reasons() {
+        let mut batch = PolicyBatch::new(&config());
+        let mut obs = observations(1).remove(0);
+        obs.proprio[2] = f32::NAN;
+        assert!(
+            batch
+                .push(&obs)
+                .unwrap_err()
+                .to_string()
+                .contains("not a finite number")
+        );
+        obs.proprio.pop();
+        assert!(
+            batch
+                .push(&obs)
+                .unwrap_err()
+                .to_string()
+                .contains("expects 8")
+        );
+        obs.image = None;
+        assert!(batch.push(&obs).is_err());
+        assert!(batch.is_empty(), "failed pushes leave the batch unchanged");
+    }
+
+    #[test]
+    fn behaviour_cloning_loss_falls() {
+        let config = config();
+        let device = Default::default();
+        let mut policy = config.init::<B>(&device);
+        let mut batch = PolicyBatch::new(&config);
+        let obs = observations(8);
+        for o in &obs {
+            batch.push(o).unwrap();
+        }
+        // Targets depend on the observation, so the network must read its inputs.
+        let targets: Vec<f32> = obs
+            .iter()
+            .flat_map(|o| {
+                let (x, y) = (o.proprio[6], o.proprio[7]);
+                std::iter::repeat_n([x, -y], 4).flatten()
+            })
+            .collect();
+        let target = Tensor::<B, 3>::from_data(TensorData::new(targets, [8, 4, 2]), &device);
+        let mask = Tensor::<B, 2>::ones([8, 4], &device);
+        let mut optim = AdamConfig::new().init();
+        let mut losses = Vec::new();
+        for _ in 0..60 {
+            let out = policy.forward(batch.to_input(&device));
+            let loss = gaussian_nll(&out, target.clone(), mask.clone());
+            losses.push(loss.clone().into_scalar());
+            let grads = GradientsParams::from_grads(loss.backward(), &policy);
+            policy = optim.step(3e-3, policy, grads);
+        }
+        let first = losses[0];
+        let last = *losses.last().unwrap();
+        assert!(last < first - 1.0, "loss {first} -> {last}");
+    }
+}

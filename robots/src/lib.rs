@@ -1,0 +1,15 @@
+//! Robots for imago: the [`Robot`] trait every robot (simulated or real) implements,
+//! the first simulated robot [`reacher2d`], its scripted expert, and the
+//! [`SafetyEnvelope`] that stands between any policy and any actuator.
+//!
+//! This crate has no machine-learning dependency: it is plain, deterministic Rust so
+//! that every build (with or without a GPU) can simulate, render and record.
+
+pub mod observation;
+pub mod reacher2d;
+pub mod robot;
+pub mod safety;
+
+pub use observation::{Action, Image, Observation, Step, StepInfo};
+pub use robot::{CameraSpec, Robot, RobotSpec};
+pub use safety::{HoldReason, SafeCommand, SafetyConfig, SafetyEnvelope, SafetyVerdict};

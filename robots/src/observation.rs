@@ -1,0 +1,78 @@
+//! What a robot reports each control tick and what it is commanded with.
+
+use serde::{Deserialize, Serialize};
+
+use crate::safety::SafetyVerdict;
+
+/// An 8-bit RGB camera frame, row-major, top row first.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Image {
+    /// Width in pixels.
+    pub width: u32,
+    /// Height in pixels.
+    pub height: u32,
+    /// `width * height * 3` bytes, `[r, g, b]` per pixel.
+    pub rgb: Vec<u8>,
+}
+
+impl Image {
+    /// A frame filled with one colour.
+    pub fn filled(width: u32, height: u32, colour: [u8; 3]) -> Self {
+        let rgb = colour
+            .iter()
+            .copied()
+            .cycle()
+            .take((width * height * 3) as usize)
+            .collect();
+        Self { width, height, rgb }
+    }
+
+    /// The colour of pixel `(x, y)`, with `(0, 0)` the top-left corner.
+    pub fn pixel(&self, x: u32, y: u32) -> [u8; 3] {
+        let i = ((y * self.width + x) * 3) as usize;
+        [self.rgb[i], self.rgb[i + 1], self.rgb[i + 2]]
+    }
+}
+
+/// Everything a policy may see at one control tick.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Observation {
+    /// The camera frame, for robots that have a camera.
+    pub image: Option<Image>,
+    /// Proprioception; its layout is named by [`crate::RobotSpec::proprio_names`].
+    pub proprio: Vec<f32>,
+    /// The natural-language instruction for the current episode.
+    pub instruction: String,
+}
+
+/// A command for one control tick, in the robot's action space.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Action(pub Vec<f32>);
+
+/// Diagnostics of one tick that a policy must not see but people and tests may.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StepInfo {
+    /// The command that was actually executed after the safety envelope.
+    pub executed: Action,
+    /// What the safety envelope did to the commanded action.
+    pub safety: SafetyVerdict,
+    /// The episode ended because it ran out of steps, not because it succeeded.
+    pub truncated: bool,
+    /// Distance from the end effector to the instructed goal, in metres.
+    pub distance_to_goal: f32,
+}
+
+/// The outcome of one control tick.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Step {
+    /// The observation after the tick.
+    pub observation: Observation,
+    /// The reward earned by the tick.
+    pub reward: f32,
+    /// The episode is over (success or step limit).
+    pub done: bool,
+    /// The instructed task was achieved on this tick.
+    pub success: bool,
+    /// Diagnostics.
+    pub info: StepInfo,
+}

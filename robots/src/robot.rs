@@ -1,0 +1,62 @@
+//! The interface every robot implements, simulated or real.
+
+use serde::{Deserialize, Serialize};
+
+use crate::observation::{Action, Observation, Step};
+
+/// The camera a robot carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CameraSpec {
+    /// Frame width in pixels.
+    pub width: u32,
+    /// Frame height in pixels.
+    pub height: u32,
+}
+
+/// What a learner needs to know about a robot before it sees any data.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RobotSpec {
+    /// The robot's name, as used in configs and on the command line.
+    pub name: String,
+    /// Names of the proprioception entries, in order.
+    pub proprio_names: Vec<String>,
+    /// Symmetric per-dimension bound of the action space: `|a_i| <= action_limit[i]`.
+    pub action_limit: Vec<f32>,
+    /// Control ticks per second.
+    pub control_hz: f32,
+    /// Step limit of one episode.
+    pub max_steps: u32,
+    /// The camera, if the robot has one.
+    pub camera: Option<CameraSpec>,
+}
+
+impl RobotSpec {
+    /// Length of the proprioception vector.
+    pub fn proprio_dim(&self) -> usize {
+        self.proprio_names.len()
+    }
+
+    /// Length of an action.
+    pub fn action_dim(&self) -> usize {
+        self.action_limit.len()
+    }
+}
+
+/// A robot that can be reset to a seeded initial condition and stepped at its control rate.
+///
+/// Simulated robots are deterministic: the same seed and the same actions give the same
+/// observations, bit for bit.
+pub trait Robot: Send {
+    /// The robot's spaces, rate and limits.
+    fn spec(&self) -> &RobotSpec;
+
+    /// Starts a new episode from the initial condition that `seed` selects.
+    fn reset(&mut self, seed: u64) -> Observation;
+
+    /// Applies one command for one control tick.
+    fn step(&mut self, action: &Action) -> Step;
+
+    /// Instructions the current scene could have been given that name a different goal.
+    /// Used to check that a policy really follows its instruction.
+    fn alternative_instructions(&self) -> Vec<String>;
+}

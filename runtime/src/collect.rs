@@ -1,0 +1,118 @@
+//! Recording scripted demonstrations into a replay directory.
+
+use std::path::Path;
+
+use imago_robots::reacher2d::{ExpertConfig, NAME, Reacher2d, Reacher2dConfig, ScriptedExpert};
+use imago_robots::{Observation, Robot};
+use serde::{Deserialize, Serialize};
+
+use crate::progress;
+use crate::replay::{
+    EpisodeEnd, EpisodeStart, ReplayRecord, ReplayWriter, ReplayWriterConfig, Transition,
+};
+
+/// What to collect.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CollectConfig {
+    /// The robot's settings.
+    pub robot: Reacher2dConfig,
+    /// How imperfect the demonstrations are.
+    pub expert: ExpertConfig,
+    /// Number of episodes.
+    pub episodes: usize,
+    /// Seed of the first episode; episode `i` uses `first_seed + i`.
+    pub first_seed: u64,
+}
+
+impl Default for CollectConfig {
+    fn default() -> Self {
+        Self {
+            robot: Reacher2dConfig::default(),
+            expert: ExpertConfig::default(),
+            episodes: 100,
+            first_seed: 0,
+        }
+    }
+}
+
+/// What was collected.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CollectSummary {
+    /// Episodes recorded.
+    pub episodes: usize,
+    /// Transitions recorded.
+    pub transitions: usize,
+    /// Episodes that reached the instructed target.
+    pub successes: usize,
+}
+
+impl CollectSummary {
+    /// Fraction of successful episodes.
+    pub fn success_rate(&self) -> f64 {
+        self.successes as f64 / self.episodes.max(1) as f64
+    }
+}
+
+/// Runs the scripted expert for `config.episodes` episodes and appends them to the
+/// replay at `out` (created if needed). Each episode is flushed to disk when it ends.
+pub fn collect_demonstrations(
+    config: &CollectConfig,
+    out: &Path,
+) -> anyhow::Result<CollectSummary> {
+    let (mut writer, _) = ReplayWriter::open(out, ReplayWriterConfig::default())?;
+    let mut robot = Reacher2d::new(config.robot.clone());
+    let mut expert = ScriptedExpert::new(config.expert.clone());
+    let mut summary = CollectSummary {
+        episodes: 0,
+        transitions: 0,
+        successes: 0,
+    };
+    let bar = progress::bar("collect", config.episodes as u64);
+    for i in 0..config.episodes {
+        let seed = config.first_seed + i as u64;
+        let mut observation: Observation = robot.reset(seed);
+        expert.begin_episode(&robot, seed);
+        let episode = writer.next_episode_id();
+        writer.append(&ReplayRecord::EpisodeStart(EpisodeStart {
+            episode,
+            robot: NAME.to_string(),
+            seed,
+            instruction: observation.instruction.clone(),
+        }))?;
+        for step in 0.. {
+            let action = expert.act(&robot);
+            let outcome = robot.step(&action);
+            writer.append(&ReplayRecord::Transition(Box::new(Transition {
+                episode,
+                step,
+                observation,
+                action,
+                executed: outcome.info.executed.clone(),
+                reward: outcome.reward,
+                done: outcome.done,
+                success: outcome.success,
+                policy_version: 0,
+                intervention: false,
+            })))?;
+            summary.transitions += 1;
+            observation = outcome.observation;
+            if outcome.done {
+                writer.append(&ReplayRecord::EpisodeEnd(Box::new(EpisodeEnd {
+                    episode,
+                    steps: step + 1,
+                    success: outcome.success,
+                    final_observation: observation,
+                })))?;
+                summary.successes += outcome.success as usize;
+                break;
+            }
+        }
+        writer.flush()?;
+        summary.episodes += 1;
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+    writer.close()?;
+    Ok(summary)
+}

@@ -1,0 +1,221 @@
+//! `imago demo`: collect imperfect demonstrations, clone them into a VLA policy,
+//! and evaluate it against a wrong instruction and a random policy on paired seeds.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Instant;
+
+use burn::Dispatch;
+use burn::module::AutodiffModule;
+use burn::prelude::Backend;
+use imago_policies::VlaPolicyConfig;
+use imago_robots::Robot;
+use imago_robots::reacher2d::{ExpertConfig, NAME, Reacher2d, Reacher2dConfig};
+
+use crate::bc::{BcConfig, BcDataset, train_bc};
+use crate::checkpoint::{CheckpointMeta, save_policy};
+use crate::collect::{CollectConfig, collect_demonstrations};
+use crate::device::{DeviceSpec, resolve};
+use crate::evaluate::{Controller, evaluate, measure_latency};
+use crate::replay::read_replay;
+use crate::report::{ControllerRow, DemoReport};
+
+/// Seeds of evaluation episodes start here, far from the demonstrations' seeds.
+pub const EVAL_SEED_BASE: u64 = 1_000_000;
+
+/// How big a demo to run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DemoPlan {
+    /// Demonstration episodes.
+    pub demonstrations: usize,
+    /// How imperfect they are.
+    pub expert: ExpertConfig,
+    /// Behaviour-cloning settings.
+    pub bc: BcConfig,
+    /// Evaluation episodes per controller.
+    pub eval_episodes: usize,
+    /// Batch-1 inferences timed for the latency figures.
+    pub latency_repeats: usize,
+}
+
+impl DemoPlan {
+    /// The reduced demo: under 2 minutes on 2 CPU cores.
+    pub fn quick() -> Self {
+        Self {
+            demonstrations: 150,
+            expert: ExpertConfig::default(),
+            bc: BcConfig {
+                steps: 500,
+                ..BcConfig::default()
+            },
+            eval_episodes: 100,
+            latency_repeats: 100,
+        }
+    }
+
+    /// The full demo: under 10 minutes on 2 CPU cores.
+    pub fn full() -> Self {
+        Self {
+            demonstrations: 400,
+            expert: ExpertConfig::default(),
+            bc: BcConfig {
+                steps: 2000,
+                ..BcConfig::default()
+            },
+            eval_episodes: 300,
+            latency_repeats: 300,
+        }
+    }
+}
+
+/// Options of `imago demo`.
+#[derive(Debug, Clone)]
+pub struct DemoOptions {
+    /// Run the reduced demo.
+    pub quick: bool,
+    /// Where models run.
+    pub device: DeviceSpec,
+    /// Where the replay and the checkpoint go (replaced if present).
+    pub run_dir: PathBuf,
+    /// Seed of the whole run.
+    pub seed: u64,
+}
+
+/// Runs the demo and returns its report.
+pub fn run_demo(options: &DemoOptions) -> anyhow::Result<DemoReport> {
+    let plan = if options.quick {
+        DemoPlan::quick()
+    } else {
+        DemoPlan::full()
+    };
+    let device = resolve(options.device)?;
+    let mut phases = BTreeMap::new();
+    let robot_config = Reacher2dConfig::default();
+    let replay_dir = options.run_dir.join("replay");
+    if replay_dir.exists() {
+        std::fs::remove_dir_all(&replay_dir)?;
+    }
+
+    eprintln!("collecting {} scripted demonstrations", plan.demonstrations);
+    let start = Instant::now();
+    let collected = collect_demonstrations(
+        &CollectConfig {
+            robot: robot_config.clone(),
+            expert: plan.expert.clone(),
+            episodes: plan.demonstrations,
+            first_seed: options.seed * 10_000_000,
+        },
+        &replay_dir,
+    )?;
+    let contents = read_replay(&replay_dir)?;
+    phases.insert("collect".to_string(), start.elapsed().as_secs_f64());
+
+    let spec = Reacher2d::new(robot_config.clone()).spec().clone();
+    let policy_config = VlaPolicyConfig::new(spec.proprio_dim(), spec.action_limit.clone());
+    eprintln!(
+        "training the VLA policy by behaviour cloning on {} transitions ({} steps, {})",
+        contents
+            .episodes
+            .iter()
+            .map(|e| e.transitions.len())
+            .sum::<usize>(),
+        plan.bc.steps,
+        device.description
+    );
+    let start = Instant::now();
+    Dispatch::seed(&device.training, options.seed);
+    let bc = BcConfig {
+        seed: options.seed,
+        ..plan.bc.clone()
+    };
+    let dataset = BcDataset::new(&contents.episodes, &policy_config);
+    let (policy, losses) = train_bc::<Dispatch>(
+        policy_config.init(&device.training),
+        &policy_config,
+        &dataset,
+        &bc,
+        &device.training,
+    )?;
+    let policy = policy.valid();
+    phases.insert("train_bc".to_string(), start.elapsed().as_secs_f64());
+
+    let checkpoint_dir = options.run_dir.join("bc-policy");
+    let mut meta = CheckpointMeta::new(NAME, 1, None);
+    meta.metrics
+        .insert("bc_loss".into(), *losses.last().unwrap_or(&f32::NAN) as f64);
+    save_policy(&policy, &policy_config, meta, &checkpoint_dir)?;
+
+    eprintln!("evaluating on {} paired seeds", plan.eval_episodes);
+    let start = Instant::now();
+    let seeds: Vec<u64> = (0..plan.eval_episodes as u64)
+        .map(|i| EVAL_SEED_BASE + options.seed * 10_000_000 + i)
+        .collect();
+    let policy_controller = |wrong_instruction| Controller::Policy {
+        policy: &policy,
+        config: &policy_config,
+        device: &device.inference,
+        wrong_instruction,
+        execute_steps: 1,
+    };
+    let bc_outcome = evaluate(&policy_controller(false), &robot_config, &seeds, "eval bc")?;
+    let wrong_outcome = evaluate(
+        &policy_controller(true),
+        &robot_config,
+        &seeds,
+        "eval wrong",
+    )?;
+    let random_outcome = evaluate(
+        &Controller::<Dispatch>::Random,
+        &robot_config,
+        &seeds,
+        "eval random",
+    )?;
+    let expert_outcome = evaluate(
+        &Controller::<Dispatch>::Expert(plan.expert.clone()),
+        &robot_config,
+        &seeds,
+        "eval expert",
+    )?;
+    phases.insert("evaluate".to_string(), start.elapsed().as_secs_f64());
+
+    let start = Instant::now();
+    let sample = Reacher2d::new(robot_config).reset(EVAL_SEED_BASE);
+    let latency = measure_latency(
+        &policy,
+        &policy_config,
+        &device.inference,
+        &sample,
+        plan.latency_repeats,
+    )?;
+    phases.insert("latency".to_string(), start.elapsed().as_secs_f64());
+
+    let mut bc_loss = BTreeMap::new();
+    bc_loss.insert(
+        "first".to_string(),
+        *losses.first().unwrap_or(&f32::NAN) as f64,
+    );
+    bc_loss.insert(
+        "last".to_string(),
+        *losses.last().unwrap_or(&f32::NAN) as f64,
+    );
+    Ok(DemoReport {
+        device: device.description,
+        quick: options.quick,
+        episodes: plan.eval_episodes,
+        demonstrations: collected.episodes,
+        demonstration_success_rate: collected.success_rate(),
+        bc_success_rate: bc_outcome.success_rate(),
+        wrong_instruction_success_rate: wrong_outcome.success_rate(),
+        random_success_rate: random_outcome.success_rate(),
+        controllers: vec![
+            ControllerRow::new("bc policy", &bc_outcome),
+            ControllerRow::new("bc policy, wrong instruction", &wrong_outcome),
+            ControllerRow::new("random actions", &random_outcome),
+            ControllerRow::new("demonstrator (scripted)", &expert_outcome),
+        ],
+        bc_loss,
+        phases,
+        policy_latency_ms: latency,
+        run_dir: options.run_dir.display().to_string(),
+    })
+}

@@ -1,0 +1,22 @@
+//! imago's runtime: run-time backend choice, the replay store, checkpoints, the
+//! behaviour-cloning trainer, closed-loop evaluation and the demo.
+//!
+//! Library crates are generic over the burn backend; this crate is where they are
+//! instantiated, once, with burn's `Dispatch` backend, whose device (chosen by
+//! [`device::resolve`]) decides at run time whether work runs on the CPU, on wgpu or
+//! on CUDA.
+
+pub mod atomic;
+pub mod bc;
+pub mod bench;
+pub mod checkpoint;
+pub mod collect;
+pub mod demo;
+pub mod device;
+pub mod device_check;
+pub mod evaluate;
+pub mod progress;
+pub mod replay;
+pub mod report;
+pub mod stats;
+pub mod train;

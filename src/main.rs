@@ -1,0 +1,340 @@
+//! The `imago` command line: demo, device listing, demonstration collection, offline
+//! training and evaluation. Every command takes `--device`.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand, ValueEnum};
+use imago_robots::reacher2d::{ExpertConfig, Reacher2dConfig};
+use imago_runtime::bc::BcConfig;
+use imago_runtime::bench::bench_policy;
+use imago_runtime::collect::{CollectConfig, collect_demonstrations};
+use imago_runtime::demo::{DemoOptions, run_demo};
+use imago_runtime::device::{CpuBackend, DeviceSpec, list_devices, resolve};
+use imago_runtime::device_check::{PARITY_TOLERANCE, compare_training_step};
+use imago_runtime::evaluate::evaluate_checkpoint;
+use imago_runtime::report::ControllerRow;
+use imago_runtime::train::train_bc_offline;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "imago",
+    version,
+    about = "On-device trainer for robot policies and world models"
+)]
+struct Cli {
+    /// Where models run: auto, cpu, cpu:ndarray, wgpu, wgpu:N, cuda, cuda:N.
+    #[arg(long, global = true, default_value = "auto")]
+    device: DeviceSpec,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Collect imperfect demonstrations, train a VLA policy by behaviour cloning,
+    /// evaluate it on paired seeds and print a table.
+    Demo {
+        /// The reduced demo (under 2 minutes on 2 CPU cores).
+        #[arg(long)]
+        quick: bool,
+        /// Also write the figures as JSON here.
+        #[arg(long)]
+        report: Option<PathBuf>,
+        /// Where the replay and the checkpoint go (the replay there is replaced).
+        #[arg(long, default_value = "imago-runs/demo")]
+        run_dir: PathBuf,
+        /// Seed of the whole run.
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+    },
+    /// List the devices this build can use on this machine.
+    Devices {
+        /// Also run one training step on `--device` and on the CPU and compare them.
+        #[arg(long)]
+        check: bool,
+    },
+    /// Time the policy's training step and batch-1 inference on `--device`.
+    Bench {
+        /// Transitions per training step.
+        #[arg(long, default_value_t = 64)]
+        batch_size: usize,
+        /// Timed training steps.
+        #[arg(long, default_value_t = 30)]
+        steps: usize,
+        /// Also write the figures as JSON here.
+        #[arg(long)]
+        report: Option<PathBuf>,
+    },
+    /// Record scripted demonstrations into a replay directory.
+    Collect {
+        /// The robot.
+        #[arg(long, value_enum, default_value_t = RobotName::Reacher2d)]
+        robot: RobotName,
+        /// Number of episodes.
+        #[arg(long, default_value_t = 100)]
+        episodes: usize,
+        /// Replay directory (created if needed; episodes are appended).
+        #[arg(long)]
+        out: PathBuf,
+        /// Action noise, as a fraction of the speed limit.
+        #[arg(long, default_value_t = ExpertConfig::default().noise)]
+        noise: f32,
+        /// Fraction of episodes in which the expert goes to a wrong target.
+        #[arg(long, default_value_t = ExpertConfig::default().wrong_target_rate)]
+        wrong_target_rate: f64,
+        /// Seed of the first episode.
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+    },
+    /// Train from a replay directory.
+    Train {
+        /// Replay directory.
+        #[arg(long)]
+        replay: PathBuf,
+        /// What to train.
+        #[arg(long, value_enum, default_value_t = TrainTarget::Bc)]
+        what: TrainTarget,
+        /// Checkpoint directory to write (replaced atomically).
+        #[arg(long)]
+        out: PathBuf,
+        /// Continue from this checkpoint.
+        #[arg(long)]
+        init: Option<PathBuf>,
+        /// Optimiser steps.
+        #[arg(long, default_value_t = BcConfig::default().steps)]
+        steps: usize,
+        /// Transitions per step.
+        #[arg(long, default_value_t = BcConfig::default().batch_size)]
+        batch_size: usize,
+        /// Peak learning rate.
+        #[arg(long, default_value_t = BcConfig::default().learning_rate)]
+        learning_rate: f64,
+        /// Seed.
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+    },
+    /// Evaluate a policy checkpoint in closed loop.
+    Eval {
+        /// Checkpoint directory.
+        #[arg(long)]
+        ckpt: PathBuf,
+        /// Episodes.
+        #[arg(long, default_value_t = 100)]
+        episodes: usize,
+        /// Seed of the first episode.
+        #[arg(long, default_value_t = imago_runtime::demo::EVAL_SEED_BASE)]
+        seed: u64,
+        /// Also write the figures as JSON here.
+        #[arg(long)]
+        report: Option<PathBuf>,
+    },
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum RobotName {
+    /// Planar two-link arm with three coloured targets.
+    Reacher2d,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum TrainTarget {
+    /// Behaviour cloning of the VLA policy.
+    Bc,
+}
+
+fn write_json(path: &Path, value: &impl serde::Serialize) -> anyhow::Result<()> {
+    let json = serde_json::to_vec_pretty(value)?;
+    imago_runtime::atomic::write_file(path, &json)
+}
+
+fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        Command::Demo {
+            quick,
+            report,
+            run_dir,
+            seed,
+        } => {
+            let outcome = run_demo(&DemoOptions {
+                quick,
+                device: cli.device,
+                run_dir,
+                seed,
+            })?;
+            print!("{}", outcome.table());
+            if let Some(path) = report {
+                write_json(&path, &outcome)?;
+            }
+        }
+        Command::Devices { check } => {
+            println!(
+                "backends compiled in: {}",
+                imago_runtime::device::compiled_backends().join(", ")
+            );
+            for device in list_devices() {
+                println!("{:<12} {}", device.spec, device.description);
+            }
+            match resolve(DeviceSpec::Auto) {
+                Ok(device) => println!("auto picks: {}", device.description),
+                Err(e) => println!("auto picks nothing: {e}"),
+            }
+            if check {
+                let candidate = resolve(cli.device)?;
+                let reference = resolve(DeviceSpec::Cpu(CpuBackend::Flex))?;
+                let comparison = compare_training_step(&reference, &candidate)?;
+                let agrees = comparison.agrees(PARITY_TOLERANCE);
+                println!(
+                    "training step on {} vs {}: loss {:.5} vs {:.5}, largest prediction difference {:.2e}: {}",
+                    candidate.description,
+                    reference.description,
+                    comparison.loss.1,
+                    comparison.loss.0,
+                    comparison.max_mean_difference,
+                    if agrees { "agrees" } else { "DISAGREES" }
+                );
+                anyhow::ensure!(
+                    agrees,
+                    "{} does not compute what the CPU computes",
+                    candidate.description
+                );
+            }
+        }
+        Command::Bench {
+            batch_size,
+            steps,
+            report,
+        } => {
+            anyhow::ensure!(
+                batch_size > 0 && steps > 0,
+                "--batch-size and --steps must be at least 1"
+            );
+            let device = resolve(cli.device)?;
+            let bench = bench_policy(&device, batch_size, steps)?;
+            println!(
+                "{}: training step (batch {}) p50 {:.1} ms, p90 {:.1} ms over {} steps; inference (batch 1) p50 {:.2} ms, p99 {:.2} ms",
+                bench.device,
+                bench.batch_size,
+                bench.train_step_p50_ms,
+                bench.train_step_p90_ms,
+                bench.steps,
+                bench.inference_p50_ms,
+                bench.inference_p99_ms
+            );
+            if let Some(path) = report {
+                write_json(&path, &bench)?;
+            }
+        }
+        Command::Collect {
+            robot: RobotName::Reacher2d,
+            episodes,
+            out,
+            noise,
+            wrong_target_rate,
+            seed,
+        } => {
+            anyhow::ensure!(
+                noise.is_finite() && noise >= 0.0,
+                "--noise must be a non-negative number, got {noise}"
+            );
+            anyhow::ensure!(
+                (0.0..=1.0).contains(&wrong_target_rate),
+                "--wrong-target-rate must be between 0 and 1, got {wrong_target_rate}"
+            );
+            let summary = collect_demonstrations(
+                &CollectConfig {
+                    robot: Reacher2dConfig::default(),
+                    expert: ExpertConfig {
+                        noise,
+                        wrong_target_rate,
+                        ..ExpertConfig::default()
+                    },
+                    episodes,
+                    first_seed: seed,
+                },
+                &out,
+            )?;
+            println!(
+                "recorded {} episodes ({} transitions, {:.1}% successful) in {}",
+                summary.episodes,
+                summary.transitions,
+                100.0 * summary.success_rate(),
+                out.display()
+            );
+        }
+        Command::Train {
+            replay,
+            what: TrainTarget::Bc,
+            out,
+            init,
+            steps,
+            batch_size,
+            learning_rate,
+            seed,
+        } => {
+            anyhow::ensure!(
+                steps > 0 && batch_size > 0,
+                "--steps and --batch-size must be at least 1"
+            );
+            let device = resolve(cli.device)?;
+            let bc = BcConfig {
+                steps,
+                batch_size,
+                learning_rate,
+                seed,
+                warmup_steps: BcConfig::default().warmup_steps.min(steps / 2),
+                ..BcConfig::default()
+            };
+            let summary = train_bc_offline(&replay, &out, init.as_deref(), &bc, &device)?;
+            println!(
+                "trained on {} episodes ({} transitions) on {}: loss {:.3} -> {:.3}; checkpoint version {} in {}",
+                summary.episodes,
+                summary.transitions,
+                device.description,
+                summary.first_loss,
+                summary.last_loss,
+                summary.version,
+                out.display()
+            );
+        }
+        Command::Eval {
+            ckpt,
+            episodes,
+            seed,
+            report,
+        } => {
+            anyhow::ensure!(episodes > 0, "--episodes must be at least 1");
+            let device = resolve(cli.device)?;
+            let outcome = evaluate_checkpoint(&ckpt, episodes, seed, &device)?;
+            let row = ControllerRow::new(&ckpt.display().to_string(), &outcome);
+            println!(
+                "{}: {} episodes, success {:.1}% (95% interval {:.1}% - {:.1}%), mean {:.1} steps",
+                row.name,
+                row.episodes,
+                100.0 * row.success_rate,
+                100.0 * row.interval[0],
+                100.0 * row.interval[1],
+                row.mean_length
+            );
+            if let Some(path) = report {
+                write_json(&path, &row)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    if std::env::var_os("XDG_RUNTIME_DIR").is_none() {
+        // SAFETY: no other thread exists yet. Vulkan loaders warn without this variable.
+        unsafe { std::env::set_var("XDG_RUNTIME_DIR", std::env::temp_dir()) };
+    }
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,156 @@
+//! The command line's contracts: clear one-line errors, and collect -> train -> eval.
+
+mod common;
+
+use common::{imago, stderr};
+
+fn assert_one_line_error(args: &[&str], must_mention: &str) {
+    let output = imago(args);
+    assert!(!output.status.success(), "{args:?} should fail");
+    let err = stderr(&output);
+    let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines.len(), 1, "{args:?} printed: {err}");
+    assert!(lines[0].starts_with("error: "), "{err}");
+    assert!(lines[0].contains(must_mention), "{err}");
+    assert!(
+        !err.contains("panicked") && !err.contains("backtrace"),
+        "{err}"
+    );
+}
+
+#[test]
+fn absent_devices_fail_with_one_clear_line() {
+    assert_one_line_error(&["--device", "wgpu:7", "demo", "--quick"], "wgpu:7");
+    if std::path::Path::new("/dev/nvidia0").exists() {
+        eprintln!("skipped the CUDA half: this machine has an NVIDIA device");
+        return;
+    }
+    assert_one_line_error(&["--device", "cuda", "demo", "--quick"], "cuda");
+}
+
+#[test]
+fn devices_lists_the_cpu_backends() {
+    let output = imago(&["devices"]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        text.contains("cpu:ndarray") && text.contains("auto picks"),
+        "{text}"
+    );
+}
+
+#[test]
+fn collect_train_eval_round_trip_and_bad_inputs() {
+    let dir = tempfile::tempdir().unwrap();
+    let replay = dir.path().join("replay");
+    let ckpt = dir.path().join("ckpt");
+    let path = |p: &std::path::Path| p.to_str().unwrap().to_string();
+
+    let output = imago(&[
+        "collect",
+        "--robot",
+        "reacher2d",
+        "--episodes",
+        "6",
+        "--out",
+        &path(&replay),
+        "--noise",
+        "0.1",
+    ]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert!(String::from_utf8_lossy(&output.stdout).contains("recorded 6 episodes"));
+
+    let train = |init: Option<&str>| {
+        let mut args = vec![
+            "--device",
+            "cpu",
+            "train",
+            "--replay",
+            replay.to_str().unwrap(),
+            "--what",
+            "bc",
+        ];
+        args.extend([
+            "--out",
+            ckpt.to_str().unwrap(),
+            "--steps",
+            "4",
+            "--batch-size",
+            "8",
+        ]);
+        if let Some(init) = init {
+            args.extend(["--init", init]);
+        }
+        imago(&args)
+    };
+    let output = train(None);
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert!(String::from_utf8_lossy(&output.stdout).contains("checkpoint version 1"));
+
+    let report = dir.path().join("eval.json");
+    let output = imago(&[
+        "--device",
+        "cpu",
+        "eval",
+        "--ckpt",
+        &path(&ckpt),
+        "--episodes",
+        "3",
+        "--report",
+        &path(&report),
+    ]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let json: serde_json::Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+    assert_eq!(json["episodes"], 3);
+
+    let copy = dir.path().join("init");
+    std::fs::create_dir_all(&copy).unwrap();
+    for file in ["meta.json", "model.mpk"] {
+        std::fs::copy(ckpt.join(file), copy.join(file)).unwrap();
+    }
+    let output = train(Some(copy.to_str().unwrap()));
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert!(String::from_utf8_lossy(&output.stdout).contains("checkpoint version 2"));
+
+    let meta = std::fs::read_to_string(copy.join("meta.json")).unwrap();
+    std::fs::write(
+        copy.join("meta.json"),
+        meta.replace("\"d_model\": 64", "\"d_model\": 32"),
+    )
+    .unwrap();
+    let init = copy.to_str().unwrap().to_string();
+    let replay_arg = path(&replay);
+    let ckpt_arg = path(&ckpt);
+    assert_one_line_error(
+        &[
+            "--device",
+            "cpu",
+            "train",
+            "--replay",
+            &replay_arg,
+            "--out",
+            &ckpt_arg,
+            "--steps",
+            "2",
+            "--init",
+            &init,
+        ],
+        "d_model: 32 vs 64",
+    );
+    assert_one_line_error(
+        &[
+            "--device",
+            "cpu",
+            "train",
+            "--replay",
+            &path(dir.path()),
+            "--out",
+            &ckpt_arg,
+        ],
+        "not a replay directory",
+    );
+    assert_one_line_error(
+        &["--device", "cpu", "eval", "--ckpt", &path(&replay)],
+        "meta.json",
+    );
+}

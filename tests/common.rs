@@ -1,0 +1,17 @@
+//! Helpers shared by the end-to-end tests.
+
+use std::process::{Command, Output};
+
+/// The `imago` binary with a quiet Vulkan loader.
+pub fn imago(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_imago"))
+        .args(args)
+        .env("XDG_RUNTIME_DIR", std::env::temp_dir())
+        .output()
+        .expect("imago runs")
+}
+
+/// Standard error as text.
+pub fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
