@@ -23,7 +23,7 @@ use imago_runtime::train::train_bc_offline;
     about = "On-device trainer for robot policies and world models"
 )]
 struct Cli {
-    /// Where models run: auto, cpu, cpu:ndarray, wgpu, wgpu:N, cuda, cuda:N.
+    /// Where models run: auto, cpu, cpu:flex, wgpu, wgpu:N, cuda, cuda:N.
     #[arg(long, global = true, default_value = "auto")]
     device: DeviceSpec,
     #[command(subcommand)]
@@ -181,7 +181,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             }
             if check {
                 let candidate = resolve(cli.device)?;
-                let reference = resolve(DeviceSpec::Cpu(CpuBackend::Flex))?;
+                let reference = resolve(DeviceSpec::Cpu(CpuBackend::NdArray))?;
                 let comparison = compare_training_step(&reference, &candidate)?;
                 let agrees = comparison.agrees(PARITY_TOLERANCE);
                 println!(

@@ -44,7 +44,7 @@ fn quick_demo_trains_a_policy_that_follows_image_and_instruction() {
             "phase {phase}"
         );
     }
-    assert_eq!(json["device"], "cpu (flex)");
+    assert_eq!(json["device"], "cpu (ndarray)");
 
     // Paired seeds: the rows share episodes. "Well above" means the 95% intervals
     // do not overlap.

@@ -19,7 +19,7 @@ fn wgpu_training_step_matches_cpu() {
         }
         Err(e) => panic!("CI needs a wgpu adapter (install mesa-vulkan-drivers): {e}"),
     };
-    let reference = resolve(DeviceSpec::Cpu(CpuBackend::Flex)).unwrap();
+    let reference = resolve(DeviceSpec::Cpu(CpuBackend::NdArray)).unwrap();
     let comparison = compare_training_step(&reference, &candidate).unwrap();
     eprintln!(
         "{} vs {}: {comparison:?}",
@@ -30,9 +30,9 @@ fn wgpu_training_step_matches_cpu() {
 }
 
 #[test]
-fn ndarray_training_step_matches_flex() {
-    let reference = resolve(DeviceSpec::Cpu(CpuBackend::Flex)).unwrap();
-    let candidate = resolve(DeviceSpec::Cpu(CpuBackend::NdArray)).unwrap();
+fn flex_training_step_matches_ndarray() {
+    let reference = resolve(DeviceSpec::Cpu(CpuBackend::NdArray)).unwrap();
+    let candidate = resolve(DeviceSpec::Cpu(CpuBackend::Flex)).unwrap();
     let comparison = compare_training_step(&reference, &candidate).unwrap();
     assert!(comparison.agrees(PARITY_TOLERANCE), "{comparison:?}");
 }

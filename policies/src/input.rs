@@ -47,8 +47,9 @@ pub enum PolicyInputError {
 /// The tensors a [`crate::VlaPolicy`] consumes.
 #[derive(Debug, Clone)]
 pub struct PolicyInput<B: Backend> {
-    /// Frames, `[batch, 3, size, size]`, values in `[0, 1]`.
-    pub images: Tensor<B, 4>,
+    /// Frames as pixel rows, `[batch, size * size, 3]` (row-major pixels, RGB), values
+    /// in `[0, 1]`.
+    pub images: Tensor<B, 3>,
     /// Instruction word ids, `[batch, max_words]`.
     pub words: Tensor<B, 2, Int>,
     /// Weight of each instruction word in the instruction's mean, `[batch, max_words]`
@@ -139,14 +140,8 @@ impl PolicyBatch {
         }
         let (ids, word_pad) = self.tokenizer.encode_padded(&observation.instruction)?;
 
-        let plane = size * size;
-        let start = self.images.len();
-        self.images.resize(start + 3 * plane, 0.0);
-        for (i, rgb) in image.rgb.chunks_exact(3).enumerate() {
-            for (c, &v) in rgb.iter().enumerate() {
-                self.images[start + c * plane + i] = v as f32 / 255.0;
-            }
-        }
+        self.images
+            .extend(image.rgb.iter().map(|&v| v as f32 / 255.0));
         self.words.extend(ids.iter().map(|&id| id as i64));
         let count = word_pad.iter().filter(|&&p| !p).count() as f32;
         self.word_weights
@@ -155,7 +150,12 @@ impl PolicyBatch {
         self.pad.extend(word_pad);
         self.pad
             .extend(std::iter::repeat_n(false, self.config.patch_count()));
-        self.proprio.extend_from_slice(&observation.proprio);
+        self.proprio.extend(
+            self.config
+                .proprio_inputs
+                .iter()
+                .map(|&i| observation.proprio[i]),
+        );
         self.len += 1;
         Ok(())
     }
@@ -165,7 +165,7 @@ impl PolicyBatch {
         let (n, size) = (self.len, self.config.image_size);
         PolicyInput {
             images: Tensor::from_data(
-                TensorData::new(self.images.clone(), [n, 3, size, size]),
+                TensorData::new(self.images.clone(), [n, size * size, 3]),
                 device,
             ),
             words: Tensor::from_data(
@@ -181,7 +181,7 @@ impl PolicyBatch {
                 device,
             ),
             proprio: Tensor::from_data(
-                TensorData::new(self.proprio.clone(), [n, self.config.proprio_dim]),
+                TensorData::new(self.proprio.clone(), [n, self.config.proprio_inputs.len()]),
                 device,
             ),
         }

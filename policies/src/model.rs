@@ -1,13 +1,16 @@
 //! The VLA policy: tokens from image patches, instruction words and proprioception,
 //! a transformer encoder, and a Gaussian action-chunk head.
 
+use burn::module::Param;
+use burn::nn::Initializer;
 use burn::nn::transformer::{
     TransformerEncoder, TransformerEncoderConfig, TransformerEncoderInput,
 };
 use burn::nn::{Embedding, EmbeddingConfig, LayerNorm, LayerNormConfig, Linear, LinearConfig};
-use burn::nn::Initializer;
 use burn::prelude::*;
-use burn::tensor::activation::{gelu, sigmoid};
+use burn::tensor::activation::{gelu, sigmoid, softmax};
+
+use imago_robots::RobotSpec;
 
 use crate::input::PolicyInput;
 use crate::tokenizer::VOCABULARY;
@@ -15,8 +18,10 @@ use crate::tokenizer::VOCABULARY;
 /// Shape and size of a [`VlaPolicy`].
 #[derive(Config, Debug, PartialEq)]
 pub struct VlaPolicyConfig {
-    /// Length of the proprioception vector.
+    /// Length of the robot's proprioception vector.
     pub proprio_dim: usize,
+    /// Which proprioception entries the policy reads.
+    pub proprio_inputs: Vec<usize>,
     /// Per-dimension bound of the robot's actions; the network works in units of it.
     pub action_limit: Vec<f32>,
     /// Side of the (square) camera frame, pixels.
@@ -25,6 +30,9 @@ pub struct VlaPolicyConfig {
     /// Side of one image patch (one token), pixels.
     #[config(default = 8)]
     pub patch_size: usize,
+    /// Channels of the convolutional stem.
+    #[config(default = 16)]
+    pub stem_channels: usize,
     /// Number of instruction words (shorter instructions are padded).
     #[config(default = 6)]
     pub max_words: usize,
@@ -55,6 +63,23 @@ pub struct VlaPolicyConfig {
 }
 
 impl VlaPolicyConfig {
+    /// The default policy for `robot`: its image size and action limits, reading every
+    /// proprioception entry except velocities. Velocities are left out on purpose: in
+    /// behaviour cloning they reveal the previous action, and a policy that can copy
+    /// its last command ("copycat" causal confusion) learns to keep moving the way it
+    /// moves instead of looking where the target is, and stalls at rest.
+    pub fn for_robot(robot: &RobotSpec) -> Self {
+        let mut config = Self::new(
+            robot.proprio_dim(),
+            robot.non_velocity_proprio(),
+            robot.action_limit.clone(),
+        );
+        if let Some(camera) = robot.camera {
+            config.image_size = camera.width as usize;
+        }
+        config
+    }
+
     /// Length of an action.
     pub fn action_dim(&self) -> usize {
         self.action_limit.len()
@@ -95,8 +120,21 @@ impl VlaPolicyConfig {
                 self.action_limit
             ));
         }
-        if self.chunk_len == 0 || self.max_words == 0 || self.proprio_dim == 0 {
-            return Err("chunk_len, max_words and proprio_dim must be at least 1".into());
+        if self.chunk_len == 0
+            || self.max_words == 0
+            || self.proprio_inputs.is_empty()
+            || self.stem_channels == 0
+        {
+            return Err(
+                "chunk_len, max_words, proprio_inputs and stem_channels must not be empty or zero"
+                    .into(),
+            );
+        }
+        if let Some(i) = self.proprio_inputs.iter().find(|&&i| i >= self.proprio_dim) {
+            return Err(format!(
+                "proprio_inputs names entry {i}, but proprioception has {} entries",
+                self.proprio_dim
+            ));
         }
         Ok(())
     }
@@ -104,21 +142,30 @@ impl VlaPolicyConfig {
     /// A freshly initialised policy. Call [`Self::validate`] first on untrusted configs.
     pub fn init<B: Backend>(&self, device: &B::Device) -> VlaPolicy<B> {
         let d = self.d_model;
-        let patch_dim = 3 * self.patch_size * self.patch_size;
         let head_out = 2 * self.chunk_len * self.action_dim();
-        // Embedding tables start small (as in GPT-2) so that they do not drown the
-        // content and coordinate signals at initialisation.
-        let small = Initializer::Normal { mean: 0.0, std: 0.02 };
+        // Position and type tables start small (as in GPT-2) so that they do not drown
+        // the content and coordinate signals at initialisation; word embeddings keep
+        // unit scale so the instruction drives the FiLM modulation from the start.
+        let small = Initializer::Normal {
+            mean: 0.0,
+            std: 0.02,
+        };
         VlaPolicy {
-            patch_embed: LinearConfig::new(patch_dim, d).init(device),
+            stem: LinearConfig::new(3, self.stem_channels).init(device),
+            keypoint_embed: LinearConfig::new(2 * self.stem_channels, d).init(device),
+            keypoint_sharpness: Param::from_tensor(Tensor::full(
+                [self.stem_channels],
+                10.0,
+                device,
+            )),
+            film: LinearConfig::new(d, 2 * self.stem_channels).init(device),
+            patch_embed: LinearConfig::new(self.stem_channels, d).init(device),
             patch_coordinates: LinearConfig::new(COORDINATE_FEATURES, d).init(device),
-            word_embed: EmbeddingConfig::new(self.vocab_size, d)
-                .with_initializer(small.clone())
-                .init(device),
+            word_embed: EmbeddingConfig::new(self.vocab_size, d).init(device),
             word_position: EmbeddingConfig::new(self.max_words, d)
                 .with_initializer(small.clone())
                 .init(device),
-            proprio_embed: LinearConfig::new(self.proprio_dim, d).init(device),
+            proprio_embed: LinearConfig::new(self.proprio_inputs.len(), d).init(device),
             token_type: EmbeddingConfig::new(4, d)
                 .with_initializer(small)
                 .init(device),
@@ -151,6 +198,12 @@ pub struct GaussianChunk<B: Backend> {
 /// The vision-language-action policy; see the crate documentation.
 #[derive(Module, Debug)]
 pub struct VlaPolicy<B: Backend> {
+    stem: Linear<B>,
+    keypoint_embed: Linear<B>,
+    /// Inverse temperature of each channel's spatial softmax; it starts high so that a
+    /// few strongly activated pixels (a target) dominate thousands of background ones.
+    keypoint_sharpness: Param<Tensor<B, 1>>,
+    film: Linear<B>,
     patch_embed: Linear<B>,
     patch_coordinates: Linear<B>,
     word_embed: Embedding<B>,
@@ -173,34 +226,50 @@ impl<B: Backend> VlaPolicy<B> {
     /// The action-chunk distribution for a batch of inputs.
     pub fn forward(&self, input: PolicyInput<B>) -> GaussianChunk<B> {
         let device = input.images.device();
-        let [batch, channels, size, _] = input.images.dims();
-        let p = self.patch_size;
-        let grid = size / p;
-        let patches = input
-            .images
-            .reshape([batch, channels, grid, p, grid, p])
-            .permute([0, 2, 4, 1, 3, 5])
-            .reshape([batch, grid * grid, channels * p * p]);
-        let patch_tokens = self.patch_embed.forward(patches)
-            + self
-                .patch_coordinates
-                .forward(patch_coordinate_features::<B>(grid, &device));
-
+        let [batch, pixels, _] = input.images.dims();
+        let size = self.image_size;
+        let grid = size / self.patch_size;
         let [_, words] = input.words.dims();
         let word_ids = Tensor::<B, 1, Int>::arange(0..words as i64, &device).reshape([1, words]);
         let word_tokens =
             self.word_embed.forward(input.words) + self.word_position.forward(word_ids);
+        let instruction =
+            (word_tokens.clone() * input.word_weights.unsqueeze_dim::<3>(2)).sum_dim(1);
+        let d = instruction.dims()[2];
+
+        // A per-pixel stem (1x1 convolution) maps colours to features; its channels are
+        // FiLM-modulated by the instruction (as in RT-1), so the instructed target stands
+        // out before any attention. Two readings of the modulated feature map follow:
+        // a spatial softmax per channel gives keypoints (expected image coordinates, as in
+        // robomimic's visual encoders), and each patch's mean feature becomes a token, to
+        // which the patch centre's Fourier features add where it is.
+        let stem = gelu(self.stem.forward(input.images));
+        let channels = stem.dims()[2];
+        let film = self.film.forward(instruction.clone());
+        let gamma = film.clone().narrow(2, 0, channels);
+        let beta = film.narrow(2, channels, channels);
+        let features = stem * (gamma + 1.0) + beta;
+        let sharpness = self.keypoint_sharpness.val().reshape([1, 1, channels]);
+        let keypoints = spatial_softmax(features.clone() * sharpness, size, &device);
+        let pooled = patch_pooling::<B>(size, self.patch_size, &device)
+            .matmul(features)
+            .reshape([batch, grid * grid, channels]);
+        debug_assert_eq!(pixels, size * size);
+        let patch_tokens = self.patch_embed.forward(pooled)
+            + self
+                .patch_coordinates
+                .forward(patch_coordinate_features::<B>(grid, &device));
 
         let proprio_token = self
             .proprio_embed
             .forward(input.proprio)
             .unsqueeze_dim::<3>(1);
-        let d = proprio_token.dims()[2];
-        // The readout token starts as the instruction (mean of its words) plus the
-        // proprioception, so that its first attention query can already look for the
-        // instructed target, and the head sees where the arm is without a second hop.
-        let instruction = (word_tokens.clone() * input.word_weights.unsqueeze_dim::<3>(2)).sum_dim(1);
-        let readout = instruction + proprio_token.clone();
+        // The readout token starts as the instruction, the proprioception and the
+        // keypoints, so the head sees what was asked, where the arm is and where the
+        // instructed target appears without an extra hop.
+        let readout = instruction
+            + proprio_token.clone()
+            + self.keypoint_embed.forward(keypoints).unsqueeze_dim::<3>(1);
 
         let types: Vec<i64> = [0, 1]
             .into_iter()
@@ -235,6 +304,48 @@ impl<B: Backend> VlaPolicy<B> {
     }
 }
 
+/// Expected image coordinates of each channel of `features` `[B, size * size, C]` under
+/// a softmax over its pixels: `[B, 2C]` as `(x_1..x_C, y_1..y_C)` in `[-1, 1]`, y up.
+fn spatial_softmax<B: Backend>(
+    features: Tensor<B, 3>,
+    size: usize,
+    device: &B::Device,
+) -> Tensor<B, 2> {
+    let [batch, pixels, channels] = features.dims();
+    let weights = softmax(features, 1);
+    let coordinates: Vec<f32> = (0..size)
+        .flat_map(|row| (0..size).map(move |col| (row, col)))
+        .flat_map(|(row, col)| {
+            [
+                -1.0 + (2 * col + 1) as f32 / size as f32,
+                1.0 - (2 * row + 1) as f32 / size as f32,
+            ]
+        })
+        .collect();
+    let grid = Tensor::<B, 2>::from_data(TensorData::new(coordinates, [pixels, 2]), device);
+    // [B, C, pixels] x [pixels, 2] -> [B, C, 2]
+    let expected = weights.swap_dims(1, 2).matmul(grid.unsqueeze_dim::<3>(0));
+    expected.swap_dims(1, 2).reshape([batch, 2 * channels])
+}
+
+/// The matrix `[1, N, size * size]` that averages the pixels of each of the `N`
+/// patches (row-major patches of `patch x patch` pixels).
+fn patch_pooling<B: Backend>(size: usize, patch: usize, device: &B::Device) -> Tensor<B, 3> {
+    let grid = size / patch;
+    let mut weights = vec![0.0f32; grid * grid * size * size];
+    let share = 1.0 / (patch * patch) as f32;
+    for row in 0..size {
+        for col in 0..size {
+            let token = (row / patch) * grid + col / patch;
+            weights[token * size * size + row * size + col] = share;
+        }
+    }
+    Tensor::from_data(
+        TensorData::new(weights, [1, grid * grid, size * size]),
+        device,
+    )
+}
+
 /// Number of features describing a patch centre: `(x, y)` and their sines and cosines
 /// at three frequencies.
 const COORDINATE_FEATURES: usize = 14;
@@ -256,7 +367,10 @@ fn patch_coordinate_features<B: Backend>(grid: usize, device: &B::Device) -> Ten
             f
         })
         .collect();
-    Tensor::from_data(TensorData::new(features, [1, grid * grid, COORDINATE_FEATURES]), device)
+    Tensor::from_data(
+        TensorData::new(features, [1, grid * grid, COORDINATE_FEATURES]),
+        device,
+    )
 }
 
 #[cfg(test)]
@@ -272,7 +386,7 @@ mod tests {
     type B = Autodiff<Flex>;
 
     fn config() -> VlaPolicyConfig {
-        VlaPolicyConfig::new(8, vec![1.0, 1.0])
+        VlaPolicyConfig::new(8, vec![0, 1, 2, 3, 6, 7], vec![1.0, 1.0])
             .with_d_model(32)
             .with_d_ff(64)
             .with_n_layers(1)
@@ -317,7 +431,7 @@ mod tests {
                 .contains("n_heads")
         );
         assert!(
-            VlaPolicyConfig::new(8, vec![])
+            VlaPolicyConfig::new(8, vec![0], vec![])
                 .validate()
                 .unwrap_err()
                 .contains("action_limit")

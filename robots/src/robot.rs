@@ -18,7 +18,8 @@ pub struct CameraSpec {
 pub struct RobotSpec {
     /// The robot's name, as used in configs and on the command line.
     pub name: String,
-    /// Names of the proprioception entries, in order.
+    /// Names of the proprioception entries, in order. Velocities are named with the
+    /// prefix `qd` (joint velocities) or the suffix `_vel`.
     pub proprio_names: Vec<String>,
     /// Symmetric per-dimension bound of the action space: `|a_i| <= action_limit[i]`.
     pub action_limit: Vec<f32>,
@@ -34,6 +35,16 @@ impl RobotSpec {
     /// Length of the proprioception vector.
     pub fn proprio_dim(&self) -> usize {
         self.proprio_names.len()
+    }
+
+    /// Indices of the proprioception entries that are not velocities.
+    pub fn non_velocity_proprio(&self) -> Vec<usize> {
+        self.proprio_names
+            .iter()
+            .enumerate()
+            .filter(|(_, name)| !(name.starts_with("qd") || name.ends_with("_vel")))
+            .map(|(i, _)| i)
+            .collect()
     }
 
     /// Length of an action.

@@ -43,7 +43,7 @@ pub fn bench_policy(
 ) -> anyhow::Result<BenchReport> {
     let mut robot = Reacher2d::default();
     let spec = robot.spec().clone();
-    let config = VlaPolicyConfig::new(spec.proprio_dim(), spec.action_limit.clone());
+    let config = VlaPolicyConfig::for_robot(&spec);
     let mut batch = PolicyBatch::new(&config);
     for seed in 0..batch_size as u64 {
         batch.push(&robot.reset(seed))?;

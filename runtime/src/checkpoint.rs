@@ -242,15 +242,19 @@ mod tests {
     use crate::evaluate::plan;
 
     fn config() -> VlaPolicyConfig {
-        VlaPolicyConfig::new(8, vec![1.0, 1.0])
+        VlaPolicyConfig::new(8, vec![0, 1, 2, 3, 6, 7], vec![1.0, 1.0])
             .with_d_model(16)
             .with_d_ff(32)
             .with_n_layers(1)
     }
 
-    fn saved(dir: &Path) -> (VlaPolicy<Dispatch>, DispatchDevice) {
+    /// Saves a fresh policy to `dir`; returns its actions on a fixed observation.
+    fn saved(dir: &Path) -> (Vec<Vec<imago_robots::Action>>, DispatchDevice) {
         let device = DispatchDevice::Flex(FlexDevice);
         let policy = config().init::<Dispatch>(&device);
+        // burn initialises parameters lazily: use the policy before saving a clone of
+        // it, or the clone and the original would draw different weights.
+        let actions = plan(&policy, &config(), &device, std::iter::once(&observation())).unwrap();
         save_policy(
             &policy,
             &config(),
@@ -258,22 +262,24 @@ mod tests {
             dir,
         )
         .unwrap();
-        (policy, device)
+        (actions, device)
+    }
+
+    fn observation() -> imago_robots::Observation {
+        Reacher2d::default().reset(3)
     }
 
     #[test]
     fn round_trip_keeps_weights_config_and_meta() {
         let root = tempfile::tempdir().unwrap();
         let dir = root.path().join("ckpt");
-        let (policy, device) = saved(&dir);
+        let (before, device) = saved(&dir);
         let (loaded, loaded_config, meta) =
             load_policy::<Dispatch>(&dir, Some(&config()), &device).unwrap();
         assert_eq!(loaded_config, config());
         assert_eq!(meta.version, 4);
         assert_eq!(meta.kind, POLICY_KIND);
-        let obs = Reacher2d::default().reset(3);
-        let before = plan(&policy, &config(), &device, std::iter::once(&obs)).unwrap();
-        let after = plan(&loaded, &config(), &device, std::iter::once(&obs)).unwrap();
+        let after = plan(&loaded, &config(), &device, std::iter::once(&observation())).unwrap();
         assert_eq!(before, after);
     }
 

@@ -42,10 +42,12 @@ impl DemoPlan {
     /// The reduced demo: under 2 minutes on 2 CPU cores.
     pub fn quick() -> Self {
         Self {
-            demonstrations: 150,
+            demonstrations: 600,
             expert: ExpertConfig::default(),
             bc: BcConfig {
-                steps: 500,
+                steps: 800,
+                batch_size: 32,
+                learning_rate: 2e-3,
                 ..BcConfig::default()
             },
             eval_episodes: 100,
@@ -56,10 +58,12 @@ impl DemoPlan {
     /// The full demo: under 10 minutes on 2 CPU cores.
     pub fn full() -> Self {
         Self {
-            demonstrations: 400,
+            demonstrations: 1000,
             expert: ExpertConfig::default(),
             bc: BcConfig {
-                steps: 2000,
+                steps: 3500,
+                batch_size: 32,
+                learning_rate: 2e-3,
                 ..BcConfig::default()
             },
             eval_episodes: 300,
@@ -111,7 +115,7 @@ pub fn run_demo(options: &DemoOptions) -> anyhow::Result<DemoReport> {
     phases.insert("collect".to_string(), start.elapsed().as_secs_f64());
 
     let spec = Reacher2d::new(robot_config.clone()).spec().clone();
-    let policy_config = VlaPolicyConfig::new(spec.proprio_dim(), spec.action_limit.clone());
+    let policy_config = VlaPolicyConfig::for_robot(&spec);
     eprintln!(
         "training the VLA policy by behaviour cloning on {} transitions ({} steps, {})",
         contents

@@ -42,7 +42,7 @@ pub fn compare_training_step(
 ) -> anyhow::Result<StepComparison> {
     let robot = Reacher2d::default();
     let spec = robot.spec().clone();
-    let config = VlaPolicyConfig::new(spec.proprio_dim(), spec.action_limit.clone())
+    let config = VlaPolicyConfig::for_robot(&spec)
         .with_d_model(32)
         .with_d_ff(64)
         .with_n_layers(1);

@@ -63,7 +63,7 @@ pub fn train_bc_offline(
         );
     }
     let spec = Reacher2d::new(Reacher2dConfig::default()).spec().clone();
-    let expected = VlaPolicyConfig::new(spec.proprio_dim(), spec.action_limit.clone());
+    let expected = VlaPolicyConfig::for_robot(&spec);
     Dispatch::seed(&device.training, bc.seed);
     let (policy, config, version, parent) = match init {
         Some(dir) => {

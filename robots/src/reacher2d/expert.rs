@@ -30,9 +30,9 @@ pub struct ExpertConfig {
 impl Default for ExpertConfig {
     fn default() -> Self {
         Self {
-            noise: 0.3,
+            noise: 0.2,
             wrong_target_rate: 0.15,
-            gain: 6.0,
+            gain: 2.5,
         }
     }
 }
