@@ -307,15 +307,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             let device = resolve(cli.device)?;
             let outcome = evaluate_checkpoint(&ckpt, episodes, seed, &device)?;
             let row = ControllerRow::new(&ckpt.display().to_string(), &outcome);
-            println!(
-                "{}: {} episodes, success {:.1}% (95% interval {:.1}% - {:.1}%), mean {:.1} steps",
-                row.name,
-                row.episodes,
-                100.0 * row.success_rate,
-                100.0 * row.interval[0],
-                100.0 * row.interval[1],
-                row.mean_length
-            );
+            print!("{}{}", ControllerRow::table_header(), row.table_line());
             if let Some(path) = report {
                 write_json(&path, &row)?;
             }

@@ -97,13 +97,13 @@ impl VlaPolicyConfig {
 
     /// Checks the sizes fit together; a message names the first that does not.
     pub fn validate(&self) -> Result<(), String> {
-        if self.patch_size == 0 || self.image_size % self.patch_size != 0 {
+        if self.patch_size == 0 || !self.image_size.is_multiple_of(self.patch_size) {
             return Err(format!(
                 "image_size {} is not a multiple of patch_size {}",
                 self.image_size, self.patch_size
             ));
         }
-        if self.n_heads == 0 || self.d_model % self.n_heads != 0 {
+        if self.n_heads == 0 || !self.d_model.is_multiple_of(self.n_heads) {
             return Err(format!(
                 "d_model {} is not a multiple of n_heads {}",
                 self.d_model, self.n_heads

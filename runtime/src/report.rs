@@ -22,6 +22,27 @@ pub struct ControllerRow {
 }
 
 impl ControllerRow {
+    /// The header line of a table of rows.
+    pub fn table_header() -> String {
+        format!(
+            "{:<28} {:>8} {:>9} {:>17} {:>11}\n",
+            "controller", "episodes", "success", "95% interval", "mean steps"
+        )
+    }
+
+    /// This row as a table line.
+    pub fn table_line(&self) -> String {
+        format!(
+            "{:<28} {:>8} {:>8.1}% {:>7.1}% - {:>5.1}% {:>11.1}\n",
+            self.name,
+            self.episodes,
+            100.0 * self.success_rate,
+            100.0 * self.interval[0],
+            100.0 * self.interval[1],
+            self.mean_length
+        )
+    }
+
     /// A row for `outcome`.
     pub fn new(name: &str, outcome: &EvalOutcome) -> Self {
         let (lo, hi) = outcome.interval();
@@ -78,20 +99,9 @@ impl DemoReport {
             100.0 * self.demonstration_success_rate,
             self.episodes
         ));
-        out.push_str(&format!(
-            "{:<28} {:>8} {:>9} {:>17} {:>11}\n",
-            "controller", "episodes", "success", "95% interval", "mean steps"
-        ));
+        out.push_str(&ControllerRow::table_header());
         for row in &self.controllers {
-            out.push_str(&format!(
-                "{:<28} {:>8} {:>8.1}% {:>7.1}% - {:>5.1}% {:>11.1}\n",
-                row.name,
-                row.episodes,
-                100.0 * row.success_rate,
-                100.0 * row.interval[0],
-                100.0 * row.interval[1],
-                row.mean_length
-            ));
+            out.push_str(&row.table_line());
         }
         out.push_str(&format!(
             "\npolicy latency (batch 1): p50 {:.2} ms, p99 {:.2} ms\n",

@@ -209,7 +209,7 @@ impl Reacher2d {
         let sep = self.config.min_separation;
         let mut candidate = Vector2::zeros();
         for _ in 0..1000 {
-            let r = (rng.random_range(r_min * r_min..r_max * r_max) as f32).sqrt();
+            let r = rng.random_range(r_min * r_min..r_max * r_max).sqrt();
             let theta = rng.random_range(-std::f32::consts::PI..std::f32::consts::PI);
             candidate = Vector2::new(r * theta.cos(), r * theta.sin());
             if (candidate - start).norm() >= sep
