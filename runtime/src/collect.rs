@@ -60,7 +60,12 @@ pub fn collect_demonstrations(
     config: &CollectConfig,
     out: &Path,
 ) -> anyhow::Result<CollectSummary> {
-    let (mut writer, _) = ReplayWriter::open(out, ReplayWriterConfig::default())?;
+    let (mut writer, repaired) = ReplayWriter::open(out, ReplayWriterConfig::default())?;
+    for (segment, bytes) in &repaired.truncated {
+        eprintln!(
+            "warning: replay segment {segment} had a torn tail; {bytes} bytes truncated, every record before kept"
+        );
+    }
     let mut robot = Reacher2d::new(config.robot.clone());
     let mut expert = ScriptedExpert::new(config.expert.clone());
     let mut summary = CollectSummary {

@@ -18,7 +18,7 @@ mod writer;
 pub use frame::{FrameError, encode_frame};
 pub use reader::{Corruption, Episode, ReplayContents, read_replay};
 pub use record::{EpisodeEnd, EpisodeStart, ReplayRecord, Transition};
-pub use writer::{ReplayWriter, ReplayWriterConfig};
+pub use writer::{OpenReport, ReplayWriter, ReplayWriterConfig};
 
 use std::path::{Path, PathBuf};
 

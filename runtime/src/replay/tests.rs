@@ -67,7 +67,7 @@ fn episodes_round_trip_across_segments() {
         },
     )
     .unwrap();
-    assert_eq!(report, writer::OpenReport::default());
+    assert_eq!(report, OpenReport::default());
     let mut robot = Reacher2d::default();
     write_episodes(&mut writer, &mut robot, 5, 4);
     writer.close().unwrap();
