@@ -7,14 +7,19 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand, ValueEnum};
 use imago_robots::reacher2d::{ExpertConfig, Reacher2dConfig};
 use imago_runtime::bc::BcConfig;
-use imago_runtime::bench::bench_policy;
+use imago_runtime::bench::{WorldModelBenchRow, bench_policy, bench_world_model};
 use imago_runtime::collect::{CollectConfig, collect_demonstrations};
 use imago_runtime::demo::{DemoOptions, run_demo};
 use imago_runtime::device::{CpuBackend, DeviceSpec, list_devices, resolve};
 use imago_runtime::device_check::{PARITY_TOLERANCE, compare_training_step};
 use imago_runtime::evaluate::evaluate_checkpoint;
 use imago_runtime::report::ControllerRow;
+use imago_runtime::report::world_model_table;
 use imago_runtime::train::train_bc_offline;
+use imago_runtime::world_model::{
+    WorldModelTrainConfig, evaluate_world_model_checkpoint, train_world_model_offline,
+};
+use imago_worldmodel::{Supervision, TransitionFamily, WorldModelConfig};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -35,7 +40,7 @@ enum Command {
     /// Collect imperfect demonstrations, train a VLA policy by behaviour cloning,
     /// evaluate it on paired seeds and print a table.
     Demo {
-        /// The reduced demo (under 2 minutes on 2 CPU cores).
+        /// The reduced demo (about 3 minutes on 2 CPU cores).
         #[arg(long)]
         quick: bool,
         /// Also write the figures as JSON here.
@@ -54,11 +59,16 @@ enum Command {
         #[arg(long)]
         check: bool,
     },
-    /// Time the policy's training step and batch-1 inference on `--device`.
+    /// Time the policy's training step and batch-1 inference, or the world model's
+    /// training step and imagination, on `--device`.
     Bench {
-        /// Transitions per training step.
-        #[arg(long, default_value_t = 64)]
-        batch_size: usize,
+        /// What to time.
+        #[arg(long, value_enum, default_value_t = BenchTarget::Policy)]
+        what: BenchTarget,
+        /// Transitions (policy) or windows (worldmodel) per training step [default: 64
+        /// for policy, 16 for worldmodel].
+        #[arg(long)]
+        batch_size: Option<usize>,
         /// Timed training steps.
         #[arg(long, default_value_t = 30)]
         steps: usize,
@@ -101,18 +111,47 @@ enum Command {
         /// Continue from this checkpoint.
         #[arg(long)]
         init: Option<PathBuf>,
-        /// Optimiser steps.
-        #[arg(long, default_value_t = BcConfig::default().steps)]
-        steps: usize,
-        /// Transitions per step.
-        #[arg(long, default_value_t = BcConfig::default().batch_size)]
-        batch_size: usize,
-        /// Peak learning rate.
-        #[arg(long, default_value_t = BcConfig::default().learning_rate)]
-        learning_rate: f64,
+        /// Optimiser steps [default: 1500 for bc, 1000 for worldmodel].
+        #[arg(long)]
+        steps: Option<usize>,
+        /// Transitions (bc) or windows (worldmodel) per step [default: 64 for bc, 16
+        /// for worldmodel].
+        #[arg(long)]
+        batch_size: Option<usize>,
+        /// Peak learning rate [default: 1e-3 for bc, 3e-3 for worldmodel].
+        #[arg(long)]
+        learning_rate: Option<f64>,
+        /// World model: the transition family of the ensemble members.
+        #[arg(long, default_value_t = WorldModelConfig::new(1, vec![1.0]).family)]
+        family: TransitionFamily,
+        /// World model: steps per training window.
+        #[arg(long, default_value_t = WorldModelTrainConfig::default().horizon)]
+        horizon: usize,
+        /// World model: feed predictions back in (multi-step) or not (one-step).
+        #[arg(long, value_enum, default_value_t = SupervisionArg::MultiStep)]
+        supervision: SupervisionArg,
         /// Seed.
         #[arg(long, default_value_t = 0)]
         seed: u64,
+    },
+    /// Score a world model's open-loop rollouts on held-out episodes: error per
+    /// horizon, disagreement-error rank correlation, interval coverage.
+    WmEval {
+        /// World-model checkpoint directory.
+        #[arg(long)]
+        ckpt: PathBuf,
+        /// Replay directory; its held-out episodes are scored (see --all-episodes).
+        #[arg(long)]
+        replay: PathBuf,
+        /// Longest horizon scored.
+        #[arg(long, default_value_t = 8)]
+        horizon: usize,
+        /// Score every episode, for a replay recorded apart from the training one.
+        #[arg(long)]
+        all_episodes: bool,
+        /// Also write the figures as JSON here.
+        #[arg(long)]
+        report: Option<PathBuf>,
     },
     /// Evaluate a policy checkpoint in closed loop.
     Eval {
@@ -141,6 +180,24 @@ enum RobotName {
 enum TrainTarget {
     /// Behaviour cloning of the VLA policy.
     Bc,
+    /// The latent world model (held-out episodes are left out).
+    Worldmodel,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum SupervisionArg {
+    /// Each step from the encoding of the real previous observation.
+    OneStep,
+    /// Predictions fed back in over the whole window.
+    MultiStep,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum BenchTarget {
+    /// The VLA policy.
+    Policy,
+    /// The world model, every transition family.
+    Worldmodel,
 }
 
 fn write_json(path: &Path, value: &impl serde::Serialize) -> anyhow::Result<()> {
@@ -201,16 +258,26 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             }
         }
         Command::Bench {
+            what,
             batch_size,
             steps,
             report,
         } => {
             anyhow::ensure!(
-                batch_size > 0 && steps > 0,
+                batch_size != Some(0) && steps > 0,
                 "--batch-size and --steps must be at least 1"
             );
             let device = resolve(cli.device)?;
-            let bench = bench_policy(&device, batch_size, steps)?;
+            if let BenchTarget::Worldmodel = what {
+                let batch_size = batch_size.unwrap_or(WorldModelTrainConfig::default().batch_size);
+                let rows = bench_world_model(&device, batch_size, steps)?;
+                print!("{}", WorldModelBenchRow::table(&rows));
+                if let Some(path) = report {
+                    write_json(&path, &rows)?;
+                }
+                return Ok(());
+            }
+            let bench = bench_policy(&device, batch_size.unwrap_or(64), steps)?;
             println!(
                 "{}: training step (batch {}) p50 {:.1} ms, p90 {:.1} ms over {} steps; inference (batch 1) p50 {:.2} ms, p99 {:.2} ms",
                 bench.device,
@@ -264,38 +331,99 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Train {
             replay,
-            what: TrainTarget::Bc,
+            what,
             out,
             init,
             steps,
             batch_size,
             learning_rate,
+            family,
+            horizon,
+            supervision,
             seed,
         } => {
             anyhow::ensure!(
-                steps > 0 && batch_size > 0,
-                "--steps and --batch-size must be at least 1"
+                steps != Some(0) && batch_size != Some(0) && horizon > 0,
+                "--steps, --batch-size and --horizon must be at least 1"
             );
             let device = resolve(cli.device)?;
-            let bc = BcConfig {
-                steps,
-                batch_size,
-                learning_rate,
-                seed,
-                warmup_steps: BcConfig::default().warmup_steps.min(steps / 2),
-                ..BcConfig::default()
-            };
-            let summary = train_bc_offline(&replay, &out, init.as_deref(), &bc, &device)?;
-            println!(
-                "trained on {} episodes ({} transitions) on {}: loss {:.3} -> {:.3}; checkpoint version {} in {}",
-                summary.episodes,
-                summary.transitions,
-                device.description,
-                summary.first_loss,
-                summary.last_loss,
-                summary.version,
-                out.display()
-            );
+            match what {
+                TrainTarget::Bc => {
+                    let defaults = BcConfig::default();
+                    let steps = steps.unwrap_or(defaults.steps);
+                    let bc = BcConfig {
+                        steps,
+                        batch_size: batch_size.unwrap_or(defaults.batch_size),
+                        learning_rate: learning_rate.unwrap_or(defaults.learning_rate),
+                        seed,
+                        warmup_steps: defaults.warmup_steps.min(steps / 2),
+                        ..defaults
+                    };
+                    let summary = train_bc_offline(&replay, &out, init.as_deref(), &bc, &device)?;
+                    println!(
+                        "trained on {} episodes ({} transitions) on {}: loss {:.3} -> {:.3}; checkpoint version {} in {}",
+                        summary.episodes,
+                        summary.transitions,
+                        device.description,
+                        summary.first_loss,
+                        summary.last_loss,
+                        summary.version,
+                        out.display()
+                    );
+                }
+                TrainTarget::Worldmodel => {
+                    let defaults = WorldModelTrainConfig::default();
+                    let steps = steps.unwrap_or(defaults.steps);
+                    let train = WorldModelTrainConfig {
+                        steps,
+                        batch_size: batch_size.unwrap_or(defaults.batch_size),
+                        learning_rate: learning_rate.unwrap_or(defaults.learning_rate),
+                        horizon,
+                        supervision: match supervision {
+                            SupervisionArg::OneStep => Supervision::OneStep,
+                            SupervisionArg::MultiStep => Supervision::MultiStep,
+                        },
+                        seed,
+                        warmup_steps: defaults.warmup_steps.min(steps / 2),
+                        ..defaults
+                    };
+                    let summary = train_world_model_offline(
+                        &replay,
+                        &out,
+                        init.as_deref(),
+                        family,
+                        &train,
+                        &device,
+                    )?;
+                    println!(
+                        "trained a {family} world model on {} episodes ({} windows of {horizon} steps; {} held out) on {}: prediction loss {:.4} -> {:.4}; checkpoint version {} in {}",
+                        summary.episodes,
+                        summary.windows,
+                        summary.held_out,
+                        device.description,
+                        summary.first_prediction_loss,
+                        summary.last_prediction_loss,
+                        summary.version,
+                        out.display()
+                    );
+                }
+            }
+        }
+        Command::WmEval {
+            ckpt,
+            replay,
+            horizon,
+            all_episodes,
+            report,
+        } => {
+            anyhow::ensure!(horizon > 0, "--horizon must be at least 1");
+            let device = resolve(cli.device)?;
+            let outcome =
+                evaluate_world_model_checkpoint(&ckpt, &replay, horizon, all_episodes, &device)?;
+            print!("{}", world_model_table(&outcome));
+            if let Some(path) = report {
+                write_json(&path, &outcome)?;
+            }
         }
         Command::Eval {
             ckpt,

@@ -154,3 +154,121 @@ fn collect_train_eval_round_trip_and_bad_inputs() {
         "meta.json",
     );
 }
+
+#[test]
+fn world_model_train_and_wm_eval_round_trip() {
+    let dir = tempfile::tempdir().unwrap();
+    let replay = dir.path().join("replay");
+    let ckpt = dir.path().join("wm");
+    let report = dir.path().join("wm.json");
+    let path = |p: &std::path::Path| p.to_str().unwrap().to_string();
+    let output = imago(&["collect", "--episodes", "10", "--out", &path(&replay)]);
+    assert!(output.status.success(), "{}", stderr(&output));
+
+    for family in ["residual-mlp", "salt", "action-prefix"] {
+        let output = imago(&[
+            "--device",
+            "cpu",
+            "train",
+            "--what",
+            "worldmodel",
+            "--family",
+            family,
+            "--replay",
+            &path(&replay),
+            "--out",
+            &path(&ckpt),
+            "--steps",
+            "3",
+            "--batch-size",
+            "4",
+            "--horizon",
+            "4",
+        ]);
+        assert!(output.status.success(), "{}", stderr(&output));
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        assert!(
+            stdout.contains(&format!("trained a {family} world model on 8 episodes")),
+            "{stdout}"
+        );
+
+        let output = imago(&[
+            "--device",
+            "cpu",
+            "wm-eval",
+            "--ckpt",
+            &path(&ckpt),
+            "--replay",
+            &path(&replay),
+            "--horizon",
+            "4",
+            "--report",
+            &path(&report),
+        ]);
+        assert!(output.status.success(), "{}", stderr(&output));
+        let json: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+        assert_eq!(json["family"], family);
+        assert_eq!(json["horizon_error"].as_array().unwrap().len(), 4);
+        assert!(json["spearman"].is_object());
+        for level in ["coverage_1sigma", "coverage_2sigma"] {
+            for kind in ["raw", "own_rollout", "calibrated"] {
+                assert_eq!(
+                    json[level][kind].as_array().unwrap().len(),
+                    4,
+                    "{level}.{kind}"
+                );
+            }
+        }
+        assert_eq!(json["episodes"], 2, "episodes 4 and 9 are held out");
+        assert_eq!(json["salt_error_split"].is_object(), family == "salt");
+    }
+
+    // A policy checkpoint is not a world model; a horizon of 0 is refused.
+    assert_one_line_error(
+        &[
+            "--device",
+            "cpu",
+            "wm-eval",
+            "--ckpt",
+            &path(&replay),
+            "--replay",
+            &path(&replay),
+        ],
+        "meta.json",
+    );
+    assert_one_line_error(
+        &[
+            "--device",
+            "cpu",
+            "wm-eval",
+            "--ckpt",
+            &path(&ckpt),
+            "--replay",
+            &path(&replay),
+            "--horizon",
+            "0",
+        ],
+        "--horizon must be at least 1",
+    );
+    // Argument errors are clap's (with a usage hint), still naming the problem.
+    let output = imago(&[
+        "--device",
+        "cpu",
+        "train",
+        "--what",
+        "worldmodel",
+        "--family",
+        "lstm",
+        "--replay",
+        &path(&replay),
+        "--out",
+        &path(&ckpt),
+    ]);
+    assert!(!output.status.success());
+    assert!(
+        stderr(&output).contains("unknown transition family `lstm`"),
+        "{}",
+        stderr(&output)
+    );
+}

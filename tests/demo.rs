@@ -38,7 +38,13 @@ fn quick_demo_trains_a_policy_that_follows_image_and_instruction() {
     for key in ["p50", "p99"] {
         assert!(json["policy_latency_ms"][key].as_f64().unwrap() > 0.0);
     }
-    for phase in ["collect", "train_bc", "evaluate"] {
+    for phase in [
+        "collect",
+        "train_bc",
+        "train_world_model",
+        "eval_world_model",
+        "evaluate",
+    ] {
         assert!(
             json["phases"][phase].as_f64().unwrap() > 0.0,
             "phase {phase}"
@@ -68,5 +74,30 @@ fn quick_demo_trains_a_policy_that_follows_image_and_instruction() {
         );
     }
     assert!(run_dir.join("bc-policy").join("meta.json").exists());
+    assert!(run_dir.join("world-model").join("meta.json").exists());
+
+    // The world model, scored on held-out demonstrations: it beats copying the last
+    // latent at the longest horizon, and its calibrated intervals cover about what
+    // Gaussian ones would.
+    assert!(table.contains("world model (salt)"), "{table}");
+    let wm = &json["world_model"];
+    let at = |key: &str, i: usize| wm[key][i].as_f64().unwrap();
+    let h = wm["horizon"].as_u64().unwrap() as usize;
+    assert!(
+        at("horizon_error", h - 1) < at("copy_last_error", h - 1),
+        "{wm}"
+    );
+    for i in 0..h {
+        let one = wm["coverage_1sigma"]["calibrated"][i].as_f64().unwrap();
+        let two = wm["coverage_2sigma"]["calibrated"][i].as_f64().unwrap();
+        assert!(
+            (0.55..0.8).contains(&one) && (0.85..0.99).contains(&two),
+            "{wm}"
+        );
+    }
+    assert!(
+        wm["spearman"]["across_dataset"].as_f64().unwrap() > 0.0,
+        "{wm}"
+    );
     assert!(run_dir.join("replay").join("manifest.json").exists());
 }

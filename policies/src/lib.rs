@@ -10,8 +10,10 @@ pub mod input;
 pub mod loss;
 pub mod model;
 pub mod tokenizer;
+pub mod vision;
 
 pub use input::{PolicyBatch, PolicyInput, PolicyInputError};
 pub use loss::gaussian_nll;
-pub use model::{GaussianChunk, VlaPolicy, VlaPolicyConfig};
+pub use model::{GaussianChunk, VlaPolicy, VlaPolicyConfig, validate_action_limit};
 pub use tokenizer::{TokenizerError, VOCABULARY, WordTokenizer};
+pub use vision::spatial_softmax;

@@ -8,12 +8,13 @@ use burn::nn::transformer::{
 };
 use burn::nn::{Embedding, EmbeddingConfig, LayerNorm, LayerNormConfig, Linear, LinearConfig};
 use burn::prelude::*;
-use burn::tensor::activation::{gelu, sigmoid, softmax};
+use burn::tensor::activation::{gelu, sigmoid};
 
 use imago_robots::RobotSpec;
 
 use crate::input::PolicyInput;
 use crate::tokenizer::VOCABULARY;
+use crate::vision::spatial_softmax;
 
 /// Shape and size of a [`VlaPolicy`].
 #[derive(Config, Debug, PartialEq)]
@@ -109,17 +110,7 @@ impl VlaPolicyConfig {
                 self.d_model, self.n_heads
             ));
         }
-        if self.action_limit.is_empty()
-            || self
-                .action_limit
-                .iter()
-                .any(|l| !(l.is_finite() && *l > 0.0))
-        {
-            return Err(format!(
-                "action_limit {:?} must be positive and finite",
-                self.action_limit
-            ));
-        }
+        validate_action_limit(&self.action_limit)?;
         if self.chunk_len == 0
             || self.max_words == 0
             || self.proprio_inputs.is_empty()
@@ -184,6 +175,16 @@ impl VlaPolicyConfig {
             max_log_std: self.max_log_std,
         }
     }
+}
+
+/// Checks an action limit is non-empty, positive and finite; models work in units of it.
+pub fn validate_action_limit(limit: &[f32]) -> Result<(), String> {
+    if limit.is_empty() || limit.iter().any(|l| !(l.is_finite() && *l > 0.0)) {
+        return Err(format!(
+            "action_limit {limit:?} must be non-empty, positive and finite"
+        ));
+    }
+    Ok(())
 }
 
 /// A Gaussian over a chunk of `K` actions, in units of the action limit.
@@ -302,30 +303,6 @@ impl<B: Backend> VlaPolicy<B> {
             sigmoid(raw_log_std) * (self.max_log_std - self.min_log_std) + self.min_log_std;
         GaussianChunk { mean, log_std }
     }
-}
-
-/// Expected image coordinates of each channel of `features` `[B, size * size, C]` under
-/// a softmax over its pixels: `[B, 2C]` as `(x_1..x_C, y_1..y_C)` in `[-1, 1]`, y up.
-fn spatial_softmax<B: Backend>(
-    features: Tensor<B, 3>,
-    size: usize,
-    device: &B::Device,
-) -> Tensor<B, 2> {
-    let [batch, pixels, channels] = features.dims();
-    let weights = softmax(features, 1);
-    let coordinates: Vec<f32> = (0..size)
-        .flat_map(|row| (0..size).map(move |col| (row, col)))
-        .flat_map(|(row, col)| {
-            [
-                -1.0 + (2 * col + 1) as f32 / size as f32,
-                1.0 - (2 * row + 1) as f32 / size as f32,
-            ]
-        })
-        .collect();
-    let grid = Tensor::<B, 2>::from_data(TensorData::new(coordinates, [pixels, 2]), device);
-    // [B, C, pixels] x [pixels, 2] -> [B, C, 2]
-    let expected = weights.swap_dims(1, 2).matmul(grid.unsqueeze_dim::<3>(0));
-    expected.swap_dims(1, 2).reshape([batch, 2 * channels])
 }
 
 /// The matrix `[1, N, size * size]` that averages the pixels of each of the `N`

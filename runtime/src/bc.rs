@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::progress;
 use crate::replay::Episode;
+use crate::schedule::warmup_cosine;
 
 /// Behaviour-cloning settings.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -45,12 +46,7 @@ impl Default for BcConfig {
 impl BcConfig {
     /// Learning rate at `step`: linear warm-up, then cosine decay to a tenth.
     pub fn learning_rate_at(&self, step: usize) -> f64 {
-        if step < self.warmup_steps {
-            return self.learning_rate * (step + 1) as f64 / self.warmup_steps as f64;
-        }
-        let span = (self.steps - self.warmup_steps).max(1) as f64;
-        let progress = ((step - self.warmup_steps) as f64 / span).min(1.0);
-        self.learning_rate * (0.1 + 0.9 * 0.5 * (1.0 + (std::f64::consts::PI * progress).cos()))
+        warmup_cosine(step, self.steps, self.warmup_steps, self.learning_rate)
     }
 }
 

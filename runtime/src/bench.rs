@@ -1,4 +1,4 @@
-//! `imago bench`: timings of the policy's hot paths on one device.
+//! `imago bench`: timings of the policy's and the world model's hot paths on one device.
 
 use std::time::Instant;
 
@@ -11,9 +11,18 @@ use imago_robots::Robot;
 use imago_robots::reacher2d::Reacher2d;
 use serde::{Deserialize, Serialize};
 
+use imago_worldmodel::{
+    ImaginationConfig, LatentActor, OpenLoopActions, TransitionFamily, imagine,
+};
+
+use crate::collect::{CollectConfig, collect_demonstrations};
 use crate::device::ResolvedDevice;
 use crate::evaluate::measure_latency;
+use crate::replay::read_replay;
 use crate::stats::quantile;
+use crate::world_model::{
+    WindowDataset, WorldModelTrainConfig, reacher2d_world_model, train_world_model,
+};
 
 /// Measured timings, milliseconds.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -90,4 +99,163 @@ pub fn bench_policy(
         inference_p50_ms: latency.p50,
         inference_p99_ms: latency.p99,
     })
+}
+
+/// Timings of one world-model transition family.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WorldModelBenchRow {
+    /// The device.
+    pub device: String,
+    /// The transition family.
+    pub family: TransitionFamily,
+    /// Windows per training step.
+    pub batch_size: usize,
+    /// Horizon of training windows and of imagination.
+    pub horizon: usize,
+    /// Median training-step time (multi-step supervision), milliseconds.
+    pub train_step_p50_ms: f64,
+    /// Start states per imagination call.
+    pub imagination_batch: usize,
+    /// Median time of one closed-loop imagination call (latent actor, every step
+    /// asks the policy), milliseconds.
+    pub imagine_closed_loop_ms: f64,
+    /// Imagined steps per second in closed loop (`batch x horizon / time`).
+    pub imagined_steps_per_s: f64,
+    /// Median time of one open-loop imagination call (a fixed action sequence of
+    /// `horizon` steps; one pass per member for the action-prefix family),
+    /// milliseconds.
+    pub imagine_open_loop_ms: f64,
+}
+
+impl WorldModelBenchRow {
+    /// The rows as an aligned text table.
+    pub fn table(rows: &[Self]) -> String {
+        let mut out = format!(
+            "{:<14} {:>12} {:>14} {:>14} {:>14}\n",
+            "family", "train ms", "closed ms", "steps/s", "open-loop ms"
+        );
+        for r in rows {
+            out += &format!(
+                "{:<14} {:>12.1} {:>14.1} {:>14.0} {:>14.1}\n",
+                r.family.name(),
+                r.train_step_p50_ms,
+                r.imagine_closed_loop_ms,
+                r.imagined_steps_per_s,
+                r.imagine_open_loop_ms
+            );
+        }
+        if let Some(r) = rows.first() {
+            out += &format!(
+                "({}; training batch {} windows of {} steps; imagination {} starts x {} steps, median of {} calls)\n",
+                r.device,
+                r.batch_size,
+                r.horizon,
+                r.imagination_batch,
+                r.horizon,
+                IMAGINATION_REPEATS
+            );
+        }
+        out
+    }
+}
+
+/// Timed imagination calls per family.
+const IMAGINATION_REPEATS: usize = 20;
+
+/// Times, for every transition family, `steps` world-model training steps (after
+/// three warm-up steps) on windows of 8 steps from 12 recorded demonstrations, and
+/// closed- and open-loop imagination of 8 steps from 512 start states.
+pub fn bench_world_model(
+    device: &ResolvedDevice,
+    batch_size: usize,
+    steps: usize,
+) -> anyhow::Result<Vec<WorldModelBenchRow>> {
+    let horizon = 8;
+    let scratch = tempfile::tempdir()?;
+    collect_demonstrations(
+        &CollectConfig {
+            episodes: 12,
+            ..CollectConfig::default()
+        },
+        scratch.path(),
+    )?;
+    let episodes = read_replay(scratch.path())?.episodes;
+    let mut rows = Vec::new();
+    for family in TransitionFamily::ALL {
+        let config = reacher2d_world_model(family);
+        let train = WorldModelTrainConfig {
+            steps: steps + 3,
+            batch_size,
+            horizon,
+            ..WorldModelTrainConfig::default()
+        };
+        let data = WindowDataset::new(&episodes, horizon, &config.action_limit, train.discount);
+        let (model, history) = train_world_model::<Dispatch>(
+            config.init(&device.training),
+            &config,
+            &data,
+            &train,
+            &device.training,
+        )?;
+        let times: Vec<f64> = history[3..].iter().map(|s| s.seconds * 1e3).collect();
+        let model = model.valid();
+
+        let imagination_batch = 512;
+        let mut robot = Reacher2d::default();
+        let mut batch = PolicyBatch::new(&config.input_config());
+        for seed in 0..imagination_batch as u64 {
+            batch.push(&robot.reset(seed))?;
+        }
+        let starts = model.encode(&batch.to_input(&device.inference));
+        let actions: Vec<f32> = (0..imagination_batch * horizon * config.action_dim())
+            .map(|i| ((i as f32) * 0.37).sin())
+            .collect();
+        let actions = Tensor::<Dispatch, 3>::from_data(
+            TensorData::new(actions, [imagination_batch, horizon, config.action_dim()]),
+            &device.inference,
+        );
+        let imagination = ImaginationConfig {
+            horizon,
+            ..ImaginationConfig::default()
+        };
+        let time_calls = |policy: &dyn Fn() -> Tensor<Dispatch, 2>| {
+            let mut times = Vec::with_capacity(IMAGINATION_REPEATS);
+            for call in 0..IMAGINATION_REPEATS + 2 {
+                let start = Instant::now();
+                let _: Vec<f32> = policy()
+                    .into_data()
+                    .convert::<f32>()
+                    .to_vec()
+                    .unwrap_or_default();
+                if call >= 2 {
+                    times.push(start.elapsed().as_secs_f64() * 1e3);
+                }
+            }
+            quantile(&times, 0.5)
+        };
+        let closed = time_calls(&|| {
+            imagine(&model, starts.clone(), &LatentActor(&model), &imagination).rewards
+        });
+        let open = time_calls(&|| {
+            imagine(
+                &model,
+                starts.clone(),
+                &OpenLoopActions(actions.clone()),
+                &imagination,
+            )
+            .rewards
+        });
+        rows.push(WorldModelBenchRow {
+            device: device.description.clone(),
+            family,
+            batch_size,
+            horizon,
+            train_step_p50_ms: quantile(&times, 0.5),
+            imagination_batch,
+            imagine_closed_loop_ms: closed,
+            imagined_steps_per_s: (imagination_batch * horizon) as f64 / (closed / 1e3),
+            imagine_open_loop_ms: open,
+        });
+    }
+    Ok(rows)
 }

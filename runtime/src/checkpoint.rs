@@ -1,4 +1,4 @@
-//! Policy checkpoints: a directory holding the burn record (`model.mpk`) and
+//! Model checkpoints (policies and world models): a directory holding the burn record (`model.mpk`) and
 //! `meta.json` (kind, config, version, parent, metrics). Written to a hidden sibling
 //! directory first and renamed into place, so a crash never leaves half a checkpoint.
 
@@ -8,6 +8,8 @@ use std::path::{Path, PathBuf};
 use burn::prelude::*;
 use burn::record::{FullPrecisionSettings, NamedMpkFileRecorder};
 use imago_policies::{VlaPolicy, VlaPolicyConfig};
+use imago_worldmodel::{WorldModel, WorldModelConfig};
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
@@ -15,6 +17,8 @@ use crate::atomic;
 
 /// The `kind` of a policy checkpoint.
 pub const POLICY_KIND: &str = "vla-policy";
+/// The `kind` of a world-model checkpoint.
+pub const WORLD_MODEL_KIND: &str = "world-model";
 /// Version of the checkpoint layout.
 pub const CHECKPOINT_FORMAT: u32 = 1;
 const MODEL_STEM: &str = "model";
@@ -74,7 +78,7 @@ pub enum CheckpointError {
         expected: &'static str,
     },
     /// The stored config differs from the one the caller needs.
-    #[error("checkpoint {path} was trained with a different policy config: {differences}")]
+    #[error("checkpoint {path} was trained with a different model config: {differences}")]
     ConfigMismatch {
         /// The checkpoint.
         path: PathBuf,
@@ -108,6 +112,52 @@ fn recorder() -> NamedMpkFileRecorder<FullPrecisionSettings> {
 pub fn save_policy<B: Backend>(
     policy: &VlaPolicy<B>,
     config: &VlaPolicyConfig,
+    meta: CheckpointMeta,
+    dir: &Path,
+) -> Result<(), CheckpointError> {
+    save_checkpoint(policy, POLICY_KIND, config, meta, dir)
+}
+
+/// Loads a policy checkpoint onto `device`. With `expected`, the stored config must
+/// equal it; the error then lists every differing key.
+pub fn load_policy<B: Backend>(
+    dir: &Path,
+    expected: Option<&VlaPolicyConfig>,
+    device: &B::Device,
+) -> Result<(VlaPolicy<B>, VlaPolicyConfig, CheckpointMeta), CheckpointError> {
+    let (config, meta) = read_config(dir, POLICY_KIND, expected, VlaPolicyConfig::validate)?;
+    let policy = load_weights(config.init::<B>(device), dir, device)?;
+    Ok((policy, config, meta))
+}
+
+/// Saves a world model with its `config` and `meta` to `dir`, atomically.
+pub fn save_world_model<B: Backend>(
+    model: &WorldModel<B>,
+    config: &WorldModelConfig,
+    meta: CheckpointMeta,
+    dir: &Path,
+) -> Result<(), CheckpointError> {
+    save_checkpoint(model, WORLD_MODEL_KIND, config, meta, dir)
+}
+
+/// Loads a world-model checkpoint onto `device`; with `expected`, the stored config
+/// must equal it.
+pub fn load_world_model<B: Backend>(
+    dir: &Path,
+    expected: Option<&WorldModelConfig>,
+    device: &B::Device,
+) -> Result<(WorldModel<B>, WorldModelConfig, CheckpointMeta), CheckpointError> {
+    let (config, meta) = read_config(dir, WORLD_MODEL_KIND, expected, WorldModelConfig::validate)?;
+    let model = load_weights(config.init::<B>(device), dir, device)?;
+    Ok((model, config, meta))
+}
+
+/// Writes `model`, `config` and `meta` (its `kind` and `config` filled in) to a hidden
+/// sibling of `dir`, then renames it into place.
+fn save_checkpoint<B: Backend, M: Module<B>, C: Serialize>(
+    model: &M,
+    kind: &str,
+    config: &C,
     mut meta: CheckpointMeta,
     dir: &Path,
 ) -> Result<(), CheckpointError> {
@@ -121,9 +171,9 @@ pub fn save_policy<B: Backend>(
     let staged = atomic::sibling_temp(dir, "staged");
     std::fs::create_dir_all(&staged).map_err(|e| write_err(e.to_string()))?;
     meta.format = CHECKPOINT_FORMAT;
-    meta.kind = POLICY_KIND.to_string();
+    meta.kind = kind.to_string();
     meta.config = serde_json::to_value(config).map_err(|e| write_err(e.to_string()))?;
-    let result = policy
+    let result = model
         .clone()
         .save_file(staged.join(MODEL_STEM), &recorder())
         .map_err(|e| write_err(e.to_string()))
@@ -154,32 +204,28 @@ pub fn read_meta(dir: &Path) -> Result<CheckpointMeta, CheckpointError> {
     })
 }
 
-/// Loads a policy checkpoint onto `device`. With `expected`, the stored config must
-/// equal it; the error then lists every differing key.
-pub fn load_policy<B: Backend>(
+/// Reads the meta and config of a checkpoint of `kind`, validates the config and, with
+/// `expected`, checks it equals the stored one.
+fn read_config<C: Serialize + DeserializeOwned>(
     dir: &Path,
-    expected: Option<&VlaPolicyConfig>,
-    device: &B::Device,
-) -> Result<(VlaPolicy<B>, VlaPolicyConfig, CheckpointMeta), CheckpointError> {
+    kind: &'static str,
+    expected: Option<&C>,
+    validate: impl Fn(&C) -> Result<(), String>,
+) -> Result<(C, CheckpointMeta), CheckpointError> {
     let meta = read_meta(dir)?;
-    if meta.kind != POLICY_KIND {
+    if meta.kind != kind {
         return Err(CheckpointError::WrongKind {
             path: dir.to_path_buf(),
             found: meta.kind,
-            expected: POLICY_KIND,
+            expected: kind,
         });
     }
-    let config: VlaPolicyConfig =
-        serde_json::from_value(meta.config.clone()).map_err(|e| CheckpointError::BadMeta {
-            path: dir.to_path_buf(),
-            reason: format!("config: {e}"),
-        })?;
-    config
-        .validate()
-        .map_err(|reason| CheckpointError::BadMeta {
-            path: dir.to_path_buf(),
-            reason: format!("config: {reason}"),
-        })?;
+    let bad = |reason: String| CheckpointError::BadMeta {
+        path: dir.to_path_buf(),
+        reason: format!("config: {reason}"),
+    };
+    let config: C = serde_json::from_value(meta.config.clone()).map_err(|e| bad(e.to_string()))?;
+    validate(&config).map_err(bad)?;
     if let Some(expected) = expected {
         let differences = config_differences(&meta.config, expected);
         if !differences.is_empty() {
@@ -189,17 +235,24 @@ pub fn load_policy<B: Backend>(
             });
         }
     }
-    let policy = config
-        .init::<B>(device)
+    Ok((config, meta))
+}
+
+/// Loads the weights of the checkpoint in `dir` into `model`.
+fn load_weights<B: Backend, M: Module<B>>(
+    model: M,
+    dir: &Path,
+    device: &B::Device,
+) -> Result<M, CheckpointError> {
+    model
         .load_file(dir.join(MODEL_STEM), &recorder(), device)
         .map_err(|e| CheckpointError::Weights {
             path: dir.to_path_buf(),
             reason: e.to_string(),
-        })?;
-    Ok((policy, config, meta))
+        })
 }
 
-fn config_differences(stored: &serde_json::Value, expected: &VlaPolicyConfig) -> Vec<String> {
+fn config_differences<C: Serialize>(stored: &serde_json::Value, expected: &C) -> Vec<String> {
     let expected = serde_json::to_value(expected).unwrap_or_default();
     let (Some(stored), Some(expected)) = (stored.as_object(), expected.as_object()) else {
         return vec!["config is not an object".into()];

@@ -1,5 +1,6 @@
 //! `imago demo`: collect imperfect demonstrations, clone them into a VLA policy,
-//! and evaluate it against a wrong instruction and a random policy on paired seeds.
+//! train a world model on them and score it on held-out episodes, and evaluate the
+//! policy against a wrong instruction and a random policy on paired seeds.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -11,14 +12,19 @@ use burn::prelude::Backend;
 use imago_policies::VlaPolicyConfig;
 use imago_robots::Robot;
 use imago_robots::reacher2d::{ExpertConfig, NAME, Reacher2d, Reacher2dConfig};
+use imago_worldmodel::TransitionFamily;
 
 use crate::bc::{BcConfig, BcDataset, train_bc};
-use crate::checkpoint::{CheckpointMeta, save_policy};
+use crate::checkpoint::{CheckpointMeta, save_policy, save_world_model};
 use crate::collect::{CollectConfig, collect_demonstrations};
 use crate::device::{DeviceSpec, resolve};
 use crate::evaluate::{Controller, evaluate, measure_latency};
 use crate::replay::read_replay;
 use crate::report::{ControllerRow, DemoReport};
+use crate::world_model::{
+    WindowDataset, WorldModelTrainConfig, evaluate_world_model, mean_loss, reacher2d_world_model,
+    split_episodes, train_world_model,
+};
 
 /// Seeds of evaluation episodes start here, far from the demonstrations' seeds.
 pub const EVAL_SEED_BASE: u64 = 1_000_000;
@@ -32,6 +38,10 @@ pub struct DemoPlan {
     pub expert: ExpertConfig,
     /// Behaviour-cloning settings.
     pub bc: BcConfig,
+    /// World-model training settings.
+    pub world_model: WorldModelTrainConfig,
+    /// The world model's transition family.
+    pub world_model_family: TransitionFamily,
     /// Evaluation episodes per controller.
     pub eval_episodes: usize,
     /// Batch-1 inferences timed for the latency figures.
@@ -39,7 +49,7 @@ pub struct DemoPlan {
 }
 
 impl DemoPlan {
-    /// The reduced demo: under 2 minutes on 2 CPU cores.
+    /// The reduced demo: about 3 minutes on 2 CPU cores.
     pub fn quick() -> Self {
         Self {
             demonstrations: 600,
@@ -50,6 +60,11 @@ impl DemoPlan {
                 learning_rate: 2e-3,
                 ..BcConfig::default()
             },
+            world_model: WorldModelTrainConfig {
+                steps: 500,
+                ..WorldModelTrainConfig::default()
+            },
+            world_model_family: TransitionFamily::Salt,
             eval_episodes: 100,
             latency_repeats: 100,
         }
@@ -66,6 +81,8 @@ impl DemoPlan {
                 learning_rate: 2e-3,
                 ..BcConfig::default()
             },
+            world_model: WorldModelTrainConfig::default(),
+            world_model_family: TransitionFamily::Salt,
             eval_episodes: 300,
             latency_repeats: 300,
         }
@@ -149,6 +166,65 @@ pub fn run_demo(options: &DemoOptions) -> anyhow::Result<DemoReport> {
         .insert("bc_loss".into(), *losses.last().unwrap_or(&f32::NAN) as f64);
     save_policy(&policy, &policy_config, meta, &checkpoint_dir)?;
 
+    let (training, held_out) = split_episodes(&contents.episodes);
+    let wm_config = reacher2d_world_model(plan.world_model_family);
+    eprintln!(
+        "training a {} world model on {} episodes ({} steps), scoring it on {} held-out ones",
+        plan.world_model_family,
+        training.len(),
+        plan.world_model.steps,
+        held_out.len()
+    );
+    let start = Instant::now();
+    let wm_train = WorldModelTrainConfig {
+        seed: options.seed,
+        ..plan.world_model.clone()
+    };
+    let windows = WindowDataset::new(
+        &training,
+        wm_train.horizon,
+        &wm_config.action_limit,
+        wm_train.discount,
+    );
+    let (world_model, wm_history) = train_world_model::<Dispatch>(
+        wm_config.init(&device.training),
+        &wm_config,
+        &windows,
+        &wm_train,
+        &device.training,
+    )?;
+    let world_model = world_model.valid();
+    let mut wm_meta = CheckpointMeta::new(NAME, 1, None);
+    wm_meta.metrics.insert(
+        "prediction_loss".into(),
+        mean_loss(
+            &wm_history[wm_history.len().saturating_sub(50)..],
+            "prediction",
+        ) as f64,
+    );
+    save_world_model(
+        &world_model,
+        &wm_config,
+        wm_meta,
+        &options.run_dir.join("world-model"),
+    )?;
+    phases.insert(
+        "train_world_model".to_string(),
+        start.elapsed().as_secs_f64(),
+    );
+    let start = Instant::now();
+    let world_model_report = evaluate_world_model(
+        &world_model,
+        &wm_config,
+        &held_out,
+        wm_train.horizon,
+        &device.inference,
+    )?;
+    phases.insert(
+        "eval_world_model".to_string(),
+        start.elapsed().as_secs_f64(),
+    );
+
     eprintln!("evaluating on {} paired seeds", plan.eval_episodes);
     let start = Instant::now();
     let seeds: Vec<u64> = (0..plan.eval_episodes as u64)
@@ -220,6 +296,7 @@ pub fn run_demo(options: &DemoOptions) -> anyhow::Result<DemoReport> {
         bc_loss,
         phases,
         policy_latency_ms: latency,
+        world_model: world_model_report,
         run_dir: options.run_dir.display().to_string(),
     })
 }

@@ -18,5 +18,7 @@ pub mod evaluate;
 pub mod progress;
 pub mod replay;
 pub mod report;
+pub mod schedule;
 pub mod stats;
 pub mod train;
+pub mod world_model;

@@ -4,6 +4,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::world_model::WorldModelEvalReport;
+
 use crate::evaluate::{EvalOutcome, Latency};
 
 /// One evaluated controller.
@@ -83,6 +85,8 @@ pub struct DemoReport {
     pub phases: BTreeMap<String, f64>,
     /// Policy latency at batch 1, milliseconds.
     pub policy_latency_ms: Latency,
+    /// The world model trained on the demonstrations, scored on held-out ones.
+    pub world_model: WorldModelEvalReport,
     /// Where the replay and checkpoint were written.
     pub run_dir: String,
 }
@@ -112,6 +116,15 @@ impl DemoReport {
                 "behaviour-cloning loss: {first:.3} -> {last:.3}\n"
             ));
         }
+        out.push_str(&format!(
+            "\nworld model ({}), open-loop on {} held-out episodes:\n",
+            self.world_model.family, self.world_model.episodes
+        ));
+        let h = self.world_model.horizon;
+        let mut rows = vec![1, 5.min(h), h];
+        rows.dedup();
+        out.push_str(&world_model_rows(&self.world_model, &rows));
+        out.push('\n');
         out.push_str("wall time:");
         for (phase, seconds) in &self.phases {
             out.push_str(&format!(" {phase} {seconds:.1}s,"));
@@ -120,4 +133,56 @@ impl DemoReport {
         out.push_str(&format!("\nreplay and checkpoint: {}\n", self.run_dir));
         out
     }
+}
+
+/// The rows of a world-model evaluation for `horizons` (from 1), then the rank
+/// correlations.
+fn world_model_rows(report: &WorldModelEvalReport, horizons: &[usize]) -> String {
+    let mut out = format!(
+        "{:>7} {:>8} {:>10} {:>9} {:>9} {:>9} {:>9}\n",
+        "horizon", "error", "copy-last", "1σ raw", "1σ own", "1σ cal", "2σ cal"
+    );
+    for &h in horizons {
+        let i = h - 1;
+        out.push_str(&format!(
+            "{:>7} {:>8.3} {:>10.3} {:>9.3} {:>9.3} {:>9.3} {:>9.3}\n",
+            h,
+            report.horizon_error[i],
+            report.copy_last_error[i],
+            report.coverage_1sigma.raw[i],
+            report.coverage_1sigma.own_rollout[i],
+            report.coverage_1sigma.calibrated[i],
+            report.coverage_2sigma.calibrated[i],
+        ));
+    }
+    let show = |v: Option<f64>| v.map_or("n/a".to_string(), |v| format!("{v:.2}"));
+    out.push_str(&format!(
+        "disagreement-error Spearman: across windows {} (mean over horizons), within trajectories {}, pooled {}\n",
+        show(report.spearman.across_dataset),
+        show(report.spearman.within_trajectory),
+        show(report.spearman.pooled)
+    ));
+    out
+}
+
+/// A world-model evaluation as a text table, every horizon (errors are normalised
+/// by the target latents' variance; coverage of 1σ/2σ intervals, Gaussian 0.683/0.954).
+pub fn world_model_table(report: &WorldModelEvalReport) -> String {
+    let horizons: Vec<usize> = (1..=report.horizon).collect();
+    let mut out = format!(
+        "{} world model, {} windows of {} held-out episodes\n",
+        report.family, report.windows, report.episodes
+    );
+    out.push_str(&world_model_rows(report, &horizons));
+    if let Some(split) = &report.salt_error_split {
+        out.push_str(&format!(
+            "SALT error split at horizon {}: total {:.3} = injected {:.3} + propagated {:.3} (as vectors; largest identity residual {:.1e})\n",
+            report.horizon,
+            split.total[report.horizon - 1],
+            split.injected[report.horizon - 1],
+            split.propagated[report.horizon - 1],
+            split.max_identity_residual
+        ));
+    }
+    out
 }

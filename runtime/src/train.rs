@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use crate::bc::{BcConfig, BcDataset, train_bc};
 use crate::checkpoint::{CheckpointMeta, load_policy, read_meta, save_policy};
 use crate::device::ResolvedDevice;
-use crate::replay::read_replay;
+use crate::replay::{ReplayContents, read_replay};
 
 /// What an offline behaviour-cloning run did.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -34,16 +34,9 @@ pub struct BcRunSummary {
     pub version: u64,
 }
 
-/// Trains a VLA policy by behaviour cloning on the replay at `replay` and writes the
-/// checkpoint to `out`. With `init`, training continues from that checkpoint, whose
-/// config must match this robot's policy config.
-pub fn train_bc_offline(
-    replay: &Path,
-    out: &Path,
-    init: Option<&Path>,
-    bc: &BcConfig,
-    device: &ResolvedDevice,
-) -> anyhow::Result<BcRunSummary> {
+/// Reads a replay directory for offline training: warns about damaged stretches
+/// (every record before them is kept) and checks it holds complete reacher2d episodes.
+pub fn read_training_replay(replay: &Path) -> anyhow::Result<ReplayContents> {
     let contents = read_replay(replay)?;
     for corruption in &contents.corruptions {
         eprintln!(
@@ -62,6 +55,20 @@ pub fn train_bc_offline(
             other.start.robot
         );
     }
+    Ok(contents)
+}
+
+/// Trains a VLA policy by behaviour cloning on the replay at `replay` and writes the
+/// checkpoint to `out`. With `init`, training continues from that checkpoint, whose
+/// config must match this robot's policy config.
+pub fn train_bc_offline(
+    replay: &Path,
+    out: &Path,
+    init: Option<&Path>,
+    bc: &BcConfig,
+    device: &ResolvedDevice,
+) -> anyhow::Result<BcRunSummary> {
+    let contents = read_training_replay(replay)?;
     let spec = Reacher2d::new(Reacher2dConfig::default()).spec().clone();
     let expected = VlaPolicyConfig::for_robot(&spec);
     Dispatch::seed(&device.training, bc.seed);

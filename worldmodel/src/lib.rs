@@ -1,5 +1,31 @@
-//! Latent world models for imago: JEPA-style encoders, transition ensembles,
-//! imagination and rollout-error metrics.
+//! Latent world models for imago: a JEPA-style encoder with an EMA target, an
+//! ensemble of transition members of one of three families (residual MLP, SALT,
+//! action-prefix), heads for reward, continuation, value and a latent actor,
+//! batched imagination, and the statistics that say how wrong imagined rollouts are.
 //!
-//! This crate is a placeholder in the workspace layout; the models arrive with the
-//! world-model work (see `docs/architecture.md`). It holds no code yet.
+//! Everything is generic over the burn backend; `imago-runtime` instantiates it.
+//! `docs/worldmodel.md` explains the design and compares the families.
+
+pub mod config;
+pub mod ema;
+pub mod encoder;
+pub mod imagine;
+pub mod loss;
+pub mod metrics;
+pub mod mlp;
+pub mod model;
+pub mod transition;
+
+pub use config::{TransitionFamily, WorldModelConfig};
+pub use encoder::ObservationEncoder;
+pub use imagine::{
+    ImaginationConfig, ImaginedRollout, LatentActor, LatentPolicy, OpenLoopActions, imagine,
+};
+pub use loss::{
+    LOSS_PARTS, LossWeights, Supervision, WorldModelBatch, WorldModelLoss, world_model_loss,
+};
+pub use model::{EnsembleRollout, WorldModel};
+pub use transition::{ActionPrefix, ResidualMlp, Salt, SaltErrorSplit, TransitionMember};
+
+#[cfg(test)]
+mod tests;

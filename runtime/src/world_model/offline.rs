@@ -1,0 +1,122 @@
+//! `imago train --what worldmodel` and `imago wm-eval`: the world model from and on a
+//! replay directory.
+
+use std::path::Path;
+
+use burn::Dispatch;
+use burn::module::AutodiffModule;
+use burn::prelude::Backend;
+use imago_robots::Robot;
+use imago_robots::reacher2d::{NAME, Reacher2d, Reacher2dConfig};
+use imago_worldmodel::{LOSS_PARTS, TransitionFamily, WorldModelConfig};
+use serde::{Deserialize, Serialize};
+
+use super::{
+    WindowDataset, WorldModelEvalReport, WorldModelStep, WorldModelTrainConfig,
+    evaluate_world_model, split_episodes, train_world_model,
+};
+use crate::checkpoint::{CheckpointMeta, load_world_model, save_world_model};
+use crate::device::ResolvedDevice;
+use crate::train::read_training_replay;
+
+/// What an offline world-model run did.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WorldModelRunSummary {
+    /// Episodes trained on (held-out episodes excluded).
+    pub episodes: usize,
+    /// Episodes held out for evaluation.
+    pub held_out: usize,
+    /// Training windows.
+    pub windows: usize,
+    /// Prediction loss over the first 50 steps, averaged.
+    pub first_prediction_loss: f32,
+    /// Prediction loss over the last 50 steps, averaged.
+    pub last_prediction_loss: f32,
+    /// Version of the written checkpoint.
+    pub version: u64,
+}
+
+/// The world-model config for reacher2d with transition `family`.
+pub fn reacher2d_world_model(family: TransitionFamily) -> WorldModelConfig {
+    let spec = Reacher2d::new(Reacher2dConfig::default()).spec().clone();
+    let mut config = WorldModelConfig::new(spec.proprio_dim(), spec.action_limit.clone());
+    if let Some(camera) = spec.camera {
+        config.image_size = camera.width as usize;
+    }
+    config.with_family(family)
+}
+
+/// Mean of one loss term over a stretch of steps.
+pub fn mean_loss(history: &[WorldModelStep], term: &str) -> f32 {
+    let i = LOSS_PARTS.iter().position(|p| *p == term).unwrap_or(0);
+    history.iter().map(|h| h.losses[i]).sum::<f32>() / history.len().max(1) as f32
+}
+
+/// Trains a world model of `family` on the training episodes of `replay` (held-out
+/// episodes are left out; see [`super::is_held_out`]) and writes it to `out`. With
+/// `init`, training continues from that checkpoint, whose config must match.
+pub fn train_world_model_offline(
+    replay: &Path,
+    out: &Path,
+    init: Option<&Path>,
+    family: TransitionFamily,
+    train: &WorldModelTrainConfig,
+    device: &ResolvedDevice,
+) -> anyhow::Result<WorldModelRunSummary> {
+    let episodes = read_training_replay(replay)?.episodes;
+    let (training, held_out) = split_episodes(&episodes);
+    let expected = reacher2d_world_model(family);
+    Dispatch::seed(&device.training, train.seed);
+    let (model, config, version, parent) = match init {
+        Some(dir) => {
+            let (model, config, meta) =
+                load_world_model::<Dispatch>(dir, Some(&expected), &device.training)?;
+            let parent = Some(dir.display().to_string());
+            (model.freeze_target(), config, meta.version + 1, parent)
+        }
+        None => (expected.init(&device.training), expected, 1, None),
+    };
+    let data = WindowDataset::new(
+        &training,
+        train.horizon,
+        &config.action_limit,
+        train.discount,
+    );
+    let (model, history) =
+        train_world_model::<Dispatch>(model, &config, &data, train, &device.training)?;
+    let stretch = history.len().min(50);
+    let first = mean_loss(&history[..stretch], "prediction");
+    let last = mean_loss(&history[history.len() - stretch..], "prediction");
+    let mut meta = CheckpointMeta::new(NAME, version, parent);
+    meta.metrics.insert("prediction_loss".into(), last as f64);
+    meta.metrics
+        .insert("train_horizon".into(), train.horizon as f64);
+    save_world_model(&model.valid(), &config, meta, out)?;
+    Ok(WorldModelRunSummary {
+        episodes: training.len(),
+        held_out: held_out.len(),
+        windows: data.len(),
+        first_prediction_loss: first,
+        last_prediction_loss: last,
+        version,
+    })
+}
+
+/// Evaluates the world model at `ckpt` on `replay`: on its held-out episodes, or on
+/// every episode with `all_episodes` (for a replay recorded apart from training).
+pub fn evaluate_world_model_checkpoint(
+    ckpt: &Path,
+    replay: &Path,
+    horizon: usize,
+    all_episodes: bool,
+    device: &ResolvedDevice,
+) -> anyhow::Result<WorldModelEvalReport> {
+    let (model, config, _) = load_world_model::<Dispatch>(ckpt, None, &device.inference)?;
+    let episodes = read_training_replay(replay)?.episodes;
+    let episodes = if all_episodes {
+        episodes
+    } else {
+        split_episodes(&episodes).1
+    };
+    evaluate_world_model(&model, &config, &episodes, horizon, &device.inference)
+}

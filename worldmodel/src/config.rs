@@ -1,0 +1,143 @@
+//! Shape and size of a [`crate::WorldModel`].
+
+use std::fmt;
+use std::str::FromStr;
+
+use burn::prelude::*;
+use imago_policies::{VOCABULARY, VlaPolicyConfig, validate_action_limit};
+use serde::{Deserialize, Serialize};
+
+/// Which transition model the ensemble members are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TransitionFamily {
+    /// `z' = z + MLP(z, a)`: the usual autoregressive baseline.
+    ResidualMlp,
+    /// SALT, `z' = A(a) z + b(a)`: state-affine, so multi-step error splits exactly
+    /// into per-step injected error and its propagation.
+    Salt,
+    /// Action-prefix prediction: the latent after every prefix `a_1..a_h`, `h = 1..H`,
+    /// in one parallel pass.
+    ActionPrefix,
+}
+
+impl TransitionFamily {
+    /// Every family, in the order the docs compare them.
+    pub const ALL: [Self; 3] = [Self::ResidualMlp, Self::Salt, Self::ActionPrefix];
+
+    /// The name used in configs, reports and on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::ResidualMlp => "residual-mlp",
+            Self::Salt => "salt",
+            Self::ActionPrefix => "action-prefix",
+        }
+    }
+}
+
+impl fmt::Display for TransitionFamily {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for TransitionFamily {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::ALL
+            .into_iter()
+            .find(|f| f.name() == s)
+            .ok_or_else(|| {
+                format!(
+                    "unknown transition family `{s}`; expected residual-mlp, salt or action-prefix"
+                )
+            })
+    }
+}
+
+/// Shape and size of a [`crate::WorldModel`].
+#[derive(Config, Debug, PartialEq)]
+pub struct WorldModelConfig {
+    /// Length of the robot's proprioception vector (the encoder reads all of it).
+    pub proprio_dim: usize,
+    /// Per-dimension bound of the robot's actions; the model works in units of it.
+    pub action_limit: Vec<f32>,
+    /// Side of the (square) camera frame, pixels.
+    #[config(default = 48)]
+    pub image_size: usize,
+    /// The encoder reads every `image_stride`-th pixel of every `image_stride`-th row.
+    #[config(default = 2)]
+    pub image_stride: usize,
+    /// Number of instruction words (shorter instructions are padded).
+    #[config(default = 6)]
+    pub max_words: usize,
+    /// Size of the word vocabulary.
+    #[config(default = "VOCABULARY.len()")]
+    pub vocab_size: usize,
+    /// Channels of the per-pixel stem (each gives one keypoint).
+    #[config(default = 16)]
+    pub stem_channels: usize,
+    /// Width of the instruction embedding.
+    #[config(default = 16)]
+    pub word_dim: usize,
+    /// Width of the latent state.
+    #[config(default = 32)]
+    pub latent_dim: usize,
+    /// Width of hidden layers.
+    #[config(default = 128)]
+    pub hidden: usize,
+    /// The transition family of every ensemble member.
+    #[config(default = "TransitionFamily::Salt")]
+    pub family: TransitionFamily,
+    /// Number of transition members.
+    #[config(default = 5)]
+    pub ensemble_size: usize,
+    /// Longest action prefix the action-prefix family predicts in one pass; longer
+    /// rollouts restart from its last prediction.
+    #[config(default = 8)]
+    pub prefix_horizon: usize,
+}
+
+impl WorldModelConfig {
+    /// Length of an action.
+    pub fn action_dim(&self) -> usize {
+        self.action_limit.len()
+    }
+
+    /// The policy-input layout the encoder reads observations with: every
+    /// proprioception entry (velocities included: the dynamics need them).
+    pub fn input_config(&self) -> VlaPolicyConfig {
+        VlaPolicyConfig::new(
+            self.proprio_dim,
+            (0..self.proprio_dim).collect(),
+            self.action_limit.clone(),
+        )
+        .with_image_size(self.image_size)
+        .with_max_words(self.max_words)
+        .with_vocab_size(self.vocab_size)
+        .with_patch_size(self.image_size)
+    }
+
+    /// Checks the sizes fit together; a message names the first that does not.
+    pub fn validate(&self) -> Result<(), String> {
+        validate_action_limit(&self.action_limit)?;
+        for (name, value) in [
+            ("proprio_dim", self.proprio_dim),
+            ("image_size", self.image_size),
+            ("image_stride", self.image_stride),
+            ("max_words", self.max_words),
+            ("stem_channels", self.stem_channels),
+            ("word_dim", self.word_dim),
+            ("latent_dim", self.latent_dim),
+            ("hidden", self.hidden),
+            ("ensemble_size", self.ensemble_size),
+            ("prefix_horizon", self.prefix_horizon),
+        ] {
+            if value == 0 {
+                return Err(format!("{name} must be at least 1"));
+            }
+        }
+        Ok(())
+    }
+}

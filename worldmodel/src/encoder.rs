@@ -1,0 +1,93 @@
+//! The observation encoder: camera frame, instruction and proprioception to a latent.
+
+use burn::module::Param;
+use burn::nn::{Embedding, EmbeddingConfig, Linear, LinearConfig};
+use burn::prelude::*;
+use burn::tensor::activation::gelu;
+use imago_policies::{PolicyInput, spatial_softmax};
+
+use crate::config::WorldModelConfig;
+use crate::mlp::{Mlp, MlpConfig};
+
+/// Maps an observation to a latent state. The same architecture serves as the online
+/// encoder (trained by gradient) and as the EMA target encoder.
+///
+/// A per-pixel stem classifies colours into channels, FiLM-modulated by the
+/// instruction so that the instructed target stands out; a spatial softmax per channel
+/// turns each channel into a keypoint (where that colour is); an MLP mixes keypoints,
+/// the instruction embedding and proprioception into the latent. Only every
+/// `image_stride`-th pixel of every `image_stride`-th row is read: the scene's
+/// targets span several pixels, and the stem's cost is per pixel. The instruction is
+/// part of the state because reward and value depend on which target is asked for.
+#[derive(Module, Debug)]
+pub struct ObservationEncoder<B: Backend> {
+    stem: Linear<B>,
+    word_embed: Embedding<B>,
+    film: Linear<B>,
+    /// Inverse temperature of each channel's spatial softmax.
+    sharpness: Param<Tensor<B, 1>>,
+    mix: Mlp<B>,
+    image_size: usize,
+    image_stride: usize,
+}
+
+impl WorldModelConfig {
+    /// A freshly initialised encoder.
+    pub fn init_encoder<B: Backend>(&self, device: &B::Device) -> ObservationEncoder<B> {
+        let c = self.stem_channels;
+        ObservationEncoder {
+            stem: LinearConfig::new(3, c).init(device),
+            word_embed: EmbeddingConfig::new(self.vocab_size, self.word_dim).init(device),
+            film: LinearConfig::new(self.word_dim, 2 * c).init(device),
+            sharpness: Param::from_tensor(Tensor::full([c], 10.0, device)),
+            mix: MlpConfig::new(
+                2 * c + self.word_dim + self.proprio_dim,
+                self.hidden,
+                self.latent_dim,
+            )
+            .init(device),
+            image_size: self.image_size,
+            image_stride: self.image_stride,
+        }
+    }
+}
+
+impl<B: Backend> ObservationEncoder<B> {
+    /// Latents `[batch, latent_dim]` of a batch of observations (the policy-input
+    /// layout of [`WorldModelConfig::input_config`]; the padding mask is not read).
+    pub fn forward(&self, input: &PolicyInput<B>) -> Tensor<B, 2> {
+        let device = input.images.device();
+        let instruction = (self.word_embed.forward(input.words.clone())
+            * input.word_weights.clone().unsqueeze_dim::<3>(2))
+        .sum_dim(1);
+        let size = self.image_size.div_ceil(self.image_stride);
+        let kept: Vec<i64> = (0..self.image_size)
+            .step_by(self.image_stride)
+            .flat_map(|row| {
+                (0..self.image_size)
+                    .step_by(self.image_stride)
+                    .map(move |col| (row * self.image_size + col) as i64)
+            })
+            .collect();
+        let kept = Tensor::<B, 1, Int>::from_data(TensorData::new(kept, [size * size]), &device);
+        let pixels = input.images.clone().select(1, kept);
+        let stem = gelu(self.stem.forward(pixels));
+        let channels = stem.dims()[2];
+        let film = self.film.forward(instruction.clone());
+        let gamma = film.clone().narrow(2, 0, channels);
+        let beta = film.narrow(2, channels, channels);
+        let features = stem * (gamma + 1.0) + beta;
+        let sharpness = self.sharpness.val().reshape([1, 1, channels]);
+        let keypoints = spatial_softmax(features * sharpness, size, &device);
+        let [batch, _, word_dim] = instruction.dims();
+        let joined = Tensor::cat(
+            vec![
+                keypoints,
+                instruction.reshape([batch, word_dim]),
+                input.proprio.clone(),
+            ],
+            1,
+        );
+        self.mix.forward(joined)
+    }
+}

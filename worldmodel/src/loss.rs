@@ -1,0 +1,222 @@
+//! The world model's training objective.
+
+use burn::prelude::*;
+use burn::tensor::activation::{relu, softplus};
+use imago_policies::PolicyInput;
+use serde::{Deserialize, Serialize};
+
+use crate::model::WorldModel;
+
+/// How transitions are supervised.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Supervision {
+    /// Every step predicted from the encoding of the real previous observation.
+    OneStep,
+    /// Predictions fed back in for the whole window (the model's own rollouts), which
+    /// is what imagination does; the default.
+    MultiStep,
+}
+
+/// Weights of the terms of [`world_model_loss`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LossWeights {
+    /// Latent prediction error against the target encoder.
+    pub prediction: f64,
+    /// The prediction error `k` steps into a window is weighted by `decay^k`
+    /// (normalised), as in TD-MPC2: later steps carry all earlier errors and would
+    /// otherwise drown the one-step signal.
+    pub prediction_decay: f64,
+    /// Variance hinge (each latent dimension's batch std at least 1), against collapse.
+    pub variance: f64,
+    /// Off-diagonal covariance of latents, against redundant dimensions.
+    pub covariance: f64,
+    /// Reward regression.
+    pub reward: f64,
+    /// Continuation classification.
+    pub continuation: f64,
+    /// Value regression on discounted returns.
+    pub value: f64,
+    /// Latent actor regression on recorded actions.
+    pub actor: f64,
+}
+
+impl Default for LossWeights {
+    fn default() -> Self {
+        Self {
+            prediction: 1.0,
+            prediction_decay: 0.7,
+            variance: 1.0,
+            covariance: 0.04,
+            reward: 1.0,
+            continuation: 0.1,
+            value: 0.5,
+            actor: 1.0,
+        }
+    }
+}
+
+/// A batch of `B` windows of `H` recorded steps.
+#[derive(Debug, Clone)]
+pub struct WorldModelBatch<B: Backend> {
+    /// The first observation of every window, `B` of them.
+    pub starts: PolicyInput<B>,
+    /// Every observation of every window, window-major: `B * (H + 1)`.
+    pub frames: PolicyInput<B>,
+    /// Executed actions in units of the action limit, `[B, H, A]`.
+    pub actions: Tensor<B, 3>,
+    /// Rewards, `[B, H]`.
+    pub rewards: Tensor<B, 2>,
+    /// 1 where the episode goes on after the step (a step-limit cut counts as going
+    /// on), `[B, H]`.
+    pub continues: Tensor<B, 2>,
+    /// Discounted returns from each step's observation, `[B, H]`.
+    pub returns: Tensor<B, 2>,
+    /// Bootstrap weight of every window for every member, `[N, B]`.
+    pub member_weights: Tensor<B, 2>,
+}
+
+/// Names of the entries of [`WorldModelLoss::parts`], in order.
+pub const LOSS_PARTS: [&str; 7] = [
+    "prediction",
+    "variance",
+    "covariance",
+    "reward",
+    "continuation",
+    "value",
+    "actor",
+];
+
+/// The objective and its unweighted terms.
+#[derive(Debug, Clone)]
+pub struct WorldModelLoss<B: Backend> {
+    /// The weighted sum, `[1]`.
+    pub total: Tensor<B, 1>,
+    /// Unweighted terms, `[7]`, named by [`LOSS_PARTS`] (one read-back for all).
+    pub parts: Tensor<B, 1>,
+}
+
+/// The JEPA objective on `batch`: members predict the target encoder's latents of the
+/// window (fed their own predictions under [`Supervision::MultiStep`]); a variance and
+/// covariance regulariser on the online latents prevents collapse; the heads read the
+/// latents the transition produced (as in TD-MPC2), so they are trained on the kind of
+/// latent imagination feeds them.
+pub fn world_model_loss<B: Backend>(
+    model: &WorldModel<B>,
+    batch: &WorldModelBatch<B>,
+    supervision: Supervision,
+    weights: &LossWeights,
+) -> WorldModelLoss<B> {
+    let [b, h, a] = batch.actions.dims();
+    let target = model.encode_target(&batch.frames);
+    let d = target.dims()[1];
+    let target = target.reshape([b, h + 1, d]);
+    let next_targets = target.narrow(1, 1, h);
+
+    let (start, predictions) = match supervision {
+        Supervision::MultiStep => {
+            let start = model.encode(&batch.starts);
+            let predictions: Vec<Tensor<B, 3>> = model
+                .members()
+                .iter()
+                .map(|m| m.rollout(start.clone(), batch.actions.clone()))
+                .collect();
+            (start, predictions)
+        }
+        Supervision::OneStep => {
+            let online = model.encode(&batch.frames).reshape([b, h + 1, d]);
+            let inputs = online.clone().narrow(1, 0, h).reshape([b * h, d]);
+            let actions = batch.actions.clone().reshape([b * h, a]);
+            let predictions = model
+                .members()
+                .iter()
+                .map(|m| m.step(inputs.clone(), actions.clone()).reshape([b, h, d]))
+                .collect();
+            (online.narrow(1, 0, 1).reshape([b, d]), predictions)
+        }
+    };
+    let decay: Vec<f32> = (0..h)
+        .map(|k| weights.prediction_decay.powi(k as i32) as f32)
+        .collect();
+    let norm: f32 = decay.iter().sum();
+    let step_weights = Tensor::<B, 3>::from_data(
+        TensorData::new(
+            decay.iter().map(|w| w / norm).collect::<Vec<f32>>(),
+            [1, h, 1],
+        ),
+        &batch.actions.device(),
+    );
+    let per_member: Vec<Tensor<B, 1>> = predictions
+        .iter()
+        .map(|p| {
+            ((p.clone() - next_targets.clone())
+                .powf_scalar(2.0)
+                .mean_dim(2)
+                * step_weights.clone())
+            .sum_dim(1)
+            .reshape([b])
+        })
+        .collect();
+    let member_errors = Tensor::stack::<2>(per_member, 0);
+    let prediction = (member_errors * batch.member_weights.clone()).sum()
+        / (batch.member_weights.clone().sum() + 1e-6);
+
+    let (variance, covariance) = collapse_penalties(start.clone());
+
+    let mean_prediction = Tensor::stack::<4>(predictions, 0)
+        .mean_dim(0)
+        .reshape([b, h, d]);
+    let head_latents = Tensor::cat(
+        vec![start.clone().unsqueeze_dim::<3>(1), mean_prediction],
+        1,
+    );
+    let before = head_latents.clone().narrow(1, 0, h).reshape([b * h, d]);
+    let after = head_latents.narrow(1, 1, h).reshape([b * h, d]);
+    let flat = |t: Tensor<B, 2>| t.reshape([b * h]);
+    let reward = (model.reward(before.clone(), batch.actions.clone().reshape([b * h, a]))
+        - flat(batch.rewards.clone()))
+    .powf_scalar(2.0)
+    .mean();
+    let logits = model.continuation_logit(after);
+    let labels = flat(batch.continues.clone());
+    // Binary cross-entropy with logits: softplus(x) - y x.
+    let continuation = (softplus(logits.clone(), 1.0) - labels * logits).mean();
+    let value = (model.value(before) - flat(batch.returns.clone()))
+        .powf_scalar(2.0)
+        .mean();
+    let first_actions = batch.actions.clone().narrow(1, 0, 1).reshape([b, a]);
+    let actor = (model.act(start.detach()) - first_actions)
+        .powf_scalar(2.0)
+        .mean();
+
+    let terms = [
+        (prediction, weights.prediction),
+        (variance, weights.variance),
+        (covariance, weights.covariance),
+        (reward, weights.reward),
+        (continuation, weights.continuation),
+        (value, weights.value),
+        (actor, weights.actor),
+    ];
+    let total = terms
+        .iter()
+        .map(|(term, weight)| term.clone() * *weight)
+        .reduce(|acc, t| acc + t)
+        .expect("seven terms");
+    let parts = Tensor::cat(terms.into_iter().map(|(t, _)| t.detach()).collect(), 0);
+    WorldModelLoss { total, parts }
+}
+
+/// VICReg's variance hinge (mean over dimensions of `max(0, 1 - std)`) and covariance
+/// penalty (sum of squared off-diagonal covariances over the width) of latents `[B, D]`.
+pub fn collapse_penalties<B: Backend>(latents: Tensor<B, 2>) -> (Tensor<B, 1>, Tensor<B, 1>) {
+    let [b, d] = latents.dims();
+    let centred = latents.clone() - latents.mean_dim(0);
+    let variance = centred.clone().powf_scalar(2.0).sum_dim(0) / (b.max(2) - 1) as f64;
+    let hinge = relu((variance.clone() + 1e-4).sqrt().neg() + 1.0).mean();
+    let covariance = centred.clone().transpose().matmul(centred) / (b.max(2) - 1) as f64;
+    let off_diagonal =
+        (covariance.powf_scalar(2.0).sum() - variance.powf_scalar(2.0).sum()) / d as f64;
+    (hinge, off_diagonal)
+}

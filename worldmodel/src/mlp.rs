@@ -1,0 +1,61 @@
+//! A plain multi-layer perceptron, the building block of heads and transitions.
+
+use burn::nn::{Initializer, Linear, LinearConfig};
+use burn::prelude::*;
+use burn::tensor::activation::gelu;
+
+/// Layer sizes of an [`Mlp`].
+#[derive(Config, Debug)]
+pub struct MlpConfig {
+    /// Input width.
+    pub input: usize,
+    /// Width of every hidden layer.
+    pub hidden: usize,
+    /// Output width.
+    pub output: usize,
+    /// Number of hidden layers.
+    #[config(default = 2)]
+    pub hidden_layers: usize,
+    /// Standard deviation of the output layer's initial weights; `None` keeps burn's
+    /// default. A small value starts a residual branch near zero.
+    #[config(default = "None")]
+    pub output_init_std: Option<f64>,
+}
+
+impl MlpConfig {
+    /// A freshly initialised MLP.
+    pub fn init<B: Backend>(&self, device: &B::Device) -> Mlp<B> {
+        let mut hidden = Vec::with_capacity(self.hidden_layers);
+        let mut width = self.input;
+        for _ in 0..self.hidden_layers {
+            hidden.push(LinearConfig::new(width, self.hidden).init(device));
+            width = self.hidden;
+        }
+        let mut output = LinearConfig::new(width, self.output);
+        if let Some(std) = self.output_init_std {
+            output = output.with_initializer(Initializer::Normal { mean: 0.0, std });
+        }
+        Mlp {
+            hidden,
+            output: output.init(device),
+        }
+    }
+}
+
+/// Linear layers with GELU between them; the output layer is linear.
+#[derive(Module, Debug)]
+pub struct Mlp<B: Backend> {
+    hidden: Vec<Linear<B>>,
+    output: Linear<B>,
+}
+
+impl<B: Backend> Mlp<B> {
+    /// Applies the MLP to the last dimension of `input`.
+    pub fn forward<const D: usize>(&self, input: Tensor<B, D>) -> Tensor<B, D> {
+        let x = self
+            .hidden
+            .iter()
+            .fold(input, |x, layer| gelu(layer.forward(x)));
+        self.output.forward(x)
+    }
+}

@@ -1,0 +1,320 @@
+//! Shape, EMA and SALT-identity tests on the CPU.
+
+use burn::backend::{Autodiff, Flex};
+use burn::module::{Module, ModuleVisitor, Param};
+use burn::prelude::*;
+use imago_policies::{PolicyBatch, PolicyInput};
+
+use crate::transition::TransitionMember;
+use crate::*;
+
+type Cpu = Flex;
+
+fn config(family: TransitionFamily) -> WorldModelConfig {
+    WorldModelConfig::new(8, vec![0.5, 0.5])
+        .with_image_size(8)
+        .with_latent_dim(6)
+        .with_hidden(16)
+        .with_stem_channels(4)
+        .with_ensemble_size(3)
+        .with_prefix_horizon(4)
+        .with_family(family)
+}
+
+fn observations<B: Backend>(
+    config: &WorldModelConfig,
+    n: usize,
+    device: &B::Device,
+) -> PolicyInput<B> {
+    let mut batch = PolicyBatch::new(&config.input_config());
+    for i in 0..n {
+        let size = config.image_size as u32;
+        batch
+            .push(&hand_made_observation(size, i))
+            .expect("valid observation");
+    }
+    batch.to_input(device)
+}
+
+/// A small observation built by hand: one bright pixel that moves with `i`.
+fn hand_made_observation(size: u32, i: usize) -> imago_robots::Observation {
+    let mut image = imago_robots::Image::filled(size, size, [20, 20, 20]);
+    let p = ((i * 7) % (size as usize * size as usize)) * 3;
+    image.rgb[p] = 250;
+    imago_robots::Observation {
+        image: Some(image),
+        proprio: (0..8).map(|k| (k as f32 + i as f32).sin()).collect(),
+        instruction: "reach the red target".into(),
+    }
+}
+
+fn actions<B: Backend>(b: usize, h: usize, device: &B::Device) -> Tensor<B, 3> {
+    let values: Vec<f32> = (0..b * h * 2).map(|i| ((i as f32) * 0.37).sin()).collect();
+    Tensor::from_data(TensorData::new(values, [b, h, 2]), device)
+}
+
+#[test]
+fn shapes_of_encoding_rollouts_heads_and_imagination() {
+    let device = Default::default();
+    for family in TransitionFamily::ALL {
+        let config = config(family);
+        config.validate().unwrap();
+        let model = config.init::<Cpu>(&device);
+        assert_eq!(model.family(), family);
+        assert_eq!(model.members().len(), 3);
+        let z = model.encode(&observations(&config, 5, &device));
+        assert_eq!(z.dims(), [5, 6]);
+        assert_eq!(
+            model
+                .encode_target(&observations(&config, 5, &device))
+                .dims(),
+            [5, 6]
+        );
+        // Longer than the prefix horizon: the action-prefix family chains passes.
+        let rollout = model.rollout_members(z.clone(), actions(5, 7, &device));
+        assert_eq!(rollout.members.dims(), [3, 5, 7, 6]);
+        assert_eq!(rollout.mean().dims(), [5, 7, 6]);
+        assert_eq!(rollout.std().dims(), [5, 7, 6]);
+        assert_eq!(
+            model
+                .rollout_shared(z.clone(), actions(5, 7, &device))
+                .members
+                .dims(),
+            [3, 5, 7, 6]
+        );
+        assert_eq!(model.act(z.clone()).dims(), [5, 2]);
+
+        let imagined = imagine(
+            &model,
+            z.clone(),
+            &LatentActor(&model),
+            &ImaginationConfig {
+                horizon: 6,
+                uncertainty_penalty: 2.0,
+            },
+        );
+        assert_eq!(imagined.latents.dims(), [5, 7, 6]);
+        assert_eq!(imagined.actions.dims(), [5, 6, 2]);
+        for t in [
+            &imagined.rewards,
+            &imagined.raw_rewards,
+            &imagined.continuation,
+            &imagined.disagreement,
+        ] {
+            assert_eq!(t.dims(), [5, 6]);
+        }
+        assert_eq!(imagined.values.dims(), [5, 7]);
+        // The penalty is the disagreement times its coefficient.
+        let penalty = (imagined.raw_rewards - imagined.rewards)
+            .into_data()
+            .to_vec::<f32>()
+            .unwrap();
+        let disagreement = imagined.disagreement.into_data().to_vec::<f32>().unwrap();
+        for (p, d) in penalty.iter().zip(&disagreement) {
+            assert!((p - 2.0 * d).abs() < 1e-5 && *d >= 0.0);
+        }
+
+        // Open-loop imagination runs the given actions.
+        let fixed = actions(5, 6, &device);
+        let imagined = imagine(
+            &model,
+            z,
+            &OpenLoopActions(fixed.clone()),
+            &ImaginationConfig {
+                horizon: 6,
+                uncertainty_penalty: 0.0,
+            },
+        );
+        assert_eq!(imagined.actions.into_data(), fixed.into_data());
+    }
+}
+
+#[test]
+fn action_prefix_predicts_all_horizons_in_one_pass_consistently_with_steps() {
+    let device = Default::default();
+    let config = config(TransitionFamily::ActionPrefix);
+    let model = config.init::<Cpu>(&device);
+    let z = model.encode(&observations(&config, 3, &device));
+    let TransitionMember::ActionPrefix(member) = &model.members()[0] else {
+        panic!("action-prefix member expected");
+    };
+    let all = member.predict_prefixes(z.clone(), actions(3, 4, &device));
+    assert_eq!(all.dims(), [3, 4, 6]);
+    // The prediction for horizon h uses only the first h actions.
+    let mut changed = actions::<Cpu>(3, 4, &device);
+    changed = changed.slice_assign([0..3, 3..4, 0..2], Tensor::ones([3, 1, 2], &device));
+    let again = member.predict_prefixes(z, changed);
+    let early = |t: Tensor<Cpu, 3>| t.narrow(1, 0, 3).into_data();
+    early(all.clone()).assert_approx_eq::<f32>(&early(again.clone()), Default::default());
+    assert_ne!(
+        all.narrow(1, 3, 1).into_data(),
+        again.narrow(1, 3, 1).into_data()
+    );
+}
+
+struct ParamValues(Vec<Vec<f32>>);
+
+impl<B: Backend> ModuleVisitor<B> for ParamValues {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+        self.0
+            .push(param.val().into_data().convert::<f32>().to_vec().unwrap());
+    }
+}
+
+fn values<B: Backend, M: Module<B>>(module: &M) -> Vec<Vec<f32>> {
+    let mut v = ParamValues(vec![]);
+    module.visit(&mut v);
+    v.0
+}
+
+#[test]
+fn ema_moves_the_target_by_one_minus_decay_and_copies_at_zero() {
+    let device = Default::default();
+    let config = config(TransitionFamily::ResidualMlp);
+    let online = config.init_encoder::<Cpu>(&device);
+    let target = config.init_encoder::<Cpu>(&device);
+    let (o, t) = (values(&online), values(&target));
+    assert_ne!(o, t, "independent initialisations differ");
+    let mixed = ema::ema_update(target, &online, 0.9);
+    for ((m, o), t) in values(&mixed).iter().zip(&o).zip(&t) {
+        for ((m, o), t) in m.iter().zip(o).zip(t) {
+            assert!((m - (0.9 * t + 0.1 * o)).abs() < 1e-6);
+        }
+    }
+    let copied = ema::ema_update(mixed, &online, 0.0);
+    assert_eq!(values(&copied), o);
+
+    // A fresh model's target starts equal to its encoder, and the target gets no
+    // gradient from the loss.
+    let ad_device = Default::default();
+    let model = config.init::<Autodiff<Cpu>>(&ad_device);
+    let input = observations::<Autodiff<Cpu>>(&config, 4, &ad_device);
+    model
+        .encode(&input)
+        .into_data()
+        .assert_approx_eq::<f32>(&model.encode_target(&input).into_data(), Default::default());
+    let loss = model.encode_target(&input).sum() + model.encode(&input).sum();
+    let grads = burn::optim::GradientsParams::from_grads(loss.backward(), &model);
+    let encoder_params = values(&config.init_encoder::<Cpu>(&device)).len();
+    assert_eq!(
+        grads.len(),
+        encoder_params,
+        "only the online encoder gets gradients"
+    );
+}
+
+#[test]
+fn salt_error_split_adds_up_exactly() {
+    let device = Default::default();
+    let config = config(TransitionFamily::Salt);
+    let model = config.init::<Cpu>(&device);
+    // Move the members away from the identity so the matrices matter.
+    let model = model.map(&mut Perturb(0));
+    let TransitionMember::Salt(member) = &model.members()[1] else {
+        panic!("SALT member expected");
+    };
+    let truth_values: Vec<f32> = (0..4 * 6 * 6)
+        .map(|i| ((i as f32) * 0.61).cos() * 2.0)
+        .collect();
+    let truth = Tensor::<Cpu, 3>::from_data(TensorData::new(truth_values, [4, 6, 6]), &device);
+    let start = truth.clone().narrow(1, 0, 1).reshape([4, 6]) + 0.3;
+    let split = member.split_error(truth.clone(), actions(4, 5, &device), start.clone());
+    let sum = split.injected.clone() + split.propagated.clone();
+    sum.into_data().assert_approx_eq::<f32>(
+        &split.total.clone().into_data(),
+        burn::tensor::Tolerance::absolute(1e-4),
+    );
+    // The total is the real rollout error.
+    let rolled = member_rollout(member, start, actions(4, 5, &device));
+    let error = truth.narrow(1, 1, 5) - rolled;
+    error.into_data().assert_approx_eq::<f32>(
+        &split.total.clone().into_data(),
+        burn::tensor::Tolerance::absolute(1e-4),
+    );
+    // Both parts are non-trivial.
+    assert!(split.injected.abs().max().into_scalar() > 1e-2);
+    assert!(split.propagated.abs().max().into_scalar() > 1e-2);
+}
+
+fn member_rollout(
+    member: &Salt<Cpu>,
+    start: Tensor<Cpu, 2>,
+    actions: Tensor<Cpu, 3>,
+) -> Tensor<Cpu, 3> {
+    let [b, h, a] = actions.dims();
+    let mut z = start;
+    let mut out = vec![];
+    for k in 0..h {
+        z = member.step(z, actions.clone().narrow(1, k, 1).reshape([b, a]));
+        out.push(z.clone());
+    }
+    Tensor::stack(out, 1)
+}
+
+/// Adds a deterministic pattern to every parameter.
+struct Perturb(usize);
+
+impl<B: Backend> burn::module::ModuleMapper<B> for Perturb {
+    fn map_float<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
+        self.0 += 1;
+        let k = self.0 as f32;
+        param.map(|t| {
+            let count = t.shape().num_elements();
+            let dims = t.dims();
+            let noise: Vec<f32> = (0..count)
+                .map(|i| ((i as f32 + k) * 1.3).sin() * 0.1)
+                .collect();
+            let noise = Tensor::<B, 1>::from_data(TensorData::new(noise, [count]), &t.device());
+            t + noise.reshape(dims)
+        })
+    }
+}
+
+#[test]
+fn loss_is_finite_and_trains_the_online_encoder() {
+    let device = Default::default();
+    for supervision in [Supervision::MultiStep, Supervision::OneStep] {
+        let config = config(TransitionFamily::Salt);
+        let model = config.init::<Autodiff<Cpu>>(&device);
+        let (b, h) = (4, 3);
+        let batch = WorldModelBatch {
+            starts: observations(&config, b, &device),
+            frames: observations(&config, b * (h + 1), &device),
+            actions: actions(b, h, &device),
+            rewards: Tensor::ones([b, h], &device),
+            continues: Tensor::ones([b, h], &device),
+            returns: Tensor::ones([b, h], &device),
+            member_weights: Tensor::ones([3, b], &device),
+        };
+        let loss = world_model_loss(&model, &batch, supervision, &LossWeights::default());
+        let parts = loss.parts.into_data().to_vec::<f32>().unwrap();
+        assert_eq!(parts.len(), LOSS_PARTS.len());
+        assert!(
+            parts.iter().all(|p| p.is_finite() && *p >= 0.0),
+            "{parts:?}"
+        );
+        let grads = loss.total.backward();
+        let encoder_grads = burn::optim::GradientsParams::from_grads(grads, &model);
+        assert!(!encoder_grads.is_empty());
+    }
+}
+
+#[test]
+fn collapse_penalties_punish_collapse_and_correlation() {
+    let device = Default::default();
+    let (hinge, cov) = loss::collapse_penalties(Tensor::<Cpu, 2>::zeros([8, 3], &device));
+    // std = sqrt(0 + 1e-4) = 0.01 in every dimension.
+    assert!((hinge.into_scalar() - 0.99).abs() < 1e-5);
+    assert!(cov.into_scalar().abs() < 1e-9);
+    // Two identical columns (-1.5, 1.5, -1.5, 1.5): unbiased variance 9 / 3 = 3, so the
+    // std clears the hinge; the off-diagonal covariances are 3 each, so the penalty is
+    // (3^2 + 3^2) / 2 = 9.
+    let values: Vec<f32> = [-1.5f32, 1.5, -1.5, 1.5]
+        .iter()
+        .flat_map(|&v| [v, v])
+        .collect();
+    let latents = Tensor::<Cpu, 2>::from_data(TensorData::new(values, [4, 2]), &device);
+    let (hinge, cov) = loss::collapse_penalties(latents);
+    assert_eq!(hinge.into_scalar(), 0.0);
+    assert!((cov.into_scalar() - 9.0).abs() < 1e-4);
+}
