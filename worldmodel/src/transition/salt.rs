@@ -60,8 +60,10 @@ impl<B: Backend> Salt<B> {
         apply(&matrix, latent) + offset
     }
 
-    /// Rolls open loop from `true_latents[:, 0]` under `actions` `[B, H, A]` and splits
-    /// the error against `true_latents` `[B, H + 1, D]` at every horizon.
+    /// Rolls open loop from `start` `[B, D]` under `actions` `[B, H, A]` and splits the
+    /// error against `true_latents` `[B, H + 1, D]` (index 0: the true start) at every
+    /// horizon. A `start` that differs from the true start adds its error to the
+    /// propagated part of the first step.
     pub fn split_error(
         &self,
         true_latents: Tensor<B, 3>,
