@@ -1,7 +1,7 @@
 //! The world model's training objective.
 
 use burn::prelude::*;
-use burn::tensor::activation::{relu, softplus};
+use burn::tensor::activation::relu;
 use imago_policies::PolicyInput;
 use serde::{Deserialize, Serialize};
 
@@ -180,8 +180,7 @@ pub fn world_model_loss<B: Backend>(
     .mean();
     let logits = model.continuation_logit(after);
     let labels = flat(batch.continues.clone());
-    // Binary cross-entropy with logits: softplus(x) - y x.
-    let continuation = (softplus(logits.clone(), 1.0) - labels * logits).mean();
+    let continuation = binary_cross_entropy_with_logits(logits, labels);
     let value = (model.value(before) - flat(batch.returns.clone()))
         .powf_scalar(2.0)
         .mean();
@@ -206,6 +205,17 @@ pub fn world_model_loss<B: Backend>(
         .expect("seven terms");
     let parts = Tensor::cat(terms.into_iter().map(|(t, _)| t.detach()).collect(), 0);
     WorldModelLoss { total, parts }
+}
+
+/// Mean binary cross-entropy of `labels` under `logits`, in the form that cannot
+/// overflow: `max(x, 0) - x y + ln(1 + exp(-|x|))` (`ln(1 + exp(x))` overflows to
+/// infinity for logits above about 88, which a diverging rollout can produce).
+pub fn binary_cross_entropy_with_logits<B: Backend>(
+    logits: Tensor<B, 1>,
+    labels: Tensor<B, 1>,
+) -> Tensor<B, 1> {
+    let tail = (logits.clone().abs().neg().exp() + 1.0).log();
+    (relu(logits.clone()) - logits * labels + tail).mean()
 }
 
 /// VICReg's variance hinge (mean over dimensions of `max(0, 1 - std)`) and covariance

@@ -318,3 +318,22 @@ fn collapse_penalties_punish_collapse_and_correlation() {
     assert_eq!(hinge.into_scalar(), 0.0);
     assert!((cov.into_scalar() - 9.0).abs() < 1e-4);
 }
+
+#[test]
+fn binary_cross_entropy_is_exact_and_finite_for_extreme_logits() {
+    let device = Default::default();
+    let tensor =
+        |v: Vec<f32>| Tensor::<Cpu, 1>::from_data(TensorData::new(v.clone(), [v.len()]), &device);
+    // ln 2 at logit 0 whatever the label.
+    let at_zero =
+        loss::binary_cross_entropy_with_logits(tensor(vec![0.0, 0.0]), tensor(vec![0.0, 1.0]));
+    assert!((at_zero.into_scalar() - std::f32::consts::LN_2).abs() < 1e-6);
+    // Logit 2, label 1: ln(1 + e^-2) = 0.126928.
+    let confident = loss::binary_cross_entropy_with_logits(tensor(vec![2.0]), tensor(vec![1.0]));
+    assert!((confident.into_scalar() - 0.126_928).abs() < 1e-5);
+    // Huge logits: exactly |x| when wrong, 0 when right, never infinite.
+    let wrong = loss::binary_cross_entropy_with_logits(tensor(vec![500.0]), tensor(vec![0.0]));
+    assert_eq!(wrong.into_scalar(), 500.0);
+    let right = loss::binary_cross_entropy_with_logits(tensor(vec![-500.0]), tensor(vec![0.0]));
+    assert_eq!(right.into_scalar(), 0.0);
+}
