@@ -16,4 +16,4 @@ pub use input::{PolicyBatch, PolicyInput, PolicyInputError};
 pub use loss::gaussian_nll;
 pub use model::{GaussianChunk, VlaPolicy, VlaPolicyConfig, validate_action_limit};
 pub use tokenizer::{TokenizerError, VOCABULARY, WordTokenizer};
-pub use vision::spatial_softmax;
+pub use vision::{film_modulate, spatial_softmax};

@@ -14,7 +14,7 @@ use imago_robots::RobotSpec;
 
 use crate::input::PolicyInput;
 use crate::tokenizer::VOCABULARY;
-use crate::vision::spatial_softmax;
+use crate::vision::{film_modulate, spatial_softmax};
 
 /// Shape and size of a [`VlaPolicy`].
 #[derive(Config, Debug, PartialEq)]
@@ -246,10 +246,7 @@ impl<B: Backend> VlaPolicy<B> {
         // which the patch centre's Fourier features add where it is.
         let stem = gelu(self.stem.forward(input.images));
         let channels = stem.dims()[2];
-        let film = self.film.forward(instruction.clone());
-        let gamma = film.clone().narrow(2, 0, channels);
-        let beta = film.narrow(2, channels, channels);
-        let features = stem * (gamma + 1.0) + beta;
+        let features = film_modulate(stem, self.film.forward(instruction.clone()));
         let sharpness = self.keypoint_sharpness.val().reshape([1, 1, channels]);
         let keypoints = spatial_softmax(features.clone() * sharpness, size, &device);
         let pooled = patch_pooling::<B>(size, self.patch_size, &device)

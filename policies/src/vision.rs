@@ -26,3 +26,13 @@ pub fn spatial_softmax<B: Backend>(
     let expected = weights.swap_dims(1, 2).matmul(grid.unsqueeze_dim::<3>(0));
     expected.swap_dims(1, 2).reshape([batch, 2 * channels])
 }
+
+/// FiLM (feature-wise linear modulation, as in RT-1): scales and shifts each channel
+/// of `features` `[B, pixels, C]` by `film` `[B, 1, 2C]`, read as `(gamma, beta)`,
+/// giving `features * (1 + gamma) + beta`, so a zero `film` leaves them unchanged.
+pub fn film_modulate<B: Backend>(features: Tensor<B, 3>, film: Tensor<B, 3>) -> Tensor<B, 3> {
+    let channels = features.dims()[2];
+    let gamma = film.clone().narrow(2, 0, channels);
+    let beta = film.narrow(2, channels, channels);
+    features * (gamma + 1.0) + beta
+}

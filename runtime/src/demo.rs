@@ -15,15 +15,15 @@ use imago_robots::reacher2d::{ExpertConfig, NAME, Reacher2d, Reacher2dConfig};
 use imago_worldmodel::TransitionFamily;
 
 use crate::bc::{BcConfig, BcDataset, train_bc};
-use crate::checkpoint::{CheckpointMeta, save_policy, save_world_model};
+use crate::checkpoint::{CheckpointMeta, save_policy};
 use crate::collect::{CollectConfig, collect_demonstrations};
 use crate::device::{DeviceSpec, resolve};
 use crate::evaluate::{Controller, evaluate, measure_latency};
 use crate::replay::read_replay;
 use crate::report::{ControllerRow, DemoReport};
 use crate::world_model::{
-    WindowDataset, WorldModelTrainConfig, evaluate_world_model, mean_loss, reacher2d_world_model,
-    split_episodes, train_world_model,
+    WorldModelTrainConfig, evaluate_world_model, reacher2d_world_model, split_episodes,
+    train_and_save_world_model,
 };
 
 /// Seeds of evaluation episodes start here, far from the demonstrations' seeds.
@@ -180,34 +180,16 @@ pub fn run_demo(options: &DemoOptions) -> anyhow::Result<DemoReport> {
         seed: options.seed,
         ..plan.world_model.clone()
     };
-    let windows = WindowDataset::new(
-        &training,
-        wm_train.horizon,
-        &wm_config.action_limit,
-        wm_train.discount,
-    );
-    let (world_model, wm_history) = train_world_model::<Dispatch>(
+    let world_model = train_and_save_world_model(
         wm_config.init(&device.training),
         &wm_config,
-        &windows,
+        &training,
         &wm_train,
-        &device.training,
-    )?;
-    let world_model = world_model.valid();
-    let mut wm_meta = CheckpointMeta::new(NAME, 1, None);
-    wm_meta.metrics.insert(
-        "prediction_loss".into(),
-        mean_loss(
-            &wm_history[wm_history.len().saturating_sub(50)..],
-            "prediction",
-        ) as f64,
-    );
-    save_world_model(
-        &world_model,
-        &wm_config,
-        wm_meta,
+        CheckpointMeta::new(NAME, 1, None),
         &options.run_dir.join("world-model"),
-    )?;
+        &device,
+    )?
+    .model;
     phases.insert(
         "train_world_model".to_string(),
         start.elapsed().as_secs_f64(),

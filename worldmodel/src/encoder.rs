@@ -4,7 +4,7 @@ use burn::module::Param;
 use burn::nn::{Embedding, EmbeddingConfig, Linear, LinearConfig};
 use burn::prelude::*;
 use burn::tensor::activation::gelu;
-use imago_policies::{PolicyInput, spatial_softmax};
+use imago_policies::{PolicyInput, film_modulate, spatial_softmax};
 
 use crate::config::WorldModelConfig;
 use crate::mlp::{Mlp, MlpConfig};
@@ -73,10 +73,7 @@ impl<B: Backend> ObservationEncoder<B> {
         let pixels = input.images.clone().select(1, kept);
         let stem = gelu(self.stem.forward(pixels));
         let channels = stem.dims()[2];
-        let film = self.film.forward(instruction.clone());
-        let gamma = film.clone().narrow(2, 0, channels);
-        let beta = film.narrow(2, channels, channels);
-        let features = stem * (gamma + 1.0) + beta;
+        let features = film_modulate(stem, self.film.forward(instruction.clone()));
         let sharpness = self.sharpness.val().reshape([1, 1, channels]);
         let keypoints = spatial_softmax(features * sharpness, size, &device);
         let [batch, _, word_dim] = instruction.dims();

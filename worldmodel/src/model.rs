@@ -139,7 +139,6 @@ impl<B: Backend> WorldModel<B> {
         }
         let [batch, horizon, action_dim] = actions.dims();
         let d = latent.dims()[1];
-        let n = self.members.len();
         let mut shared = latent;
         let mut steps = Vec::with_capacity(horizon);
         for h in 0..horizon {
@@ -154,8 +153,9 @@ impl<B: Backend> WorldModel<B> {
             shared = predictions.clone().mean_dim(0).reshape([batch, d]);
             steps.push(predictions);
         }
-        let members = Tensor::stack::<4>(steps, 2).reshape([n, batch, horizon, d]);
-        EnsembleRollout { members }
+        EnsembleRollout {
+            members: Tensor::stack::<4>(steps, 2),
+        }
     }
 
     /// Predicted reward `[B]` of taking `action` `[B, A]` in `latent` `[B, D]`.

@@ -8,7 +8,7 @@ use burn::module::AutodiffModule;
 use burn::prelude::Backend;
 use imago_robots::Robot;
 use imago_robots::reacher2d::{NAME, Reacher2d, Reacher2dConfig};
-use imago_worldmodel::{LOSS_PARTS, TransitionFamily, WorldModelConfig};
+use imago_worldmodel::{LOSS_PARTS, TransitionFamily, WorldModel, WorldModelConfig};
 use serde::{Deserialize, Serialize};
 
 use super::{
@@ -17,6 +17,7 @@ use super::{
 };
 use crate::checkpoint::{CheckpointMeta, load_world_model, save_world_model};
 use crate::device::ResolvedDevice;
+use crate::replay::Episode;
 use crate::train::read_training_replay;
 
 /// What an offline world-model run did.
@@ -76,29 +77,71 @@ pub fn train_world_model_offline(
         }
         None => (expected.init(&device.training), expected, 1, None),
     };
-    let data = WindowDataset::new(
+    let trained = train_and_save_world_model(
+        model,
+        &config,
         &training,
+        train,
+        CheckpointMeta::new(NAME, version, parent),
+        out,
+        device,
+    )?;
+    let history = &trained.history;
+    let stretch = history.len().min(50);
+    let first = mean_loss(&history[..stretch], "prediction");
+    let last = mean_loss(&history[history.len() - stretch..], "prediction");
+    Ok(WorldModelRunSummary {
+        episodes: training.len(),
+        held_out: held_out.len(),
+        windows: trained.windows,
+        first_prediction_loss: first,
+        last_prediction_loss: last,
+        version,
+    })
+}
+
+/// A world model trained and saved by [`train_and_save_world_model`].
+pub struct TrainedWorldModel {
+    /// The model, ready for inference.
+    pub model: WorldModel<Dispatch>,
+    /// Windows it was trained on.
+    pub windows: usize,
+    /// Every training step.
+    pub history: Vec<WorldModelStep>,
+}
+
+/// Trains `model` on the windows of `episodes` and writes it to `out` with `meta`, to
+/// which the prediction loss of the last 50 steps and the training horizon are added.
+pub fn train_and_save_world_model(
+    model: WorldModel<Dispatch>,
+    config: &WorldModelConfig,
+    episodes: &[Episode],
+    train: &WorldModelTrainConfig,
+    mut meta: CheckpointMeta,
+    out: &Path,
+    device: &ResolvedDevice,
+) -> anyhow::Result<TrainedWorldModel> {
+    let data = WindowDataset::new(
+        episodes,
         train.horizon,
         &config.action_limit,
         train.discount,
     );
     let (model, history) =
-        train_world_model::<Dispatch>(model, &config, &data, train, &device.training)?;
-    let stretch = history.len().min(50);
-    let first = mean_loss(&history[..stretch], "prediction");
-    let last = mean_loss(&history[history.len() - stretch..], "prediction");
-    let mut meta = CheckpointMeta::new(NAME, version, parent);
-    meta.metrics.insert("prediction_loss".into(), last as f64);
+        train_world_model::<Dispatch>(model, config, &data, train, &device.training)?;
+    let last = &history[history.len().saturating_sub(50)..];
+    meta.metrics.insert(
+        "prediction_loss".into(),
+        mean_loss(last, "prediction") as f64,
+    );
     meta.metrics
         .insert("train_horizon".into(), train.horizon as f64);
-    save_world_model(&model.valid(), &config, meta, out)?;
-    Ok(WorldModelRunSummary {
-        episodes: training.len(),
-        held_out: held_out.len(),
+    let model = model.valid();
+    save_world_model(&model, config, meta, out)?;
+    Ok(TrainedWorldModel {
+        model,
         windows: data.len(),
-        first_prediction_loss: first,
-        last_prediction_loss: last,
-        version,
+        history,
     })
 }
 
