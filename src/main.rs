@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
+use imago_policies::ActionHeadKind;
 use imago_robots::reacher2d::{ExpertConfig, Reacher2dConfig};
 use imago_runtime::bc::BcConfig;
 use imago_runtime::bench::{WorldModelBenchRow, bench_policy, bench_world_model};
@@ -13,6 +14,8 @@ use imago_runtime::demo::{DemoOptions, run_demo};
 use imago_runtime::device::{CpuBackend, DeviceSpec, list_devices, resolve};
 use imago_runtime::device_check::{PARITY_TOLERANCE, compare_training_step};
 use imago_runtime::evaluate::evaluate_checkpoint;
+use imago_runtime::finetune::{FinetuneConfig, FinetuneMethod, finetune_offline};
+use imago_runtime::paired::{PairedCounts, PairedReport};
 use imago_runtime::report::ControllerRow;
 use imago_runtime::report::world_model_table;
 use imago_runtime::train::train_bc_offline;
@@ -40,7 +43,7 @@ enum Command {
     /// Collect imperfect demonstrations, train a VLA policy by behaviour cloning,
     /// evaluate it on paired seeds and print a table.
     Demo {
-        /// The reduced demo (about 3 minutes on 2 CPU cores).
+        /// The reduced demo (about 5 minutes on 2 CPU cores).
         #[arg(long)]
         quick: bool,
         /// Also write the figures as JSON here.
@@ -130,6 +133,25 @@ enum Command {
         /// World model: feed predictions back in (multi-step) or not (one-step).
         #[arg(long, value_enum, default_value_t = SupervisionArg::MultiStep)]
         supervision: SupervisionArg,
+        /// Policy: the action-chunk head of a new policy.
+        #[arg(long, default_value_t = ActionHeadKind::Gaussian)]
+        head: ActionHeadKind,
+        /// Fine-tuning: the world-model checkpoint imagination runs in.
+        #[arg(long)]
+        world_model: Option<PathBuf>,
+        /// Fine-tuning: advantage source and policy loss [default: awr-imagination,
+        /// or the config's].
+        #[arg(long)]
+        method: Option<FinetuneMethod>,
+        /// Fine-tuning: collect-update rounds [default: 3, or the config's].
+        #[arg(long)]
+        rounds: Option<usize>,
+        /// Fine-tuning: a TOML file of settings (see docs/finetuning.md); flags win.
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// Also write what the run did as JSON here.
+        #[arg(long)]
+        report: Option<PathBuf>,
         /// Seed.
         #[arg(long, default_value_t = 0)]
         seed: u64,
@@ -153,11 +175,16 @@ enum Command {
         #[arg(long)]
         report: Option<PathBuf>,
     },
-    /// Evaluate a policy checkpoint in closed loop.
+    /// Evaluate a policy checkpoint in closed loop, alone or paired with another on the
+    /// same seeds.
     Eval {
         /// Checkpoint directory.
         #[arg(long)]
         ckpt: PathBuf,
+        /// A second checkpoint (the baseline), evaluated on the same seeds: success
+        /// rates, episodes only one of them solved, and the difference's 95% interval.
+        #[arg(long)]
+        paired_with: Option<PathBuf>,
         /// Episodes.
         #[arg(long, default_value_t = 100)]
         episodes: usize,
@@ -182,6 +209,9 @@ enum TrainTarget {
     Bc,
     /// The latent world model (held-out episodes are left out).
     Worldmodel,
+    /// Advantage-weighted fine-tuning of `--init` with `--world-model`; collected
+    /// episodes are appended to `--replay`.
+    Finetune,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -340,6 +370,12 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             family,
             horizon,
             supervision,
+            head,
+            world_model,
+            method,
+            rounds,
+            config,
+            report,
             seed,
         } => {
             anyhow::ensure!(
@@ -359,7 +395,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                         warmup_steps: defaults.warmup_steps.min(steps / 2),
                         ..defaults
                     };
-                    let summary = train_bc_offline(&replay, &out, init.as_deref(), &bc, &device)?;
+                    let summary =
+                        train_bc_offline(&replay, &out, init.as_deref(), head, &bc, &device)?;
                     println!(
                         "trained on {} episodes ({} transitions) on {}: loss {:.3} -> {:.3}; checkpoint version {} in {}",
                         summary.episodes,
@@ -407,6 +444,52 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                         out.display()
                     );
                 }
+                TrainTarget::Finetune => {
+                    let init = init.ok_or_else(|| {
+                        anyhow::anyhow!(
+                            "fine-tuning needs --init, the policy checkpoint to improve"
+                        )
+                    })?;
+                    let world_model = world_model.ok_or_else(|| {
+                        anyhow::anyhow!(
+                            "fine-tuning needs --world-model; train one with `imago train --what worldmodel --replay DIR --out WM`"
+                        )
+                    })?;
+                    let mut settings = match &config {
+                        Some(path) => {
+                            let text = std::fs::read_to_string(path).map_err(|e| {
+                                anyhow::anyhow!("cannot read {}: {e}", path.display())
+                            })?;
+                            toml::from_str::<FinetuneConfig>(&text).map_err(|e| {
+                                anyhow::anyhow!("{}: {}", path.display(), e.message())
+                            })?
+                        }
+                        None => FinetuneConfig::default(),
+                    };
+                    settings.seed = seed;
+                    settings.method = method.unwrap_or(settings.method);
+                    settings.rounds = rounds.unwrap_or(settings.rounds);
+                    settings.policy_steps = steps.unwrap_or(settings.policy_steps);
+                    settings.batch_size = batch_size.unwrap_or(settings.batch_size);
+                    settings.learning_rate = learning_rate.unwrap_or(settings.learning_rate);
+                    settings
+                        .validate()
+                        .map_err(|e| anyhow::anyhow!("fine-tuning settings: {e}"))?;
+                    let summary =
+                        finetune_offline(&replay, &init, &world_model, &out, &settings, &device)?;
+                    println!(
+                        "fine-tuned {} ({}, {} rounds) on {}: checkpoint version {} in {}",
+                        init.display(),
+                        settings.method,
+                        summary.rounds.len(),
+                        device.description,
+                        summary.version,
+                        out.display()
+                    );
+                    if let Some(path) = report {
+                        write_json(&path, &summary)?;
+                    }
+                }
             }
         }
         Command::WmEval {
@@ -427,6 +510,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Eval {
             ckpt,
+            paired_with,
             episodes,
             seed,
             report,
@@ -435,9 +519,22 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             let device = resolve(cli.device)?;
             let outcome = evaluate_checkpoint(&ckpt, episodes, seed, &device)?;
             let row = ControllerRow::new(&ckpt.display().to_string(), &outcome);
-            print!("{}{}", ControllerRow::table_header(), row.table_line());
+            let Some(baseline) = paired_with else {
+                print!("{}{}", ControllerRow::table_header(), row.table_line());
+                if let Some(path) = report {
+                    write_json(&path, &row)?;
+                }
+                return Ok(());
+            };
+            let baseline_outcome = evaluate_checkpoint(&baseline, episodes, seed, &device)?;
+            let paired = PairedReport::new(
+                ControllerRow::new(&baseline.display().to_string(), &baseline_outcome),
+                row,
+                PairedCounts::count(&baseline_outcome, &outcome)?,
+            );
+            print!("{}", paired.table());
             if let Some(path) = report {
-                write_json(&path, &row)?;
+                write_json(&path, &paired)?;
             }
         }
     }

@@ -272,3 +272,137 @@ fn world_model_train_and_wm_eval_round_trip() {
         stderr(&output)
     );
 }
+
+#[test]
+fn finetune_every_method_and_paired_eval() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = |p: &std::path::Path| p.to_str().unwrap().to_string();
+    let replay = path(&dir.path().join("replay"));
+    let output = imago(&["collect", "--episodes", "12", "--out", &replay]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let train = |what: &str, out: &str, extra: &[&str]| {
+        let mut args = vec![
+            "--device", "cpu", "train", "--what", what, "--replay", &replay, "--out", out,
+        ];
+        args.extend(extra);
+        let output = imago(&args);
+        assert!(output.status.success(), "{what}: {}", stderr(&output));
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    };
+    let bc = path(&dir.path().join("bc"));
+    let flow = path(&dir.path().join("bc-flow"));
+    let wm = path(&dir.path().join("wm"));
+    train("bc", &bc, &["--steps", "3", "--batch-size", "8"]);
+    train(
+        "bc",
+        &flow,
+        &["--steps", "3", "--batch-size", "8", "--head", "flow"],
+    );
+    train("worldmodel", &wm, &["--steps", "3", "--batch-size", "4"]);
+
+    let config = dir.path().join("finetune.toml");
+    std::fs::write(
+        &config,
+        "episodes_per_round = 4\ngroup_size = 2\npolicy_steps = 3\nbatch_size = 4\n\
+         world_model_steps = 2\ncritic_steps = 2\ncritic_batch = 8\n\
+         [rollout]\nexploration = 1.0\ntakeover = { window = 5, min_progress = 0.02 }\n",
+    )
+    .unwrap();
+    let mut episodes_before = 12;
+    for (method, init) in [
+        ("awr-returns", &bc),
+        ("awr-imagination", &bc),
+        ("habc", &bc),
+        ("advantage-flow", &flow),
+    ] {
+        let out = path(&dir.path().join(method));
+        let report = dir.path().join(format!("{method}.json"));
+        let stdout = train(
+            "finetune",
+            &out,
+            &[
+                "--init",
+                init,
+                "--world-model",
+                &wm,
+                "--method",
+                method,
+                "--rounds",
+                "1",
+                "--config",
+                &path(&config),
+                "--report",
+                &path(&report),
+            ],
+        );
+        assert!(
+            stdout.contains("checkpoint version 2"),
+            "{method}: {stdout}"
+        );
+        let json: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+        assert_eq!(json["episodes_before"], episodes_before, "{method}");
+        let round = &json["rounds"][0];
+        assert_eq!(round["episodes"], 4, "{method}");
+        assert_eq!(round["policy_version"], 1, "{method}");
+        assert!(round["update"]["last_loss"].as_f64().unwrap().is_finite());
+        let ess = round["update"]["importance_ess_fraction"].as_f64().unwrap();
+        assert!((0.0..=1.0).contains(&ess), "{method}: {ess}");
+        // The collected episodes were appended to the replay.
+        episodes_before += 4;
+    }
+
+    let report = dir.path().join("paired.json");
+    let output = imago(&[
+        "--device",
+        "cpu",
+        "eval",
+        "--ckpt",
+        &path(&dir.path().join("awr-imagination")),
+        "--paired-with",
+        &bc,
+        "--episodes",
+        "5",
+        "--report",
+        &path(&report),
+    ]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let json: serde_json::Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+    let paired = &json["paired"];
+    let total: u64 = ["both", "only_baseline", "only_candidate", "neither"]
+        .iter()
+        .map(|k| paired[k].as_u64().unwrap())
+        .sum();
+    assert_eq!(total, 5);
+    let [lo, hi] = [0, 1].map(|i| json["difference_interval"][i].as_f64().unwrap());
+    assert!(lo <= json["difference"].as_f64().unwrap() && hi >= lo);
+
+    assert_one_line_error(
+        &[
+            "--device", "cpu", "train", "--what", "finetune", "--replay", &replay, "--out", &bc,
+            "--init", &bc,
+        ],
+        "--world-model",
+    );
+    std::fs::write(&config, "betta = 2.0\n").unwrap();
+    assert_one_line_error(
+        &[
+            "--device",
+            "cpu",
+            "train",
+            "--what",
+            "finetune",
+            "--replay",
+            &replay,
+            "--out",
+            &bc,
+            "--init",
+            &bc,
+            "--world-model",
+            &wm,
+            "--config",
+            &path(&config),
+        ],
+        "betta",
+    );
+}

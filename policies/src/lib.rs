@@ -1,19 +1,33 @@
-//! Vision-language-action policies for imago.
+//! Vision-language-action policies for imago and the learning rules that train them.
 //!
 //! A [`VlaPolicy`] turns a camera frame, an instruction and proprioception into a chunk
 //! of future actions: image patches, instruction words and proprioception each become
-//! tokens, a transformer mixes them, and a head reads a chunk of `K` actions out of a
-//! dedicated readout token. Everything is generic over the burn backend; the backend is
-//! chosen at run time by `imago-runtime`.
+//! tokens, a transformer mixes them, and a head (Gaussian or flow matching) reads a
+//! chunk of `K` actions out of a dedicated readout token. [`loss`] holds the
+//! imitation losses, plain or advantage-weighted; [`advantage`], [`habc`] and
+//! [`importance`] the host-side arithmetic of advantage-weighted fine-tuning.
+//! Everything is generic over the burn backend; the backend is chosen at run time by
+//! `imago-runtime`.
 
+pub mod advantage;
+pub mod flow;
+pub mod habc;
+pub mod head;
+pub mod importance;
 pub mod input;
 pub mod loss;
 pub mod model;
 pub mod tokenizer;
 pub mod vision;
 
+pub use advantage::{
+    AdvantageNormaliser, awr_weights, discounted_returns, generalised_advantages, lambda_returns,
+};
+pub use habc::{HabcGate, SegmentCredit, segment_credit};
+pub use head::{ActionHead, ActionHeadKind, FlowHead, GaussianChunk, GaussianHead};
+pub use importance::{effective_sample_size, truncated_importance_weights};
 pub use input::{PolicyBatch, PolicyInput, PolicyInputError};
-pub use loss::gaussian_nll;
-pub use model::{GaussianChunk, VlaPolicy, VlaPolicyConfig, validate_action_limit};
+pub use loss::{BehaviourAnchor, ImitationTargets, gaussian_nll, imitation_loss};
+pub use model::{VlaPolicy, VlaPolicyConfig, validate_action_limit};
 pub use tokenizer::{TokenizerError, VOCABULARY, WordTokenizer};
 pub use vision::{film_modulate, spatial_softmax};

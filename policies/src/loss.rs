@@ -1,20 +1,118 @@
-//! Behaviour-cloning losses.
+//! Imitation losses, plain or advantage-weighted: the Gaussian head's likelihood and
+//! the flow head's flow-matching loss, with AdvantageFlow's pull toward the behaviour
+//! policy.
 
 use burn::prelude::*;
+use burn::tensor::Distribution;
 
-use crate::model::GaussianChunk;
+use crate::flow::flow_path;
+use crate::head::{ActionHead, GaussianChunk};
+use crate::input::PolicyInput;
+use crate::model::VlaPolicy;
 
 /// Mean Gaussian negative log-likelihood (without the constant) of `target`
-/// `[batch, K, A]` under `chunk`, over the chunk steps that `mask` `[batch, K]` marks
-/// valid (1) rather than past the episode's end (0).
+/// `[batch, K, A]` under `chunk`, each chunk step weighted by `weights` `[batch, K]`
+/// (0 for steps past the episode's end); the weighted mean is self-normalised.
 pub fn gaussian_nll<B: Backend>(
     chunk: &GaussianChunk<B>,
     target: Tensor<B, 3>,
-    mask: Tensor<B, 2>,
+    weights: Tensor<B, 2>,
 ) -> Tensor<B, 1> {
     let z = (target - chunk.mean.clone()) * chunk.log_std.clone().neg().exp();
     let per_element = z.powf_scalar(2.0) * 0.5 + chunk.log_std.clone();
     let per_step: Tensor<B, 2> = per_element.sum_dim(2).squeeze_dim(2);
-    let valid = mask.clone().sum().clamp_min(1.0);
-    (per_step * mask).sum() / valid
+    weighted_mean(per_step, weights)
+}
+
+/// `sum(values * weights) / sum(weights)` (the weights' sum floored at a tiny value).
+fn weighted_mean<B: Backend>(values: Tensor<B, 2>, weights: Tensor<B, 2>) -> Tensor<B, 1> {
+    let total = weights.clone().sum().clamp_min(1e-6);
+    (values * weights).sum() / total
+}
+
+/// What an imitation step fits: recorded action chunks and how much each counts.
+#[derive(Debug, Clone)]
+pub struct ImitationTargets<B: Backend> {
+    /// Action chunks in units of the action limit, `[batch, K, A]`.
+    pub actions: Tensor<B, 3>,
+    /// 1 for chunk steps inside the episode, 0 past its end, `[batch, K]`.
+    pub mask: Tensor<B, 2>,
+    /// Per-transition weight (advantage and importance weights), `[batch]`; `None`
+    /// for plain behaviour cloning.
+    pub weights: Option<Tensor<B, 1>>,
+}
+
+impl<B: Backend> ImitationTargets<B> {
+    fn step_weights(&self) -> Tensor<B, 2> {
+        match &self.weights {
+            Some(w) => self.mask.clone() * w.clone().unsqueeze_dim::<2>(1),
+            None => self.mask.clone(),
+        }
+    }
+}
+
+/// AdvantageFlow's regulariser: the frozen behaviour (rollout) policy, and the weight
+/// of the squared distance between its velocity field and the trained one.
+#[derive(Debug)]
+pub struct BehaviourAnchor<'a, B: Backend> {
+    /// The policy that collected the data; never updated by this loss.
+    pub policy: &'a VlaPolicy<B>,
+    /// Weight of the regulariser.
+    pub weight: f64,
+}
+
+impl<B: Backend> Clone for BehaviourAnchor<'_, B> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<B: Backend> Copy for BehaviourAnchor<'_, B> {}
+
+/// The imitation loss of `policy` on `targets`: the Gaussian negative log-likelihood,
+/// or the flow-matching loss `|v(x_tau, tau) - (a - noise)|^2` at one random time and
+/// noise per transition. With `anchor` (flow heads only; ignored for a Gaussian head),
+/// AdvantageFlow's regulariser `weight * |v - v_behaviour|^2` at the same points is
+/// added: it convexifies the advantage-weighted objective and bounds how far an update
+/// moves from the policy that collected the data.
+pub fn imitation_loss<B: Backend>(
+    policy: &VlaPolicy<B>,
+    input: PolicyInput<B>,
+    targets: &ImitationTargets<B>,
+    anchor: Option<BehaviourAnchor<'_, B>>,
+) -> Tensor<B, 1> {
+    let step_weights = targets.step_weights();
+    match policy.head() {
+        ActionHead::Gaussian(head) => {
+            let chunk = head.forward(policy.summary(input));
+            gaussian_nll(&chunk, targets.actions.clone(), step_weights)
+        }
+        ActionHead::Flow(head) => {
+            let [batch, k, a] = targets.actions.dims();
+            let device = targets.actions.device();
+            let noise = Tensor::random([batch, k * a], Distribution::Normal(0.0, 1.0), &device);
+            let tau = Tensor::random([batch], Distribution::Uniform(0.0, 1.0), &device);
+            let data = targets.actions.clone().reshape([batch, k * a]);
+            let (x, velocity) = flow_path(noise, data, tau.clone());
+            let summary = policy.summary(input.clone());
+            let predicted = head.velocity(summary, x.clone(), tau.clone());
+            let per_step = |v: Tensor<B, 2>| -> Tensor<B, 2> {
+                v.powf_scalar(2.0)
+                    .reshape([batch, k, a])
+                    .sum_dim(2)
+                    .squeeze_dim(2)
+            };
+            let fit = weighted_mean(per_step(predicted.clone() - velocity), step_weights);
+            match anchor.map(|anchor| (anchor.policy, anchor.weight, anchor.policy.head())) {
+                Some((behaviour_policy, weight, ActionHead::Flow(behaviour))) => {
+                    let reference = behaviour
+                        .velocity(behaviour_policy.summary(input), x, tau)
+                        .detach();
+                    fit + weighted_mean(per_step(predicted - reference), targets.mask.clone())
+                        * weight
+                }
+                _ => fit,
+            }
+        }
+    }
 }

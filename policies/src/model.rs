@@ -1,5 +1,5 @@
 //! The VLA policy: tokens from image patches, instruction words and proprioception,
-//! a transformer encoder, and a Gaussian action-chunk head.
+//! a transformer encoder, and an action-chunk head (Gaussian or flow matching).
 
 use burn::module::Param;
 use burn::nn::Initializer;
@@ -8,10 +8,12 @@ use burn::nn::transformer::{
 };
 use burn::nn::{Embedding, EmbeddingConfig, LayerNorm, LayerNormConfig, Linear, LinearConfig};
 use burn::prelude::*;
-use burn::tensor::activation::{gelu, sigmoid};
+use burn::tensor::Distribution;
+use burn::tensor::activation::gelu;
 
 use imago_robots::RobotSpec;
 
+use crate::head::{ActionHead, ActionHeadKind, FlowHead, GaussianChunk, GaussianHead};
 use crate::input::PolicyInput;
 use crate::tokenizer::VOCABULARY;
 use crate::vision::{film_modulate, spatial_softmax};
@@ -61,6 +63,15 @@ pub struct VlaPolicyConfig {
     /// Largest log standard deviation of the Gaussian head.
     #[config(default = 0.5)]
     pub max_log_std: f64,
+    /// The action-chunk head.
+    #[config(default = "ActionHeadKind::Gaussian")]
+    pub head: ActionHeadKind,
+    /// Hidden width of the flow head.
+    #[config(default = 128)]
+    pub flow_width: usize,
+    /// Euler steps of the flow head's sampler.
+    #[config(default = 8)]
+    pub flow_steps: usize,
 }
 
 impl VlaPolicyConfig {
@@ -115,9 +126,11 @@ impl VlaPolicyConfig {
             || self.max_words == 0
             || self.proprio_inputs.is_empty()
             || self.stem_channels == 0
+            || self.flow_width == 0
+            || self.flow_steps == 0
         {
             return Err(
-                "chunk_len, max_words, proprio_inputs and stem_channels must not be empty or zero"
+                "chunk_len, max_words, proprio_inputs, stem_channels, flow_width and flow_steps must not be empty or zero"
                     .into(),
             );
         }
@@ -133,7 +146,19 @@ impl VlaPolicyConfig {
     /// A freshly initialised policy. Call [`Self::validate`] first on untrusted configs.
     pub fn init<B: Backend>(&self, device: &B::Device) -> VlaPolicy<B> {
         let d = self.d_model;
-        let head_out = 2 * self.chunk_len * self.action_dim();
+        let (k, a) = (self.chunk_len, self.action_dim());
+        let head = match self.head {
+            ActionHeadKind::Gaussian => ActionHead::Gaussian(GaussianHead::new(
+                d,
+                k,
+                a,
+                (self.min_log_std, self.max_log_std),
+                device,
+            )),
+            ActionHeadKind::Flow => {
+                ActionHead::Flow(FlowHead::new(d, k, a, self.flow_width, device))
+            }
+        };
         // Position and type tables start small (as in GPT-2) so that they do not drown
         // the content and coordinate signals at initialisation; word embeddings keep
         // unit scale so the instruction drives the FiLM modulation from the start.
@@ -165,14 +190,12 @@ impl VlaPolicyConfig {
                 .with_dropout(0.0)
                 .init(device),
             readout_norm: LayerNormConfig::new(d).init(device),
-            head_hidden: LinearConfig::new(d, d).init(device),
-            head_out: LinearConfig::new(d, head_out).init(device),
+            head,
             image_size: self.image_size,
             patch_size: self.patch_size,
-            chunk_len: self.chunk_len,
-            action_dim: self.action_dim(),
-            min_log_std: self.min_log_std,
-            max_log_std: self.max_log_std,
+            chunk_len: k,
+            action_dim: a,
+            flow_steps: self.flow_steps,
         }
     }
 }
@@ -185,15 +208,6 @@ pub fn validate_action_limit(limit: &[f32]) -> Result<(), String> {
         ));
     }
     Ok(())
-}
-
-/// A Gaussian over a chunk of `K` actions, in units of the action limit.
-#[derive(Debug, Clone)]
-pub struct GaussianChunk<B: Backend> {
-    /// Means, `[batch, K, A]`.
-    pub mean: Tensor<B, 3>,
-    /// Log standard deviations, `[batch, K, A]`.
-    pub log_std: Tensor<B, 3>,
 }
 
 /// The vision-language-action policy; see the crate documentation.
@@ -213,19 +227,70 @@ pub struct VlaPolicy<B: Backend> {
     token_type: Embedding<B>,
     encoder: TransformerEncoder<B>,
     readout_norm: LayerNorm<B>,
-    head_hidden: Linear<B>,
-    head_out: Linear<B>,
+    head: ActionHead<B>,
     image_size: usize,
     patch_size: usize,
     chunk_len: usize,
     action_dim: usize,
-    min_log_std: f64,
-    max_log_std: f64,
+    flow_steps: usize,
 }
 
 impl<B: Backend> VlaPolicy<B> {
-    /// The action-chunk distribution for a batch of inputs.
-    pub fn forward(&self, input: PolicyInput<B>) -> GaussianChunk<B> {
+    /// Chunk length `K` and action width `A` of the chunks this policy predicts.
+    pub fn chunk_shape(&self) -> (usize, usize) {
+        (self.chunk_len, self.action_dim)
+    }
+
+    /// The action-chunk head.
+    pub fn head(&self) -> &ActionHead<B> {
+        &self.head
+    }
+
+    /// The chunk distribution of a Gaussian-head policy; `None` for a flow head.
+    pub fn gaussian(&self, input: PolicyInput<B>) -> Option<GaussianChunk<B>> {
+        match &self.head {
+            ActionHead::Gaussian(head) => Some(head.forward(self.summary(input))),
+            ActionHead::Flow(_) => None,
+        }
+    }
+
+    /// Action chunks `[batch, K, A]` in units of the action limit. Without noise: the
+    /// Gaussian's mean, or the flow integrated from zero noise (deterministic, for
+    /// evaluation and deployment). With `noise` `[batch, K, A]` (standard normal): a
+    /// sample, `mean + std * noise` or the flow integrated from it (exploration).
+    pub fn act(&self, input: PolicyInput<B>, noise: Option<Tensor<B, 3>>) -> Tensor<B, 3> {
+        let batch = input.proprio.dims()[0];
+        let device = input.proprio.device();
+        let summary = self.summary(input);
+        match &self.head {
+            ActionHead::Gaussian(head) => {
+                let chunk = head.forward(summary);
+                match noise {
+                    Some(noise) => chunk.mean + chunk.log_std.exp() * noise,
+                    None => chunk.mean,
+                }
+            }
+            ActionHead::Flow(head) => {
+                let start = noise
+                    .map(|n| n.reshape([batch, head.width()]))
+                    .unwrap_or_else(|| Tensor::zeros([batch, head.width()], &device));
+                head.sample(summary, start, self.flow_steps)
+            }
+        }
+    }
+
+    /// Standard-normal noise shaped like this policy's action chunks for `batch` inputs.
+    pub fn chunk_noise(&self, batch: usize, device: &B::Device) -> Tensor<B, 3> {
+        Tensor::random(
+            [batch, self.chunk_len, self.action_dim],
+            Distribution::Normal(0.0, 1.0),
+            device,
+        )
+    }
+
+    /// The readout summary `[batch, d]` the head reads: what the transformer made of
+    /// the image, the instruction and the proprioception.
+    pub fn summary(&self, input: PolicyInput<B>) -> Tensor<B, 2> {
         let device = input.images.device();
         let [batch, pixels, _] = input.images.dims();
         let size = self.image_size;
@@ -282,23 +347,8 @@ impl<B: Backend> VlaPolicy<B> {
         let encoded = self
             .encoder
             .forward(TransformerEncoderInput::new(tokens).mask_pad(input.pad_mask));
-        let summary = self
-            .readout_norm
-            .forward(encoded.narrow(1, 0, 1).reshape([batch, d]));
-        let out = self
-            .head_out
-            .forward(gelu(self.head_hidden.forward(summary)));
-        let ka = self.chunk_len * self.action_dim;
-        let mean = out
-            .clone()
-            .narrow(1, 0, ka)
-            .reshape([batch, self.chunk_len, self.action_dim]);
-        let raw_log_std = out
-            .narrow(1, ka, ka)
-            .reshape([batch, self.chunk_len, self.action_dim]);
-        let log_std =
-            sigmoid(raw_log_std) * (self.max_log_std - self.min_log_std) + self.min_log_std;
-        GaussianChunk { mean, log_std }
+        self.readout_norm
+            .forward(encoded.narrow(1, 0, 1).reshape([batch, d]))
     }
 }
 
@@ -351,7 +401,7 @@ fn patch_coordinate_features<B: Backend>(grid: usize, device: &B::Device) -> Ten
 mod tests {
     use super::*;
     use crate::input::PolicyBatch;
-    use crate::loss::gaussian_nll;
+    use crate::loss::{ImitationTargets, imitation_loss};
     use burn::backend::{Autodiff, Flex};
     use burn::optim::{AdamConfig, GradientsParams, Optimizer};
     use imago_robots::reacher2d::Reacher2d;
@@ -371,21 +421,37 @@ mod tests {
         (0..n).map(|seed| robot.reset(seed)).collect()
     }
 
+    fn batch_of(config: &VlaPolicyConfig, observations: &[Observation]) -> PolicyBatch {
+        let mut batch = PolicyBatch::new(config);
+        for obs in observations {
+            batch.push(obs).unwrap();
+        }
+        batch
+    }
+
     #[test]
     fn output_shapes_and_bounds() {
         let config = config();
         assert_eq!(config.validate(), Ok(()));
         let device = Default::default();
         let policy = config.init::<B>(&device);
-        let mut batch = PolicyBatch::new(&config);
-        for obs in observations(3) {
-            batch.push(&obs).unwrap();
-        }
-        let out = policy.forward(batch.to_input(&device));
+        let batch = batch_of(&config, &observations(3));
+        let out = policy.gaussian(batch.to_input(&device)).unwrap();
         assert_eq!(out.mean.dims(), [3, 4, 2]);
         assert_eq!(out.log_std.dims(), [3, 4, 2]);
         let log_std: Vec<f32> = out.log_std.into_data().to_vec().unwrap();
         assert!(log_std.iter().all(|v| (-4.0..=0.5).contains(v)));
+
+        let flow_config = config.with_head(ActionHeadKind::Flow);
+        let flow = flow_config.init::<B>(&device);
+        assert!(flow.gaussian(batch.to_input(&device)).is_none());
+        let input = batch.to_input(&device);
+        let deterministic = flow.act(input.clone(), None);
+        assert_eq!(deterministic.dims(), [3, 4, 2]);
+        let again = flow.act(input.clone(), None);
+        assert_eq!(deterministic.into_data(), again.into_data());
+        let sampled = flow.act(input, Some(flow.chunk_noise(3, &device)));
+        assert_eq!(sampled.dims(), [3, 4, 2]);
     }
 
     #[test]
@@ -409,6 +475,13 @@ mod tests {
                 .validate()
                 .unwrap_err()
                 .contains("action_limit")
+        );
+        assert!(
+            config()
+                .with_flow_steps(0)
+                .validate()
+                .unwrap_err()
+                .contains("flow_steps")
         );
     }
 
@@ -437,16 +510,32 @@ mod tests {
         assert!(batch.is_empty(), "failed pushes leave the batch unchanged");
     }
 
-    #[test]
-    fn behaviour_cloning_loss_falls() {
-        let config = config();
+    /// Trains a fresh policy for `steps` on `targets` and returns its losses.
+    fn fit(
+        config: &VlaPolicyConfig,
+        observations: &[Observation],
+        targets: ImitationTargets<B>,
+        steps: usize,
+    ) -> (VlaPolicy<B>, Vec<f32>) {
         let device = Default::default();
+        B::seed(&device, 3);
         let mut policy = config.init::<B>(&device);
-        let mut batch = PolicyBatch::new(&config);
-        let obs = observations(8);
-        for o in &obs {
-            batch.push(o).unwrap();
+        let batch = batch_of(config, observations);
+        let mut optim = AdamConfig::new().init();
+        let mut losses = Vec::new();
+        for _ in 0..steps {
+            let loss = imitation_loss(&policy, batch.to_input(&device), &targets, None);
+            losses.push(loss.clone().into_scalar());
+            let grads = GradientsParams::from_grads(loss.backward(), &policy);
+            policy = optim.step(3e-3, policy, grads);
         }
+        (policy, losses)
+    }
+
+    #[test]
+    fn imitation_loss_falls_for_both_heads() {
+        let device = Default::default();
+        let obs = observations(8);
         // Targets depend on the observation, so the network must read its inputs.
         let targets: Vec<f32> = obs
             .iter()
@@ -455,19 +544,54 @@ mod tests {
                 std::iter::repeat_n([x, -y], 4).flatten()
             })
             .collect();
-        let target = Tensor::<B, 3>::from_data(TensorData::new(targets, [8, 4, 2]), &device);
-        let mask = Tensor::<B, 2>::ones([8, 4], &device);
-        let mut optim = AdamConfig::new().init();
-        let mut losses = Vec::new();
-        for _ in 0..60 {
-            let out = policy.forward(batch.to_input(&device));
-            let loss = gaussian_nll(&out, target.clone(), mask.clone());
-            losses.push(loss.clone().into_scalar());
-            let grads = GradientsParams::from_grads(loss.backward(), &policy);
-            policy = optim.step(3e-3, policy, grads);
+        let targets = ImitationTargets {
+            actions: Tensor::<B, 3>::from_data(TensorData::new(targets, [8, 4, 2]), &device),
+            mask: Tensor::ones([8, 4], &device),
+            weights: None,
+        };
+        for (head, steps, drop) in [
+            (ActionHeadKind::Gaussian, 60, 1.0),
+            (ActionHeadKind::Flow, 150, 0.5),
+        ] {
+            let (_, losses) = fit(&config().with_head(head), &obs, targets.clone(), steps);
+            let first = losses[..5].iter().sum::<f32>() / 5.0;
+            let last = losses[steps - 5..].iter().sum::<f32>() / 5.0;
+            assert!(last < first - drop, "{head}: loss {first} -> {last}");
         }
-        let first = losses[0];
-        let last = *losses.last().unwrap();
-        assert!(last < first - 1.0, "loss {first} -> {last}");
+    }
+
+    #[test]
+    fn advantage_weights_pull_the_mean_toward_the_favoured_action() {
+        let device = Default::default();
+        // Every observation twice: once with action +0.5, once with -0.5.
+        let base = observations(4);
+        let obs: Vec<Observation> = base.iter().chain(&base).cloned().collect();
+        let actions: Vec<f32> = (0..8)
+            .flat_map(|i| [if i < 4 { 0.5f32 } else { -0.5 }; 8])
+            .collect();
+        let actions = Tensor::<B, 3>::from_data(TensorData::new(actions, [8, 4, 2]), &device);
+        let mean_action = |weights: Option<Vec<f32>>| {
+            let targets = ImitationTargets {
+                actions: actions.clone(),
+                mask: Tensor::ones([8, 4], &device),
+                weights: weights.map(|w| Tensor::from_data(TensorData::new(w, [8]), &device)),
+            };
+            let (policy, _) = fit(&config(), &obs, targets, 120);
+            let batch = batch_of(&config(), &base);
+            let chunk: Vec<f32> = policy
+                .act(batch.to_input(&device), None)
+                .into_data()
+                .to_vec()
+                .unwrap();
+            chunk.iter().sum::<f32>() / chunk.len() as f32
+        };
+        let plain = mean_action(None);
+        // exp(A / beta) with A = +-1.6, beta = 1: about 5 against 0.2.
+        let weighted = mean_action(Some(
+            (0..8).map(|i| if i < 4 { 4.95 } else { 0.2 }).collect(),
+        ));
+        // The weighted optimum is (4.95 * 0.5 - 0.2 * 0.5) / 5.15 = 0.46.
+        assert!(plain.abs() < 0.15, "unweighted mean {plain}");
+        assert!(weighted > 0.35, "weighted mean {weighted}");
     }
 }

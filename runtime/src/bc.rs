@@ -3,7 +3,7 @@
 use burn::optim::{AdamConfig, GradientsParams, Optimizer};
 use burn::prelude::*;
 use burn::tensor::backend::AutodiffBackend;
-use imago_policies::{PolicyBatch, VlaPolicy, VlaPolicyConfig, gaussian_nll};
+use imago_policies::{ImitationTargets, PolicyBatch, VlaPolicy, VlaPolicyConfig, imitation_loss};
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 use serde::{Deserialize, Serialize};
@@ -51,15 +51,16 @@ impl BcConfig {
 }
 
 /// Transitions of recorded episodes, each paired with the chunk of `K` actions that
-/// followed it (steps past the episode's end are masked out).
-pub struct BcDataset<'a> {
+/// followed it (steps past the episode's end are masked out): what behaviour cloning
+/// and advantage-weighted fine-tuning fit.
+pub struct ImitationDataset<'a> {
     episodes: &'a [Episode],
     samples: Vec<(usize, usize)>,
     chunk_len: usize,
     action_limit: Vec<f32>,
 }
 
-impl<'a> BcDataset<'a> {
+impl<'a> ImitationDataset<'a> {
     /// Every transition of `episodes`, for a policy with `config`.
     pub fn new(episodes: &'a [Episode], config: &VlaPolicyConfig) -> Self {
         let samples = episodes
@@ -85,9 +86,37 @@ impl<'a> BcDataset<'a> {
         self.samples.is_empty()
     }
 
+    /// The episode and step index of transition `i`.
+    pub fn sample(&self, i: usize) -> (usize, usize) {
+        self.samples[i]
+    }
+
+    /// The episodes the transitions come from.
+    pub fn episodes(&self) -> &'a [Episode] {
+        self.episodes
+    }
+
+    /// Fills `batch` with the observations of `indices` and returns their action-chunk
+    /// targets on `device`, each transition weighted by `weights` if given.
+    pub fn targets<B: Backend>(
+        &self,
+        indices: &[usize],
+        weights: Option<Vec<f32>>,
+        batch: &mut PolicyBatch,
+        device: &B::Device,
+    ) -> anyhow::Result<ImitationTargets<B>> {
+        let (actions, mask) = self.fill(indices, batch)?;
+        let (n, k, a) = (indices.len(), self.chunk_len, self.action_limit.len());
+        Ok(ImitationTargets {
+            actions: Tensor::from_data(TensorData::new(actions, [n, k, a]), device),
+            mask: Tensor::from_data(TensorData::new(mask, [n, k]), device),
+            weights: weights.map(|w| Tensor::from_data(TensorData::new(w, [n]), device)),
+        })
+    }
+
     /// Fills `batch` with the observations of `indices` and returns the normalised
     /// action chunks `[n, K, A]` and their validity mask `[n, K]`, flattened.
-    pub fn fill(
+    fn fill(
         &self,
         indices: &[usize],
         batch: &mut PolicyBatch,
@@ -129,7 +158,7 @@ impl<'a> BcDataset<'a> {
 pub fn train_bc<B: AutodiffBackend>(
     mut policy: VlaPolicy<B>,
     policy_config: &VlaPolicyConfig,
-    data: &BcDataset,
+    data: &ImitationDataset,
     config: &BcConfig,
     device: &B::Device,
 ) -> anyhow::Result<(VlaPolicy<B>, Vec<f32>)> {
@@ -142,18 +171,13 @@ pub fn train_bc<B: AutodiffBackend>(
     let mut rng = StdRng::seed_from_u64(config.seed);
     let mut batch = PolicyBatch::new(policy_config);
     let mut losses = Vec::with_capacity(config.steps);
-    let (k, a) = (policy_config.chunk_len, policy_config.action_dim());
     let bar = progress::bar("train bc", config.steps as u64);
     for step in 0..config.steps {
         let indices: Vec<usize> = (0..config.batch_size)
             .map(|_| rng.random_range(0..data.len()))
             .collect();
-        let (targets, mask) = data.fill(&indices, &mut batch)?;
-        let n = indices.len();
-        let out = policy.forward(batch.to_input(device));
-        let target = Tensor::<B, 3>::from_data(TensorData::new(targets, [n, k, a]), device);
-        let mask = Tensor::<B, 2>::from_data(TensorData::new(mask, [n, k]), device);
-        let loss = gaussian_nll(&out, target, mask);
+        let targets = data.targets::<B>(&indices, None, &mut batch, device)?;
+        let loss = imitation_loss(&policy, batch.to_input(device), &targets, None);
         let value: f32 = loss.clone().into_scalar().elem();
         anyhow::ensure!(
             value.is_finite(),

@@ -6,7 +6,7 @@ use burn::Dispatch;
 use burn::module::AutodiffModule;
 use burn::optim::{AdamConfig, GradientsParams, Optimizer};
 use burn::prelude::*;
-use imago_policies::{PolicyBatch, VlaPolicyConfig, gaussian_nll};
+use imago_policies::{ImitationTargets, PolicyBatch, VlaPolicyConfig, imitation_loss};
 use imago_robots::Robot;
 use imago_robots::reacher2d::Reacher2d;
 use serde::{Deserialize, Serialize};
@@ -66,16 +66,15 @@ pub fn bench_policy(
     let mut times = Vec::with_capacity(steps);
     for step in 0..steps + 3 {
         let start = Instant::now();
-        let target = Tensor::<Dispatch, 3>::from_data(
-            TensorData::new(targets.clone(), [batch_size, k, a]),
-            &device.training,
-        );
-        let mask = Tensor::<Dispatch, 2>::ones([batch_size, k], &device.training);
-        let loss = gaussian_nll(
-            &policy.forward(batch.to_input(&device.training)),
-            target,
-            mask,
-        );
+        let targets = ImitationTargets {
+            actions: Tensor::<Dispatch, 3>::from_data(
+                TensorData::new(targets.clone(), [batch_size, k, a]),
+                &device.training,
+            ),
+            mask: Tensor::ones([batch_size, k], &device.training),
+            weights: None,
+        };
+        let loss = imitation_loss(&policy, batch.to_input(&device.training), &targets, None);
         let _: f32 = loss.clone().into_scalar().elem();
         let grads = GradientsParams::from_grads(loss.backward(), &policy);
         policy = optimizer.step(1e-4, policy, grads);

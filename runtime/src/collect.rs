@@ -99,6 +99,7 @@ pub fn collect_demonstrations(
                 success: outcome.success,
                 policy_version: 0,
                 intervention: false,
+                behaviour_log_prob: None,
             })))?;
             summary.transitions += 1;
             observation = outcome.observation;

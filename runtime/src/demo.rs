@@ -1,6 +1,7 @@
 //! `imago demo`: collect imperfect demonstrations, clone them into a VLA policy,
-//! train a world model on them and score it on held-out episodes, and evaluate the
-//! policy against a wrong instruction and a random policy on paired seeds.
+//! train a world model on them and score it on held-out episodes, fine-tune the policy
+//! with advantage weights from imagination, and evaluate both policies against a wrong
+//! instruction and a random policy on paired seeds.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -14,12 +15,14 @@ use imago_robots::Robot;
 use imago_robots::reacher2d::{ExpertConfig, NAME, Reacher2d, Reacher2dConfig};
 use imago_worldmodel::TransitionFamily;
 
-use crate::bc::{BcConfig, BcDataset, train_bc};
+use crate::bc::{BcConfig, ImitationDataset, train_bc};
 use crate::checkpoint::{CheckpointMeta, save_policy};
 use crate::collect::{CollectConfig, collect_demonstrations};
 use crate::device::{DeviceSpec, resolve};
 use crate::evaluate::{Controller, evaluate, measure_latency};
-use crate::replay::read_replay;
+use crate::finetune::{FinetuneConfig, FinetuneStart, finetune};
+use crate::paired::PairedCounts;
+use crate::replay::{ReplayWriter, ReplayWriterConfig, read_replay};
 use crate::report::{ControllerRow, DemoReport};
 use crate::world_model::{
     WorldModelTrainConfig, evaluate_world_model, reacher2d_world_model, split_episodes,
@@ -28,6 +31,17 @@ use crate::world_model::{
 
 /// Seeds of evaluation episodes start here, far from the demonstrations' seeds.
 pub const EVAL_SEED_BASE: u64 = 1_000_000;
+
+/// The demo's demonstrator: the scripted expert with action noise, going to a wrong
+/// target in 35% of episodes (an operator who sometimes reaches for the wrong object).
+/// Behaviour cloning averages those episodes into its policy; advantage-weighted
+/// fine-tuning is what is meant to take them back out.
+pub fn demonstrator() -> ExpertConfig {
+    ExpertConfig {
+        wrong_target_rate: 0.35,
+        ..ExpertConfig::default()
+    }
+}
 
 /// How big a demo to run.
 #[derive(Debug, Clone, PartialEq)]
@@ -42,6 +56,8 @@ pub struct DemoPlan {
     pub world_model: WorldModelTrainConfig,
     /// The world model's transition family.
     pub world_model_family: TransitionFamily,
+    /// Advantage-weighted fine-tuning of the cloned policy.
+    pub finetune: FinetuneConfig,
     /// Evaluation episodes per controller.
     pub eval_episodes: usize,
     /// Batch-1 inferences timed for the latency figures.
@@ -49,11 +65,11 @@ pub struct DemoPlan {
 }
 
 impl DemoPlan {
-    /// The reduced demo: about 3 minutes on 2 CPU cores.
+    /// The reduced demo: about 5 minutes on 2 CPU cores.
     pub fn quick() -> Self {
         Self {
             demonstrations: 600,
-            expert: ExpertConfig::default(),
+            expert: demonstrator(),
             bc: BcConfig {
                 steps: 800,
                 batch_size: 32,
@@ -65,6 +81,11 @@ impl DemoPlan {
                 ..WorldModelTrainConfig::default()
             },
             world_model_family: TransitionFamily::Salt,
+            finetune: FinetuneConfig {
+                rounds: 2,
+                episodes_per_round: 80,
+                ..FinetuneConfig::default()
+            },
             eval_episodes: 100,
             latency_repeats: 100,
         }
@@ -74,17 +95,21 @@ impl DemoPlan {
     pub fn full() -> Self {
         Self {
             demonstrations: 1000,
-            expert: ExpertConfig::default(),
+            expert: demonstrator(),
             bc: BcConfig {
-                steps: 3500,
+                steps: 1200,
                 batch_size: 32,
                 learning_rate: 2e-3,
                 ..BcConfig::default()
             },
-            world_model: WorldModelTrainConfig::default(),
+            world_model: WorldModelTrainConfig {
+                steps: 500,
+                ..WorldModelTrainConfig::default()
+            },
             world_model_family: TransitionFamily::Salt,
-            eval_episodes: 300,
-            latency_repeats: 300,
+            finetune: FinetuneConfig::default(),
+            eval_episodes: 200,
+            latency_repeats: 200,
         }
     }
 }
@@ -149,7 +174,7 @@ pub fn run_demo(options: &DemoOptions) -> anyhow::Result<DemoReport> {
         seed: options.seed,
         ..plan.bc.clone()
     };
-    let dataset = BcDataset::new(&contents.episodes, &policy_config);
+    let dataset = ImitationDataset::new(&contents.episodes, &policy_config);
     let (policy, losses) = train_bc::<Dispatch>(
         policy_config.init(&device.training),
         &policy_config,
@@ -157,7 +182,8 @@ pub fn run_demo(options: &DemoOptions) -> anyhow::Result<DemoReport> {
         &bc,
         &device.training,
     )?;
-    let policy = policy.valid();
+    let bc_training = policy;
+    let policy = bc_training.valid();
     phases.insert("train_bc".to_string(), start.elapsed().as_secs_f64());
 
     let checkpoint_dir = options.run_dir.join("bc-policy");
@@ -180,7 +206,7 @@ pub fn run_demo(options: &DemoOptions) -> anyhow::Result<DemoReport> {
         seed: options.seed,
         ..plan.world_model.clone()
     };
-    let world_model = train_and_save_world_model(
+    let trained_world_model = train_and_save_world_model(
         wm_config.init(&device.training),
         &wm_config,
         &training,
@@ -188,8 +214,8 @@ pub fn run_demo(options: &DemoOptions) -> anyhow::Result<DemoReport> {
         CheckpointMeta::new(NAME, 1, None),
         &options.run_dir.join("world-model"),
         &device,
-    )?
-    .model;
+    )?;
+    let world_model = trained_world_model.model;
     phases.insert(
         "train_world_model".to_string(),
         start.elapsed().as_secs_f64(),
@@ -207,24 +233,81 @@ pub fn run_demo(options: &DemoOptions) -> anyhow::Result<DemoReport> {
         start.elapsed().as_secs_f64(),
     );
 
+    let finetune_config = FinetuneConfig {
+        seed: options.seed,
+        ..plan.finetune.clone()
+    };
+    eprintln!(
+        "fine-tuning the policy ({}, {} rounds of {} episodes)",
+        finetune_config.method, finetune_config.rounds, finetune_config.episodes_per_round
+    );
+    let start = Instant::now();
+    let (mut writer, _) = ReplayWriter::open(&replay_dir, ReplayWriterConfig::default())?;
+    let finetuned = finetune(
+        FinetuneStart {
+            policy: (bc_training, &policy_config),
+            version: 1,
+            world_model: (trained_world_model.training, &wm_config),
+            world_model_training: wm_train.clone(),
+            episodes: training.clone(),
+        },
+        &finetune_config,
+        &robot_config,
+        &mut writer,
+        &device,
+    )?;
+    writer.close()?;
+    let mut meta = CheckpointMeta::new(NAME, finetuned.version, Some("bc-policy".into()));
+    meta.metrics.insert(
+        "rollout_success_rate".into(),
+        finetuned
+            .rounds
+            .last()
+            .map_or(f64::NAN, |r| r.rollout_success_rate),
+    );
+    save_policy(
+        &finetuned.policy,
+        &policy_config,
+        meta,
+        &options.run_dir.join("finetuned-policy"),
+    )?;
+    phases.insert("finetune".to_string(), start.elapsed().as_secs_f64());
+
     eprintln!("evaluating on {} paired seeds", plan.eval_episodes);
     let start = Instant::now();
     let seeds: Vec<u64> = (0..plan.eval_episodes as u64)
         .map(|i| EVAL_SEED_BASE + options.seed * 10_000_000 + i)
         .collect();
-    let policy_controller = |wrong_instruction| Controller::Policy {
-        policy: &policy,
+    let policy_controller = |policy, wrong_instruction| Controller::Policy {
+        policy,
         config: &policy_config,
         device: &device.inference,
         wrong_instruction,
         execute_steps: 1,
     };
-    let bc_outcome = evaluate(&policy_controller(false), &robot_config, &seeds, "eval bc")?;
+    let bc_outcome = evaluate(
+        &policy_controller(&policy, false),
+        &robot_config,
+        &seeds,
+        "eval bc",
+    )?;
+    let finetuned_outcome = evaluate(
+        &policy_controller(&finetuned.policy, false),
+        &robot_config,
+        &seeds,
+        "eval fine-tuned",
+    )?;
     let wrong_outcome = evaluate(
-        &policy_controller(true),
+        &policy_controller(&policy, true),
         &robot_config,
         &seeds,
         "eval wrong",
+    )?;
+    let finetuned_wrong_outcome = evaluate(
+        &policy_controller(&finetuned.policy, true),
+        &robot_config,
+        &seeds,
+        "eval fine-tuned wrong",
     )?;
     let random_outcome = evaluate(
         &Controller::<Dispatch>::Random,
@@ -251,6 +334,7 @@ pub fn run_demo(options: &DemoOptions) -> anyhow::Result<DemoReport> {
     )?;
     phases.insert("latency".to_string(), start.elapsed().as_secs_f64());
 
+    let paired = PairedCounts::count(&bc_outcome, &finetuned_outcome)?;
     let mut bc_loss = BTreeMap::new();
     bc_loss.insert(
         "first".to_string(),
@@ -269,9 +353,16 @@ pub fn run_demo(options: &DemoOptions) -> anyhow::Result<DemoReport> {
         bc_success_rate: bc_outcome.success_rate(),
         wrong_instruction_success_rate: wrong_outcome.success_rate(),
         random_success_rate: random_outcome.success_rate(),
+        finetuned_success_rate: finetuned_outcome.success_rate(),
+        paired: paired.into(),
+        improvement: paired.into(),
+        finetune_method: finetune_config.method.to_string(),
+        finetune_rounds: finetuned.rounds,
         controllers: vec![
             ControllerRow::new("bc policy", &bc_outcome),
+            ControllerRow::new("fine-tuned policy", &finetuned_outcome),
             ControllerRow::new("bc policy, wrong instruction", &wrong_outcome),
+            ControllerRow::new("fine-tuned, wrong instruction", &finetuned_wrong_outcome),
             ControllerRow::new("random actions", &random_outcome),
             ControllerRow::new("demonstrator (scripted)", &expert_outcome),
         ],

@@ -5,7 +5,7 @@ use burn::Dispatch;
 use burn::optim::{AdamConfig, GradientsParams, Optimizer};
 use burn::prelude::*;
 use burn::record::{FullPrecisionSettings, NamedMpkFileRecorder};
-use imago_policies::{PolicyBatch, VlaPolicy, VlaPolicyConfig, gaussian_nll};
+use imago_policies::{ImitationTargets, PolicyBatch, VlaPolicy, VlaPolicyConfig, imitation_loss};
 use imago_robots::Robot;
 use imago_robots::reacher2d::Reacher2d;
 
@@ -70,23 +70,21 @@ pub fn compare_training_step(
             .init::<Dispatch>(&device.training)
             .load_file(&weights, &recorder, &device.training)
             .map_err(|e| anyhow::anyhow!("cannot load staged weights: {e}"))?;
-        let target = Tensor::<Dispatch, 3>::from_data(
-            TensorData::new(targets.clone(), [n, config.chunk_len, config.action_dim()]),
-            &device.training,
-        );
-        let mask = Tensor::<Dispatch, 2>::ones([n, config.chunk_len], &device.training);
-        let loss = gaussian_nll(
-            &policy.forward(batch.to_input(&device.training)),
-            target,
-            mask,
-        );
+        let targets = ImitationTargets {
+            actions: Tensor::<Dispatch, 3>::from_data(
+                TensorData::new(targets.clone(), [n, config.chunk_len, config.action_dim()]),
+                &device.training,
+            ),
+            mask: Tensor::ones([n, config.chunk_len], &device.training),
+            weights: None,
+        };
+        let loss = imitation_loss(&policy, batch.to_input(&device.training), &targets, None);
         let loss_value: f32 = loss.clone().into_scalar().elem();
         let grads = GradientsParams::from_grads(loss.backward(), &policy);
         let mut optimizer = AdamConfig::new().init();
         let policy = optimizer.step(1e-3, policy, grads);
         let means = policy
-            .forward(batch.to_input(&device.training))
-            .mean
+            .act(batch.to_input(&device.training), None)
             .into_data()
             .convert::<f32>()
             .to_vec()

@@ -187,8 +187,7 @@ pub fn plan<'o, B: Backend>(
     }
     let n = batch.len();
     let mean: Vec<f32> = policy
-        .forward(batch.to_input(device))
-        .mean
+        .act(batch.to_input(device), None)
         .into_data()
         .convert::<f32>()
         .to_vec()

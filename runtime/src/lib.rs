@@ -15,6 +15,8 @@ pub mod demo;
 pub mod device;
 pub mod device_check;
 pub mod evaluate;
+pub mod finetune;
+pub mod paired;
 pub mod progress;
 pub mod replay;
 pub mod report;

@@ -4,9 +4,10 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::world_model::WorldModelEvalReport;
-
 use crate::evaluate::{EvalOutcome, Latency};
+use crate::finetune::RoundReport;
+use crate::paired::PairedCounts;
+use crate::world_model::WorldModelEvalReport;
 
 /// One evaluated controller.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -87,8 +88,61 @@ pub struct DemoReport {
     pub policy_latency_ms: Latency,
     /// The world model trained on the demonstrations, scored on held-out ones.
     pub world_model: WorldModelEvalReport,
+    /// Success rate of the fine-tuned policy on the same seeds.
+    pub finetuned_success_rate: f64,
+    /// The behaviour-cloned and the fine-tuned policy, episode by episode.
+    pub paired: DemoPairedCounts,
+    /// Fine-tuned minus behaviour-cloned success rate, and its 95% interval (paired).
+    pub improvement: Improvement,
+    /// The fine-tuning method.
+    pub finetune_method: String,
+    /// Every fine-tuning round.
+    pub finetune_rounds: Vec<RoundReport>,
     /// Where the replay and checkpoint were written.
     pub run_dir: String,
+}
+
+/// Paired outcomes of the behaviour-cloned and the fine-tuned policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DemoPairedCounts {
+    /// Both succeeded.
+    pub both: usize,
+    /// Only the behaviour-cloned policy succeeded.
+    pub only_bc: usize,
+    /// Only the fine-tuned policy succeeded.
+    pub only_finetuned: usize,
+    /// Neither succeeded.
+    pub neither: usize,
+}
+
+impl From<PairedCounts> for DemoPairedCounts {
+    fn from(counts: PairedCounts) -> Self {
+        Self {
+            both: counts.both,
+            only_bc: counts.only_baseline,
+            only_finetuned: counts.only_candidate,
+            neither: counts.neither,
+        }
+    }
+}
+
+/// A paired difference of success rates with its 95% interval.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Improvement {
+    /// Candidate minus baseline.
+    pub difference: f64,
+    /// 95% interval of the difference.
+    pub interval: [f64; 2],
+}
+
+impl From<PairedCounts> for Improvement {
+    fn from(counts: PairedCounts) -> Self {
+        let (lo, hi) = counts.difference_interval();
+        Self {
+            difference: counts.difference(),
+            interval: [lo, hi],
+        }
+    }
 }
 
 impl DemoReport {
@@ -107,6 +161,18 @@ impl DemoReport {
         for row in &self.controllers {
             out.push_str(&row.table_line());
         }
+        out.push_str(&format!(
+            "\nfine-tuned ({}, {} rounds) vs behaviour-cloned on the same seeds: {:+.1} points [{:+.1}, {:+.1}]; both {}, only bc {}, only fine-tuned {}, neither {}\n",
+            self.finetune_method,
+            self.finetune_rounds.len(),
+            100.0 * self.improvement.difference,
+            100.0 * self.improvement.interval[0],
+            100.0 * self.improvement.interval[1],
+            self.paired.both,
+            self.paired.only_bc,
+            self.paired.only_finetuned,
+            self.paired.neither
+        ));
         out.push_str(&format!(
             "\npolicy latency (batch 1): p50 {:.2} ms, p99 {:.2} ms\n",
             self.policy_latency_ms.p50, self.policy_latency_ms.p99

@@ -5,12 +5,12 @@ use std::path::Path;
 use burn::Dispatch;
 use burn::module::AutodiffModule;
 use burn::prelude::Backend;
-use imago_policies::VlaPolicyConfig;
+use imago_policies::{ActionHeadKind, VlaPolicyConfig};
 use imago_robots::Robot;
 use imago_robots::reacher2d::{NAME, Reacher2d, Reacher2dConfig};
 use serde::{Deserialize, Serialize};
 
-use crate::bc::{BcConfig, BcDataset, train_bc};
+use crate::bc::{BcConfig, ImitationDataset, train_bc};
 use crate::checkpoint::{CheckpointMeta, load_policy, read_meta, save_policy};
 use crate::device::ResolvedDevice;
 use crate::replay::{ReplayContents, read_replay};
@@ -60,17 +60,18 @@ pub fn read_training_replay(replay: &Path) -> anyhow::Result<ReplayContents> {
 
 /// Trains a VLA policy by behaviour cloning on the replay at `replay` and writes the
 /// checkpoint to `out`. With `init`, training continues from that checkpoint, whose
-/// config must match this robot's policy config.
+/// config must match this robot's policy config with `head`.
 pub fn train_bc_offline(
     replay: &Path,
     out: &Path,
     init: Option<&Path>,
+    head: ActionHeadKind,
     bc: &BcConfig,
     device: &ResolvedDevice,
 ) -> anyhow::Result<BcRunSummary> {
     let contents = read_training_replay(replay)?;
     let spec = Reacher2d::new(Reacher2dConfig::default()).spec().clone();
-    let expected = VlaPolicyConfig::for_robot(&spec);
+    let expected = VlaPolicyConfig::for_robot(&spec).with_head(head);
     Dispatch::seed(&device.training, bc.seed);
     let (policy, config, version, parent) = match init {
         Some(dir) => {
@@ -85,7 +86,7 @@ pub fn train_bc_offline(
         }
         None => (expected.init(&device.training), expected, 1, None),
     };
-    let dataset = BcDataset::new(&contents.episodes, &config);
+    let dataset = ImitationDataset::new(&contents.episodes, &config);
     let (policy, losses) = train_bc::<Dispatch>(policy, &config, &dataset, bc, &device.training)?;
     let first_loss = *losses.first().unwrap_or(&f32::NAN);
     let last_loss = *losses.last().unwrap_or(&f32::NAN);

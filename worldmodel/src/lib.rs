@@ -1,12 +1,13 @@
 //! Latent world models for imago: a JEPA-style encoder with an EMA target, an
 //! ensemble of transition members of one of three families (residual MLP, SALT,
 //! action-prefix), heads for reward, continuation, value and a latent actor,
-//! batched imagination, and the statistics that say how wrong imagined rollouts are.
+//! batched imagination, critics trained on imagined lambda-returns, and the statistics that say how wrong imagined rollouts are.
 //!
 //! Everything is generic over the burn backend; `imago-runtime` instantiates it.
 //! `docs/worldmodel.md` explains the design and compares the families.
 
 pub mod config;
+pub mod critic;
 pub mod ema;
 pub mod encoder;
 pub mod imagine;
@@ -17,6 +18,7 @@ pub mod model;
 pub mod transition;
 
 pub use config::{TransitionFamily, WorldModelConfig};
+pub use critic::{ImaginedReturns, LatentCritic, LatentCriticConfig, imagined_returns};
 pub use encoder::ObservationEncoder;
 pub use imagine::{
     ImaginationConfig, ImaginedRollout, LatentActor, LatentPolicy, OpenLoopActions, imagine,

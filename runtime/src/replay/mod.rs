@@ -28,8 +28,8 @@ use serde::{Deserialize, Serialize};
 pub const MANIFEST: &str = "manifest.json";
 /// The segments' folder inside a replay directory.
 pub const SEGMENTS: &str = "segments";
-/// Version of the on-disk format.
-pub const FORMAT_VERSION: u32 = 1;
+/// Version of the on-disk format (2: transitions carry the behaviour log-density).
+pub const FORMAT_VERSION: u32 = 2;
 
 /// One closed segment, as listed in the manifest.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

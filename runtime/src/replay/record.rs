@@ -39,6 +39,10 @@ pub struct Transition {
     pub policy_version: u64,
     /// The command came from an intervention (a human or scripted takeover), not the policy.
     pub intervention: bool,
+    /// Log-density of the command's first step under the policy that sampled it (in
+    /// units of the action limit), for importance weights on stale data; `None` for
+    /// scripted or intervening controllers and for heads without a tractable density.
+    pub behaviour_log_prob: Option<f32>,
 }
 
 /// The end of an episode.

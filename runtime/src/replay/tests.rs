@@ -35,6 +35,7 @@ fn write_episodes(writer: &mut ReplayWriter, robot: &mut Reacher2d, count: usize
                     success: false,
                     policy_version: 3,
                     intervention: step == 1,
+                    behaviour_log_prob: (step == 0).then_some(-1.5),
                 })))
                 .unwrap();
             observation = outcome.observation;

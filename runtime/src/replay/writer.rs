@@ -8,6 +8,7 @@ use anyhow::Context;
 use serde::{Deserialize, Serialize};
 
 use super::frame::{decode_frame, encode_frame};
+use super::reader::Episode;
 use super::record::ReplayRecord;
 use super::{FORMAT_VERSION, Manifest, SEGMENTS, SegmentEntry, segment_files};
 
@@ -134,6 +135,16 @@ impl ReplayWriter {
             self.close_segment()?;
         }
         Ok(())
+    }
+
+    /// Appends a whole episode (start, every transition, end) and flushes it to disk.
+    pub fn append_episode(&mut self, episode: &Episode) -> anyhow::Result<()> {
+        self.append(&ReplayRecord::EpisodeStart(episode.start.clone()))?;
+        for transition in &episode.transitions {
+            self.append(&ReplayRecord::Transition(Box::new(transition.clone())))?;
+        }
+        self.append(&ReplayRecord::EpisodeEnd(Box::new(episode.end.clone())))?;
+        self.flush()
     }
 
     /// Writes buffered records and forces them to disk.

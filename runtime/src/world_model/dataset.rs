@@ -1,6 +1,6 @@
 //! Windows of recorded episodes for world-model training.
 
-use imago_policies::{PolicyBatch, PolicyInputError};
+use imago_policies::{PolicyBatch, PolicyInputError, discounted_returns};
 use imago_robots::Observation;
 
 use crate::replay::Episode;
@@ -63,18 +63,8 @@ impl<'a> WindowDataset<'a> {
         let returns = episodes
             .iter()
             .map(|ep| {
-                let mut g = 0.0;
-                let mut out: Vec<f32> = ep
-                    .transitions
-                    .iter()
-                    .rev()
-                    .map(|t| {
-                        g = t.reward + discount * g;
-                        g
-                    })
-                    .collect();
-                out.reverse();
-                out
+                let rewards: Vec<f32> = ep.transitions.iter().map(|t| t.reward).collect();
+                discounted_returns(&rewards, discount)
             })
             .collect();
         Self {

@@ -9,7 +9,7 @@ mod evaluate;
 mod offline;
 mod train;
 
-pub use dataset::{WindowDataset, WindowTargets};
+pub use dataset::{WindowDataset, WindowTargets, observation_at};
 pub use evaluate::{
     CoverageReport, SaltSplitReport, SpearmanReport, WorldModelEvalReport, evaluate_world_model,
 };

@@ -104,6 +104,8 @@ pub fn train_world_model_offline(
 pub struct TrainedWorldModel {
     /// The model, ready for inference.
     pub model: WorldModel<Dispatch>,
+    /// The same model on the training device, to train further.
+    pub training: WorldModel<Dispatch>,
     /// Windows it was trained on.
     pub windows: usize,
     /// Every training step.
@@ -136,10 +138,12 @@ pub fn train_and_save_world_model(
     );
     meta.metrics
         .insert("train_horizon".into(), train.horizon as f64);
-    let model = model.valid();
+    let training = model;
+    let model = training.valid();
     save_world_model(&model, config, meta, out)?;
     Ok(TrainedWorldModel {
         model,
+        training,
         windows: data.len(),
         history,
     })

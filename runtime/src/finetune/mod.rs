@@ -1,0 +1,23 @@
+//! Advantage-weighted fine-tuning from imagination (`imago train --what finetune` and
+//! the demo's last phase): collect episodes with the current policy, add them to
+//! replay, update the world model and the critic, re-weight every recorded transition
+//! by its advantage, update the policy; repeat. `docs/finetuning.md` explains the
+//! methods and compares them.
+
+mod advantages;
+mod config;
+mod critic;
+mod latents;
+mod offline;
+mod rollout;
+mod run;
+mod update;
+
+pub use advantages::{AdvantageSummary, transition_weights};
+pub use config::{FinetuneConfig, FinetuneMethod};
+pub use critic::{CriticLosses, train_critic};
+pub use latents::EncodedEpisodes;
+pub use offline::{FinetuneRunSummary, finetune_offline};
+pub use rollout::{RolloutConfig, TakeoverConfig, collect_policy_episodes};
+pub use run::{FinetuneOutcome, FinetuneStart, ROLLOUT_SEED_BASE, RoundReport, finetune};
+pub use update::{PolicyUpdateReport, update_policy};

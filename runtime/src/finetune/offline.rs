@@ -1,0 +1,78 @@
+//! `imago train --what finetune`: advantage-weighted fine-tuning of a policy
+//! checkpoint, with a world-model checkpoint, from a replay directory that the
+//! collected episodes are appended to.
+
+use std::path::Path;
+
+use burn::Dispatch;
+use burn::prelude::Backend;
+use imago_robots::reacher2d::{NAME, Reacher2dConfig};
+use serde::{Deserialize, Serialize};
+
+use super::config::FinetuneConfig;
+use super::run::{FinetuneStart, RoundReport, finetune};
+use crate::checkpoint::{CheckpointMeta, load_policy, load_world_model, save_policy};
+use crate::device::ResolvedDevice;
+use crate::replay::{ReplayWriter, ReplayWriterConfig};
+use crate::train::read_training_replay;
+use crate::world_model::WorldModelTrainConfig;
+
+/// What an offline fine-tuning run did.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FinetuneRunSummary {
+    /// Episodes in the replay before the run.
+    pub episodes_before: usize,
+    /// Every round.
+    pub rounds: Vec<RoundReport>,
+    /// Version of the written checkpoint.
+    pub version: u64,
+}
+
+/// Fine-tunes the policy checkpoint `init` with the world model `world_model` on the
+/// replay at `replay` (collected episodes are appended to it) and writes the policy to
+/// `out`.
+pub fn finetune_offline(
+    replay: &Path,
+    init: &Path,
+    world_model: &Path,
+    out: &Path,
+    config: &FinetuneConfig,
+    device: &ResolvedDevice,
+) -> anyhow::Result<FinetuneRunSummary> {
+    let episodes = read_training_replay(replay)?.episodes;
+    let episodes_before = episodes.len();
+    Dispatch::seed(&device.training, config.seed);
+    let (policy, policy_config, meta) = load_policy::<Dispatch>(init, None, &device.training)?;
+    let (model, wm_config, _) = load_world_model::<Dispatch>(world_model, None, &device.training)?;
+    let (mut writer, repaired) = ReplayWriter::open(replay, ReplayWriterConfig::default())?;
+    for (segment, bytes) in &repaired.truncated {
+        eprintln!(
+            "warning: replay segment {segment} had a torn tail; {bytes} bytes truncated, every record before kept"
+        );
+    }
+    let outcome = finetune(
+        FinetuneStart {
+            policy: (policy, &policy_config),
+            version: meta.version,
+            world_model: (model.freeze_target(), &wm_config),
+            world_model_training: WorldModelTrainConfig::default(),
+            episodes,
+        },
+        config,
+        &Reacher2dConfig::default(),
+        &mut writer,
+        device,
+    )?;
+    writer.close()?;
+    let mut meta = CheckpointMeta::new(NAME, outcome.version, Some(init.display().to_string()));
+    if let Some(last) = outcome.rounds.last() {
+        meta.metrics
+            .insert("rollout_success_rate".into(), last.rollout_success_rate);
+    }
+    save_policy(&outcome.policy, &policy_config, meta, out)?;
+    Ok(FinetuneRunSummary {
+        episodes_before,
+        rounds: outcome.rounds,
+        version: outcome.version,
+    })
+}

@@ -1,0 +1,347 @@
+//! Collecting episodes with the current policy: sampled (exploring) action chunks,
+//! batched over many simulated robots in lock-step, each transition stamped with the
+//! policy version and the behaviour log-density, optionally with a scripted takeover
+//! when the policy stalls (a simulated human intervention).
+
+use burn::prelude::*;
+use imago_policies::{PolicyBatch, VlaPolicy, VlaPolicyConfig};
+use imago_robots::reacher2d::{ExpertConfig, NAME, Reacher2d, Reacher2dConfig, ScriptedExpert};
+use imago_robots::{Action, Observation, Robot};
+use rand::SeedableRng;
+use rand::rngs::StdRng;
+use rand_distr::{Distribution, Normal};
+use serde::{Deserialize, Serialize};
+
+use crate::progress;
+use crate::replay::{Episode, EpisodeEnd, EpisodeStart, ReplayWriter, Transition};
+
+/// When the scripted expert takes over from a stalled policy.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TakeoverConfig {
+    /// Ticks over which the end effector's progress is measured.
+    pub window: u32,
+    /// The policy has stalled when the end effector moved less than this (metres)
+    /// over the last `window` ticks.
+    pub min_progress: f32,
+}
+
+impl Default for TakeoverConfig {
+    fn default() -> Self {
+        Self {
+            window: 10,
+            min_progress: 0.03,
+        }
+    }
+}
+
+/// How policy episodes are collected.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RolloutConfig {
+    /// Scale of the exploration noise relative to the policy's own spread (0: act on
+    /// the mean, or the flow integrated from zero noise).
+    pub exploration: f32,
+    /// Let the scripted expert take over when the policy stalls; taken-over ticks are
+    /// flagged as interventions.
+    pub takeover: Option<TakeoverConfig>,
+}
+
+impl Default for RolloutConfig {
+    fn default() -> Self {
+        Self {
+            exploration: 1.0,
+            takeover: None,
+        }
+    }
+}
+
+/// One robot's episode in progress.
+struct Running {
+    robot: Reacher2d,
+    observation: Observation,
+    start: EpisodeStart,
+    transitions: Vec<Transition>,
+    path: Vec<[f32; 2]>,
+    rescuer: Option<ScriptedExpert>,
+    rng: StdRng,
+    seed: u64,
+    done: bool,
+}
+
+/// Runs one episode per seed with `policy` (version `version`), sampling its action
+/// chunks and executing the first action of each, and appends every finished episode
+/// whole to `writer` (flushed as it ends). Returns the episodes in seed order.
+#[allow(clippy::too_many_arguments)]
+pub fn collect_policy_episodes<B: Backend>(
+    policy: &VlaPolicy<B>,
+    policy_config: &VlaPolicyConfig,
+    device: &B::Device,
+    version: u64,
+    robot_config: &Reacher2dConfig,
+    seeds: &[u64],
+    rollout: &RolloutConfig,
+    writer: &mut ReplayWriter,
+) -> anyhow::Result<Vec<Episode>> {
+    let mut running: Vec<Running> = seeds
+        .iter()
+        .map(|&seed| {
+            let mut robot = Reacher2d::new(robot_config.clone());
+            let observation = robot.reset(seed);
+            Running {
+                start: EpisodeStart {
+                    episode: 0,
+                    robot: NAME.to_string(),
+                    seed,
+                    instruction: observation.instruction.clone(),
+                },
+                path: vec![end_effector(&robot)],
+                robot,
+                observation,
+                transitions: Vec::new(),
+                rescuer: None,
+                rng: StdRng::seed_from_u64(seed ^ version.rotate_left(17) ^ 0x0c01_1ec7),
+                seed,
+                done: false,
+            }
+        })
+        .collect();
+    let limits = &policy_config.action_limit;
+    let a = limits.len();
+    let mut batch = PolicyBatch::new(policy_config);
+    let mut episodes: Vec<Option<Episode>> = vec![None; seeds.len()];
+    let bar = progress::bar("collect policy episodes", robot_config.max_steps as u64);
+    while running.iter().any(|r| !r.done) {
+        let acting: Vec<usize> = (0..running.len())
+            .filter(|&i| !running[i].done && running[i].rescuer.is_none())
+            .collect();
+        let mut commands: Vec<Option<(Vec<f32>, Option<f32>)>> = vec![None; running.len()];
+        if !acting.is_empty() {
+            batch.clear();
+            for &i in &acting {
+                batch.push(&running[i].observation)?;
+            }
+            let sampled = sample_first_actions(
+                policy,
+                &batch,
+                device,
+                &mut running,
+                &acting,
+                rollout.exploration,
+            )?;
+            for (&i, command) in acting.iter().zip(sampled) {
+                commands[i] = Some(command);
+            }
+        }
+        for (i, run) in running.iter_mut().enumerate() {
+            if run.done {
+                continue;
+            }
+            let (action, log_prob, intervention) = match (&mut run.rescuer, commands[i].take()) {
+                (Some(expert), _) => (expert.act(&run.robot), None, true),
+                (None, Some((normalised, log_prob))) => (
+                    Action(
+                        normalised
+                            .iter()
+                            .zip(limits)
+                            .map(|(v, l)| v.clamp(-1.0, 1.0) * l)
+                            .collect(),
+                    ),
+                    log_prob,
+                    false,
+                ),
+                (None, None) => unreachable!("every acting robot got a command"),
+            };
+            debug_assert_eq!(action.0.len(), a);
+            let outcome = run.robot.step(&action);
+            let observation = std::mem::replace(&mut run.observation, outcome.observation);
+            run.transitions.push(Transition {
+                episode: 0,
+                step: run.transitions.len() as u32,
+                observation,
+                action,
+                executed: outcome.info.executed.clone(),
+                reward: outcome.reward,
+                done: outcome.done,
+                success: outcome.success,
+                policy_version: version,
+                intervention,
+                behaviour_log_prob: log_prob,
+            });
+            run.path.push(end_effector(&run.robot));
+            if let (Some(takeover), None) = (&rollout.takeover, &run.rescuer)
+                && stalled(&run.path, takeover)
+                && !outcome.done
+            {
+                let mut expert = ScriptedExpert::new(ExpertConfig {
+                    noise: 0.0,
+                    wrong_target_rate: 0.0,
+                    ..ExpertConfig::default()
+                });
+                expert.begin_episode(&run.robot, run.seed);
+                run.rescuer = Some(expert);
+            }
+            if outcome.done {
+                run.done = true;
+                let id = writer.next_episode_id();
+                let mut episode = Episode {
+                    start: EpisodeStart {
+                        episode: id,
+                        ..run.start.clone()
+                    },
+                    transitions: std::mem::take(&mut run.transitions),
+                    end: EpisodeEnd {
+                        episode: id,
+                        steps: run.robot.steps(),
+                        success: outcome.success,
+                        final_observation: run.observation.clone(),
+                    },
+                };
+                episode.transitions.iter_mut().for_each(|t| t.episode = id);
+                writer.append_episode(&episode)?;
+                episodes[i] = Some(episode);
+            }
+        }
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+    Ok(episodes.into_iter().flatten().collect())
+}
+
+fn end_effector(robot: &Reacher2d) -> [f32; 2] {
+    let p = robot.end_effector();
+    [p.x, p.y]
+}
+
+/// Whether the end effector moved less than the takeover threshold over its window.
+fn stalled(path: &[[f32; 2]], takeover: &TakeoverConfig) -> bool {
+    let window = takeover.window as usize;
+    if path.len() <= window {
+        return false;
+    }
+    let (now, then) = (path[path.len() - 1], path[path.len() - 1 - window]);
+    (now[0] - then[0]).hypot(now[1] - then[1]) < takeover.min_progress
+}
+
+/// The first action of a sampled chunk for every acting robot, in units of the action
+/// limit, with its log-density under the policy (Gaussian heads only).
+fn sample_first_actions<B: Backend>(
+    policy: &VlaPolicy<B>,
+    batch: &PolicyBatch,
+    device: &B::Device,
+    running: &mut [Running],
+    acting: &[usize],
+    exploration: f32,
+) -> anyhow::Result<Vec<(Vec<f32>, Option<f32>)>> {
+    let read = |t: Tensor<B, 3>| -> anyhow::Result<Vec<f32>> {
+        t.into_data()
+            .convert::<f32>()
+            .to_vec()
+            .map_err(|e| anyhow::anyhow!("cannot read policy output: {e:?}"))
+    };
+    let normal = Normal::new(0.0f32, 1.0).expect("unit normal");
+    let input = batch.to_input(device);
+    match policy.gaussian(input.clone()) {
+        Some(chunk) => {
+            let [n, k, a] = chunk.mean.dims();
+            let (mean, log_std) = (read(chunk.mean)?, read(chunk.log_std)?);
+            let mut out = Vec::with_capacity(n);
+            for (row, &i) in acting.iter().enumerate() {
+                let first = row * k * a;
+                let mut action = Vec::with_capacity(a);
+                let mut log_prob = 0.0f32;
+                for j in first..first + a {
+                    let std = log_std[j].exp() * exploration.max(1e-6);
+                    let z: f32 = normal.sample(&mut running[i].rng);
+                    // The density of the action as recorded: clamped to the limit.
+                    let value = (mean[j] + std * z).clamp(-1.0, 1.0);
+                    let z = (value - mean[j]) / std;
+                    action.push(value);
+                    log_prob -= 0.5 * z * z + std.ln() + 0.5 * (2.0 * std::f32::consts::PI).ln();
+                }
+                out.push((action, Some(log_prob)));
+            }
+            Ok(out)
+        }
+        None => {
+            let n = acting.len();
+            let (k, a) = policy.chunk_shape();
+            let width = k * a;
+            let noise: Vec<f32> = acting
+                .iter()
+                .flat_map(|&i| {
+                    let rng = &mut running[i].rng;
+                    (0..width)
+                        .map(|_| normal.sample(rng) * exploration)
+                        .collect::<Vec<_>>()
+                })
+                .collect();
+            let noise = Tensor::<B, 3>::from_data(TensorData::new(noise, [n, k, a]), device);
+            let chunks = read(policy.act(input, Some(noise)))?;
+            Ok((0..n)
+                .map(|row| (chunks[row * width..row * width + a].to_vec(), None))
+                .collect())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use burn::Dispatch;
+    use burn::DispatchDevice;
+    use burn::backend::ndarray::NdArrayDevice;
+    use imago_policies::{ActionHeadKind, VlaPolicyConfig};
+
+    use super::*;
+    use crate::replay::{ReplayWriterConfig, read_replay};
+
+    #[test]
+    fn takeover_flags_interventions_and_policy_steps_carry_their_density() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut writer, _) =
+            ReplayWriter::open(dir.path(), ReplayWriterConfig::default()).unwrap();
+        let device = DispatchDevice::NdArray(NdArrayDevice::Cpu);
+        let robot = Reacher2dConfig::default();
+        let spec = Reacher2d::new(robot.clone()).spec().clone();
+        // An always-met stall threshold: the expert takes over after `window` ticks.
+        let rollout = RolloutConfig {
+            exploration: 1.0,
+            takeover: Some(TakeoverConfig {
+                window: 5,
+                min_progress: 10.0,
+            }),
+        };
+        for head in ActionHeadKind::ALL {
+            let config = VlaPolicyConfig::for_robot(&spec).with_head(head);
+            let policy = config.init::<Dispatch>(&device);
+            let episodes = collect_policy_episodes(
+                &policy,
+                &config,
+                &device,
+                7,
+                &robot,
+                &[11, 12, 13],
+                &rollout,
+                &mut writer,
+            )
+            .unwrap();
+            assert_eq!(episodes.len(), 3);
+            for episode in &episodes {
+                for t in &episode.transitions {
+                    assert_eq!(t.policy_version, 7);
+                    assert_eq!(t.intervention, t.step >= 5, "step {}", t.step);
+                    let density = head == ActionHeadKind::Gaussian && !t.intervention;
+                    assert_eq!(t.behaviour_log_prob.is_some(), density);
+                    assert!(t.action.0.iter().all(|v| v.abs() <= robot.max_speed));
+                }
+            }
+            // The noiseless rescuer reaches the instructed target.
+            assert!(episodes.iter().filter(|e| e.end.success).count() >= 2);
+        }
+        writer.close().unwrap();
+        let stored = read_replay(dir.path()).unwrap().episodes;
+        assert_eq!(stored.len(), 6);
+        let ids: Vec<u64> = stored.iter().map(|e| e.start.episode).collect();
+        assert_eq!(ids, (0..6).collect::<Vec<_>>());
+    }
+}

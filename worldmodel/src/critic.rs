@@ -1,0 +1,147 @@
+//! Critics over world-model latents: a value head trained on imagined lambda-returns
+//! (the advantage baseline of AWR and AdvantageFlow) and HABC's viability and
+//! efficiency heads.
+
+use burn::prelude::*;
+use burn::tensor::activation::sigmoid;
+
+use crate::imagine::ImaginedRollout;
+use crate::mlp::{Mlp, MlpConfig};
+
+/// Sizes of a [`LatentCritic`].
+#[derive(Config, Debug)]
+pub struct LatentCriticConfig {
+    /// Width of the world model's latents.
+    pub latent_dim: usize,
+    /// Hidden width of every head.
+    #[config(default = 128)]
+    pub hidden: usize,
+}
+
+impl LatentCriticConfig {
+    /// A freshly initialised critic.
+    pub fn init<B: Backend>(&self, device: &B::Device) -> LatentCritic<B> {
+        let head = || MlpConfig::new(self.latent_dim, self.hidden, 1).init(device);
+        LatentCritic {
+            value: head(),
+            viability: head(),
+            efficiency: head(),
+        }
+    }
+}
+
+/// Three heads on a latent `z`: `value` (discounted return of the current policy,
+/// learnt in imagination), `viability` (probability that the policy, left alone,
+/// reaches the goal) and `efficiency` (`gamma^steps` to the goal, learnt from
+/// successful segments only).
+#[derive(Module, Debug)]
+pub struct LatentCritic<B: Backend> {
+    value: Mlp<B>,
+    viability: Mlp<B>,
+    efficiency: Mlp<B>,
+}
+
+impl<B: Backend> LatentCritic<B> {
+    /// Values `[B]` of latents `[B, D]`.
+    pub fn value(&self, latent: Tensor<B, 2>) -> Tensor<B, 1> {
+        squeeze_last(self.value.forward(latent))
+    }
+
+    /// Logits `[B]` of the success probability.
+    pub fn viability_logit(&self, latent: Tensor<B, 2>) -> Tensor<B, 1> {
+        squeeze_last(self.viability.forward(latent))
+    }
+
+    /// Success probabilities `[B]`.
+    pub fn viability(&self, latent: Tensor<B, 2>) -> Tensor<B, 1> {
+        sigmoid(self.viability_logit(latent))
+    }
+
+    /// Efficiency values `[B]`, about `gamma^steps` to the goal.
+    pub fn efficiency(&self, latent: Tensor<B, 2>) -> Tensor<B, 1> {
+        squeeze_last(self.efficiency.forward(latent))
+    }
+}
+
+fn squeeze_last<B: Backend>(x: Tensor<B, 2>) -> Tensor<B, 1> {
+    let batch = x.dims()[0];
+    x.reshape([batch])
+}
+
+/// Lambda-return targets of an imagined rollout and how much each step counts.
+#[derive(Debug, Clone)]
+pub struct ImaginedReturns<B: Backend> {
+    /// `G_t = r_t + gamma c_t ((1 - lambda) V_{t+1} + lambda G_{t+1})`, `G_H = V_H`,
+    /// with the penalised rewards; `[B, H]`.
+    pub returns: Tensor<B, 2>,
+    /// Probability that the imagined episode is still running at step `t`
+    /// (`prod_{i < t} c_i`), `[B, H]`: steps after a likely end count less.
+    pub weights: Tensor<B, 2>,
+}
+
+/// Lambda-returns of `rollout` under `values` `[B, H + 1]` (a critic's values of the
+/// rollout's latents), computed backwards over the horizon.
+pub fn imagined_returns<B: Backend>(
+    rollout: &ImaginedRollout<B>,
+    values: Tensor<B, 2>,
+    gamma: f64,
+    lambda: f64,
+) -> ImaginedReturns<B> {
+    let [batch, horizon] = rollout.rewards.dims();
+    let column = |x: &Tensor<B, 2>, t: usize| x.clone().narrow(1, t, 1);
+    let mut next = column(&values, horizon);
+    let mut returns = Vec::with_capacity(horizon);
+    for t in (0..horizon).rev() {
+        let bootstrap = column(&values, t + 1) * (1.0 - lambda) + next * lambda;
+        next = column(&rollout.rewards, t) + column(&rollout.continuation, t) * bootstrap * gamma;
+        returns.push(next.clone());
+    }
+    returns.reverse();
+    let mut alive = Tensor::<B, 2>::ones([batch, 1], &values.device());
+    let mut weights = Vec::with_capacity(horizon);
+    for t in 0..horizon {
+        weights.push(alive.clone());
+        alive = alive * column(&rollout.continuation, t);
+    }
+    ImaginedReturns {
+        returns: Tensor::cat(returns, 1),
+        weights: Tensor::cat(weights, 1),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use burn::backend::Flex;
+    use imago_policies::lambda_returns;
+
+    type B = Flex;
+
+    #[test]
+    fn imagined_returns_match_the_host_reference() {
+        let device = Default::default();
+        let rewards = [[1.0f32, 2.0, -1.0], [0.5, 0.0, 3.0]];
+        let continuation = [[1.0f32, 0.5, 1.0], [0.0, 1.0, 1.0]];
+        let values = [[0.5f32, 1.0, 4.0, 2.0], [1.0, -1.0, 0.0, 1.0]];
+        let zeros = Tensor::<B, 2>::zeros([2, 3], &device);
+        let rollout = ImaginedRollout {
+            latents: Tensor::zeros([2, 4, 1], &device),
+            actions: Tensor::zeros([2, 3, 1], &device),
+            rewards: Tensor::from_data(rewards, &device),
+            raw_rewards: zeros.clone(),
+            continuation: Tensor::from_data(continuation, &device),
+            values: Tensor::from_data(values, &device),
+            disagreement: zeros,
+        };
+        let out = imagined_returns(&rollout, Tensor::from_data(values, &device), 0.9, 0.7);
+        let returns: Vec<f32> = out.returns.into_data().to_vec().unwrap();
+        let weights: Vec<f32> = out.weights.into_data().to_vec().unwrap();
+        for b in 0..2 {
+            let expect = lambda_returns(&rewards[b], &continuation[b], &values[b], 0.9, 0.7);
+            for t in 0..3 {
+                assert!((returns[b * 3 + t] - expect[t]).abs() < 1e-5, "{returns:?}");
+            }
+        }
+        assert_eq!(weights, vec![1.0, 1.0, 0.5, 1.0, 0.0, 0.0]);
+    }
+}
