@@ -136,7 +136,8 @@ enum Command {
         /// Policy: the action-chunk head of a new policy.
         #[arg(long, default_value_t = ActionHeadKind::Gaussian)]
         head: ActionHeadKind,
-        /// Fine-tuning: the world-model checkpoint imagination runs in.
+        /// Fine-tuning: the world-model checkpoint imagination runs in [default: a SALT
+        /// world model trained on the replay first].
         #[arg(long)]
         world_model: Option<PathBuf>,
         /// Fine-tuning: advantage source and policy loss [default: awr-imagination,
@@ -209,8 +210,8 @@ enum TrainTarget {
     Bc,
     /// The latent world model (held-out episodes are left out).
     Worldmodel,
-    /// Advantage-weighted fine-tuning of `--init` with `--world-model`; collected
-    /// episodes are appended to `--replay`.
+    /// Advantage-weighted fine-tuning of `--init` (with `--world-model`, or one trained
+    /// on the replay first); collected episodes are appended to `--replay`.
     Finetune,
 }
 
@@ -450,11 +451,6 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                             "fine-tuning needs --init, the policy checkpoint to improve"
                         )
                     })?;
-                    let world_model = world_model.ok_or_else(|| {
-                        anyhow::anyhow!(
-                            "fine-tuning needs --world-model; train one with `imago train --what worldmodel --replay DIR --out WM`"
-                        )
-                    })?;
                     let mut settings = match &config {
                         Some(path) => {
                             let text = std::fs::read_to_string(path).map_err(|e| {
@@ -475,8 +471,14 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                     settings
                         .validate()
                         .map_err(|e| anyhow::anyhow!("fine-tuning settings: {e}"))?;
-                    let summary =
-                        finetune_offline(&replay, &init, &world_model, &out, &settings, &device)?;
+                    let summary = finetune_offline(
+                        &replay,
+                        &init,
+                        world_model.as_deref(),
+                        &out,
+                        &settings,
+                        &device,
+                    )?;
                     println!(
                         "fine-tuned {} ({}, {} rounds) on {}: checkpoint version {} in {}",
                         init.display(),

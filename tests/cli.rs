@@ -304,7 +304,7 @@ fn finetune_every_method_and_paired_eval() {
     std::fs::write(
         &config,
         "episodes_per_round = 4\ngroup_size = 2\npolicy_steps = 3\nbatch_size = 4\n\
-         world_model_steps = 2\ncritic_steps = 2\ncritic_batch = 8\n\
+         world_model_steps = 2\ncritic_steps = 2\ncritic_batch = 8\ninitial_world_model_steps = 2\n\
          [rollout]\nexploration = 1.0\ntakeover = { window = 5, min_progress = 0.02 }\n",
     )
     .unwrap();
@@ -377,12 +377,35 @@ fn finetune_every_method_and_paired_eval() {
     let [lo, hi] = [0, 1].map(|i| json["difference_interval"][i].as_f64().unwrap());
     assert!(lo <= json["difference"].as_f64().unwrap() && hi >= lo);
 
+    // Without --world-model, one is trained on the replay first.
+    let output = imago(&[
+        "--device",
+        "cpu",
+        "train",
+        "--what",
+        "finetune",
+        "--replay",
+        &replay,
+        "--out",
+        &path(&dir.path().join("own-world-model")),
+        "--init",
+        &bc,
+        "--rounds",
+        "1",
+        "--config",
+        &path(&config),
+    ]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("training a salt world model on the replay first (2 steps)"),
+        "{}",
+        stderr(&output)
+    );
     assert_one_line_error(
         &[
             "--device", "cpu", "train", "--what", "finetune", "--replay", &replay, "--out", &bc,
-            "--init", &bc,
         ],
-        "--world-model",
+        "--init",
     );
     std::fs::write(&config, "betta = 2.0\n").unwrap();
     assert_one_line_error(

@@ -106,6 +106,9 @@ pub struct FinetuneConfig {
     pub lambda: f32,
     /// World-model steps per round, on all replay so far.
     pub world_model_steps: usize,
+    /// Offline fine-tuning without a world-model checkpoint: steps of the world model
+    /// trained on the replay before the first round.
+    pub initial_world_model_steps: usize,
     /// Critic steps per round.
     pub critic_steps: usize,
     /// Imagined start states per critic step.
@@ -143,6 +146,7 @@ impl Default for FinetuneConfig {
             discount: 0.95,
             lambda: 0.95,
             world_model_steps: 150,
+            initial_world_model_steps: 1000,
             critic_steps: 150,
             critic_batch: 128,
             critic_learning_rate: 1e-3,
@@ -165,6 +169,7 @@ impl FinetuneConfig {
             ("group_size", self.group_size),
             ("batch_size", self.batch_size),
             ("critic_batch", self.critic_batch),
+            ("initial_world_model_steps", self.initial_world_model_steps),
             ("imagination.horizon", self.imagination.horizon),
         ];
         if let Some((name, _)) = positive.iter().find(|(_, v)| *v == 0) {

@@ -1,12 +1,13 @@
 //! `imago train --what finetune`: advantage-weighted fine-tuning of a policy
-//! checkpoint, with a world-model checkpoint, from a replay directory that the
-//! collected episodes are appended to.
+//! checkpoint from a replay directory that the collected episodes are appended to,
+//! with a given world-model checkpoint or one trained on the replay first.
 
 use std::path::Path;
 
 use burn::Dispatch;
 use burn::prelude::Backend;
 use imago_robots::reacher2d::{NAME, Reacher2dConfig};
+use imago_worldmodel::TransitionFamily;
 use serde::{Deserialize, Serialize};
 
 use super::config::FinetuneConfig;
@@ -15,7 +16,9 @@ use crate::checkpoint::{CheckpointMeta, load_policy, load_world_model, save_poli
 use crate::device::ResolvedDevice;
 use crate::replay::{ReplayWriter, ReplayWriterConfig};
 use crate::train::read_training_replay;
-use crate::world_model::WorldModelTrainConfig;
+use crate::world_model::{
+    WindowDataset, WorldModelTrainConfig, reacher2d_world_model, train_world_model,
+};
 
 /// What an offline fine-tuning run did.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -28,13 +31,14 @@ pub struct FinetuneRunSummary {
     pub version: u64,
 }
 
-/// Fine-tunes the policy checkpoint `init` with the world model `world_model` on the
-/// replay at `replay` (collected episodes are appended to it) and writes the policy to
-/// `out`.
+/// Fine-tunes the policy checkpoint `init` on the replay at `replay` (collected episodes
+/// are appended to it) and writes the policy to `out`. Imagination runs in the world
+/// model checkpoint `world_model`; without one, a SALT world model is first trained on
+/// the replay for `config.initial_world_model_steps` steps.
 pub fn finetune_offline(
     replay: &Path,
     init: &Path,
-    world_model: &Path,
+    world_model: Option<&Path>,
     out: &Path,
     config: &FinetuneConfig,
     device: &ResolvedDevice,
@@ -43,7 +47,40 @@ pub fn finetune_offline(
     let episodes_before = episodes.len();
     Dispatch::seed(&device.training, config.seed);
     let (policy, policy_config, meta) = load_policy::<Dispatch>(init, None, &device.training)?;
-    let (model, wm_config, _) = load_world_model::<Dispatch>(world_model, None, &device.training)?;
+    let (model, wm_config) = match world_model {
+        Some(dir) => {
+            let (model, config, _) = load_world_model::<Dispatch>(dir, None, &device.training)?;
+            (model.freeze_target(), config)
+        }
+        None => {
+            let wm_config = reacher2d_world_model(TransitionFamily::Salt);
+            let defaults = WorldModelTrainConfig::default();
+            let steps = config.initial_world_model_steps;
+            let train = WorldModelTrainConfig {
+                steps,
+                warmup_steps: defaults.warmup_steps.min(steps / 2),
+                seed: config.seed,
+                ..defaults
+            };
+            eprintln!(
+                "no --world-model given: training a salt world model on the replay first ({steps} steps)"
+            );
+            let data = WindowDataset::new(
+                &episodes,
+                train.horizon,
+                &wm_config.action_limit,
+                train.discount,
+            );
+            let (model, _) = train_world_model::<Dispatch>(
+                wm_config.init(&device.training),
+                &wm_config,
+                &data,
+                &train,
+                &device.training,
+            )?;
+            (model, wm_config)
+        }
+    };
     let (mut writer, repaired) = ReplayWriter::open(replay, ReplayWriterConfig::default())?;
     for (segment, bytes) in &repaired.truncated {
         eprintln!(
@@ -54,7 +91,7 @@ pub fn finetune_offline(
         FinetuneStart {
             policy: (policy, &policy_config),
             version: meta.version,
-            world_model: (model.freeze_target(), &wm_config),
+            world_model: (model, &wm_config),
             world_model_training: WorldModelTrainConfig::default(),
             episodes,
         },
