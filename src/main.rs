@@ -3,13 +3,18 @@
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use imago_policies::ActionHeadKind;
 use imago_robots::reacher2d::{ExpertConfig, Reacher2dConfig};
 use imago_runtime::bc::BcConfig;
-use imago_runtime::bench::{WorldModelBenchRow, bench_policy, bench_world_model};
+use imago_runtime::bench::{
+    DaemonBenchRow, WorldModelBenchRow, bench_daemon, bench_policy, bench_world_model,
+};
 use imago_runtime::collect::{CollectConfig, collect_demonstrations};
+use imago_runtime::daemon::{DaemonConfig, DaemonOptions, run_daemon};
 use imago_runtime::demo::{DemoOptions, run_demo};
 use imago_runtime::device::{CpuBackend, DeviceSpec, list_devices, resolve};
 use imago_runtime::device_check::{PARITY_TOLERANCE, compare_training_step};
@@ -55,6 +60,26 @@ enum Command {
         /// Seed of the whole run.
         #[arg(long, default_value_t = 0)]
         seed: u64,
+    },
+    /// Run on the robot: the control loop at its rate, crash-safe recording, and a
+    /// learner that fine-tunes the policy and hot-swaps it in. SIGINT/SIGTERM stop at a
+    /// tick boundary, flush the replay, write a checkpoint and exit 0.
+    Daemon {
+        /// The robot's config (see examples/reacher2d-daemon.toml).
+        #[arg(long)]
+        config: PathBuf,
+        /// Where replay and checkpoints go (overrides the config's run_dir).
+        #[arg(long)]
+        run_dir: Option<PathBuf>,
+        /// Stop as on SIGTERM after this many seconds.
+        #[arg(long)]
+        duration: Option<f64>,
+        /// Continue from the newest checkpoint in the run directory and its replay.
+        #[arg(long)]
+        resume: bool,
+        /// Also write the final status as JSON here.
+        #[arg(long)]
+        report: Option<PathBuf>,
     },
     /// List the devices this build can use on this machine.
     Devices {
@@ -229,6 +254,9 @@ enum BenchTarget {
     Policy,
     /// The world model, every transition family.
     Worldmodel,
+    /// The daemon: `--steps` learning steps with actor and learner overlapped versus
+    /// in turns, and the control loop's tick latency meanwhile.
+    Daemon,
 }
 
 fn write_json(path: &Path, value: &impl serde::Serialize) -> anyhow::Result<()> {
@@ -251,6 +279,63 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 seed,
             })?;
             print!("{}", outcome.table());
+            if let Some(path) = report {
+                write_json(&path, &outcome)?;
+            }
+        }
+        Command::Daemon {
+            config,
+            run_dir,
+            duration,
+            resume,
+            report,
+        } => {
+            let config = DaemonConfig::load(&config)?;
+            if let Some(seconds) = duration {
+                anyhow::ensure!(
+                    seconds.is_finite() && seconds > 0.0,
+                    "--duration must be a positive number of seconds, got {seconds}"
+                );
+            }
+            // The config's device unless --device was given.
+            let spec = match cli.device {
+                DeviceSpec::Auto => config
+                    .device
+                    .parse()
+                    .map_err(|e| anyhow::anyhow!("device: {e}"))?,
+                other => other,
+            };
+            let device = resolve(spec)?;
+            static STOP: AtomicBool = AtomicBool::new(false);
+            ctrlc::set_handler(|| STOP.store(true, Ordering::Relaxed))
+                .map_err(|e| anyhow::anyhow!("cannot install the signal handler: {e}"))?;
+            let outcome = run_daemon(
+                &config,
+                &DaemonOptions {
+                    run_dir,
+                    duration: duration.map(Duration::from_secs_f64),
+                    resume,
+                    max_learning_steps: None,
+                },
+                &device,
+                &STOP,
+            )?;
+            let control = &outcome.control;
+            println!(
+                "daemon stopped: {} ticks, {} deadline misses, tick latency p50 {:.2} ms p99 {:.2} ms max {:.2} ms, {} queue drops, policy versions {:?}, {} of {} transitions written, {} learning steps; checkpoint version {} in {}",
+                control.ticks,
+                control.deadline_misses,
+                control.tick_latency_ms.p50,
+                control.tick_latency_ms.p99,
+                control.tick_latency_ms.max,
+                control.queue_drops,
+                control.policy_versions,
+                control.transitions_written,
+                control.actor_transitions,
+                outcome.learning_steps,
+                outcome.final_policy_version,
+                outcome.checkpoint
+            );
             if let Some(path) = report {
                 write_json(&path, &outcome)?;
             }
@@ -299,6 +384,20 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 "--batch-size and --steps must be at least 1"
             );
             let device = resolve(cli.device)?;
+            if let BenchTarget::Daemon = what {
+                let rows = bench_daemon(&device, steps as u64)?;
+                print!("{}", DaemonBenchRow::table(&rows));
+                if let [overlapped, in_turns] = rows.as_slice() {
+                    println!(
+                        "overlapped / in turns: {:.2}x learning steps per minute",
+                        overlapped.learning_steps_per_minute / in_turns.learning_steps_per_minute
+                    );
+                }
+                if let Some(path) = report {
+                    write_json(&path, &rows)?;
+                }
+                return Ok(());
+            }
             if let BenchTarget::Worldmodel = what {
                 let batch_size = batch_size.unwrap_or(WorldModelTrainConfig::default().batch_size);
                 let rows = bench_world_model(&device, batch_size, steps)?;

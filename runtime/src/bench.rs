@@ -258,3 +258,86 @@ pub fn bench_world_model(
     }
     Ok(rows)
 }
+
+/// One mode of the daemon benchmark.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DaemonBenchRow {
+    /// `overlapped` (actor and learner at once) or `in turns` (synchronous).
+    pub mode: String,
+    /// Wall time for the learning steps, seconds.
+    pub seconds: f64,
+    /// Learning steps per minute.
+    pub learning_steps_per_minute: f64,
+    /// Transitions recorded meanwhile.
+    pub transitions: u64,
+    /// 99th percentile of the tick latency, ms.
+    pub tick_p99_ms: f64,
+    /// Largest tick latency, ms.
+    pub tick_max_ms: f64,
+    /// Deadlines missed.
+    pub deadline_misses: u64,
+}
+
+impl DaemonBenchRow {
+    fn new(mode: &str, report: &crate::daemon::DaemonReport) -> Self {
+        Self {
+            mode: mode.to_string(),
+            seconds: report.seconds,
+            learning_steps_per_minute: 60.0 * report.learning_steps as f64 / report.seconds,
+            transitions: report.control.transitions_written,
+            tick_p99_ms: report.control.tick_latency_ms.p99,
+            tick_max_ms: report.control.tick_latency_ms.max,
+            deadline_misses: report.control.deadline_misses,
+        }
+    }
+
+    /// The rows as a table.
+    pub fn table(rows: &[Self]) -> String {
+        let mut out = format!(
+            "{:<12} {:>9} {:>14} {:>12} {:>9} {:>9} {:>7}\n",
+            "mode", "seconds", "steps/minute", "transitions", "p99 ms", "max ms", "misses"
+        );
+        for r in rows {
+            out.push_str(&format!(
+                "{:<12} {:>9.1} {:>14.2} {:>12} {:>9.2} {:>9.2} {:>7}\n",
+                r.mode,
+                r.seconds,
+                r.learning_steps_per_minute,
+                r.transitions,
+                r.tick_p99_ms,
+                r.tick_max_ms,
+                r.deadline_misses
+            ));
+        }
+        out
+    }
+}
+
+/// Runs the daemon's work (`steps` learning steps with the default learner settings on
+/// reacher2d at 20 Hz, each waiting for 8 fresh episodes) twice from the same fresh
+/// start: with the actor and the learner overlapped, and in turns.
+pub fn bench_daemon(device: &ResolvedDevice, steps: u64) -> anyhow::Result<Vec<DaemonBenchRow>> {
+    use crate::daemon::{DaemonConfig, DaemonOptions, run_daemon, run_in_turns};
+    let config: DaemonConfig = toml::from_str("robot = \"reacher2d\"\nstatus_every_seconds = 1e9")?;
+    let mut rows = Vec::with_capacity(2);
+    for mode in ["overlapped", "in turns"] {
+        let dir = tempfile::tempdir()?;
+        let options = DaemonOptions {
+            run_dir: Some(dir.path().to_path_buf()),
+            max_learning_steps: Some(steps),
+            ..DaemonOptions::default()
+        };
+        let report = if mode == "overlapped" {
+            run_daemon(
+                &config,
+                &options,
+                device,
+                &std::sync::atomic::AtomicBool::new(false),
+            )?
+        } else {
+            run_in_turns(&config, &options, device, steps)?
+        };
+        rows.push(DaemonBenchRow::new(mode, &report));
+    }
+    Ok(rows)
+}

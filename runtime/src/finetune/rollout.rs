@@ -64,7 +64,6 @@ struct Running {
     transitions: Vec<Transition>,
     path: Vec<[f32; 2]>,
     rescuer: Option<ScriptedExpert>,
-    rng: StdRng,
     seed: u64,
     done: bool,
 }
@@ -100,11 +99,14 @@ pub fn collect_policy_episodes<B: Backend>(
                 observation,
                 transitions: Vec::new(),
                 rescuer: None,
-                rng: StdRng::seed_from_u64(seed ^ version.rotate_left(17) ^ 0x0c01_1ec7),
                 seed,
                 done: false,
             }
         })
+        .collect();
+    let mut rngs: Vec<StdRng> = seeds
+        .iter()
+        .map(|&seed| exploration_rng(seed, version))
         .collect();
     let limits = &policy_config.action_limit;
     let a = limits.len();
@@ -125,7 +127,7 @@ pub fn collect_policy_episodes<B: Backend>(
                 policy,
                 &batch,
                 device,
-                &mut running,
+                &mut rngs,
                 &acting,
                 rollout.exploration,
             )?;
@@ -173,13 +175,7 @@ pub fn collect_policy_episodes<B: Backend>(
                 && stalled(&run.path, takeover)
                 && !outcome.done
             {
-                let mut expert = ScriptedExpert::new(ExpertConfig {
-                    noise: 0.0,
-                    wrong_target_rate: 0.0,
-                    ..ExpertConfig::default()
-                });
-                expert.begin_episode(&run.robot, run.seed);
-                run.rescuer = Some(expert);
+                run.rescuer = Some(takeover_expert(&run.robot, run.seed));
             }
             if outcome.done {
                 run.done = true;
@@ -208,13 +204,25 @@ pub fn collect_policy_episodes<B: Backend>(
     Ok(episodes.into_iter().flatten().collect())
 }
 
+/// The intervening controller of a takeover: the noiseless scripted expert, going to
+/// the instructed target.
+pub(crate) fn takeover_expert(robot: &Reacher2d, seed: u64) -> ScriptedExpert {
+    let mut expert = ScriptedExpert::new(ExpertConfig {
+        noise: 0.0,
+        wrong_target_rate: 0.0,
+        ..ExpertConfig::default()
+    });
+    expert.begin_episode(robot, seed);
+    expert
+}
+
 fn end_effector(robot: &Reacher2d) -> [f32; 2] {
     let p = robot.end_effector();
     [p.x, p.y]
 }
 
 /// Whether the end effector moved less than the takeover threshold over its window.
-fn stalled(path: &[[f32; 2]], takeover: &TakeoverConfig) -> bool {
+pub(crate) fn stalled(path: &[[f32; 2]], takeover: &TakeoverConfig) -> bool {
     let window = takeover.window as usize;
     if path.len() <= window {
         return false;
@@ -223,13 +231,19 @@ fn stalled(path: &[[f32; 2]], takeover: &TakeoverConfig) -> bool {
     (now[0] - then[0]).hypot(now[1] - then[1]) < takeover.min_progress
 }
 
-/// The first action of a sampled chunk for every acting robot, in units of the action
+/// The exploration noise stream of the episode from `seed` under policy `version`.
+pub(crate) fn exploration_rng(seed: u64, version: u64) -> StdRng {
+    StdRng::seed_from_u64(seed ^ version.rotate_left(17) ^ 0x0c01_1ec7)
+}
+
+/// The first action of a sampled chunk for every observation of `batch` (robot
+/// `acting[row]`, whose noise comes from `rngs[acting[row]]`), in units of the action
 /// limit, with its log-density under the policy (Gaussian heads only).
-fn sample_first_actions<B: Backend>(
+pub(crate) fn sample_first_actions<B: Backend>(
     policy: &VlaPolicy<B>,
     batch: &PolicyBatch,
     device: &B::Device,
-    running: &mut [Running],
+    rngs: &mut [StdRng],
     acting: &[usize],
     exploration: f32,
 ) -> anyhow::Result<Vec<(Vec<f32>, Option<f32>)>> {
@@ -252,7 +266,7 @@ fn sample_first_actions<B: Backend>(
                 let mut log_prob = 0.0f32;
                 for j in first..first + a {
                     let std = log_std[j].exp() * exploration.max(1e-6);
-                    let z: f32 = normal.sample(&mut running[i].rng);
+                    let z: f32 = normal.sample(&mut rngs[i]);
                     // The density of the action as recorded: clamped to the limit.
                     let value = (mean[j] + std * z).clamp(-1.0, 1.0);
                     let z = (value - mean[j]) / std;
@@ -270,7 +284,7 @@ fn sample_first_actions<B: Backend>(
             let noise: Vec<f32> = acting
                 .iter()
                 .flat_map(|&i| {
-                    let rng = &mut running[i].rng;
+                    let rng = &mut rngs[i];
                     (0..width)
                         .map(|_| normal.sample(rng) * exploration)
                         .collect::<Vec<_>>()

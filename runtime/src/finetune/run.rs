@@ -4,24 +4,17 @@
 use std::time::Instant;
 
 use burn::Dispatch;
-use burn::module::AutodiffModule;
 use imago_policies::{VlaPolicy, VlaPolicyConfig};
 use imago_robots::reacher2d::Reacher2dConfig;
-use imago_worldmodel::{LatentCriticConfig, WorldModel, WorldModelConfig};
-use rand::SeedableRng;
-use rand::rngs::StdRng;
+use imago_worldmodel::{WorldModel, WorldModelConfig};
 use serde::{Deserialize, Serialize};
 
-use super::advantages::{AdvantageSummary, transition_weights};
 use super::config::FinetuneConfig;
-use super::critic::{CriticLosses, train_critic};
-use super::latents::EncodedEpisodes;
+use super::learner::{LearnReport, Learner};
 use super::rollout::collect_policy_episodes;
-use super::update::{PolicyUpdateReport, update_policy};
-use crate::bc::ImitationDataset;
 use crate::device::ResolvedDevice;
 use crate::replay::{Episode, ReplayWriter};
-use crate::world_model::{WindowDataset, WorldModelTrainConfig, mean_loss, train_world_model};
+use crate::world_model::WorldModelTrainConfig;
 
 /// Seeds of fine-tuning rollouts start here, apart from demonstrations and evaluation.
 pub const ROLLOUT_SEED_BASE: u64 = 5_000_000;
@@ -37,14 +30,9 @@ pub struct RoundReport {
     pub rollout_success_rate: f64,
     /// Transitions chosen by an intervention.
     pub interventions: usize,
-    /// World-model prediction loss over the round's last steps.
-    pub world_model_prediction_loss: f32,
-    /// Critic losses.
-    pub critic: CriticLosses,
-    /// The AWR weights.
-    pub advantages: AdvantageSummary,
-    /// The policy update.
-    pub update: PolicyUpdateReport,
+    /// The learning step after the collection.
+    #[serde(flatten)]
+    pub learned: LearnReport,
     /// Wall time of the round, seconds.
     pub seconds: f64,
 }
@@ -89,19 +77,25 @@ pub fn finetune(
         .validate()
         .map_err(|e| anyhow::anyhow!("fine-tuning config: {e}"))?;
     let FinetuneStart {
-        policy: (mut policy, policy_config),
+        policy: (policy, policy_config),
         version: first_version,
-        world_model: (mut world_model, wm_config),
+        world_model: (world_model, wm_config),
         world_model_training,
         mut episodes,
     } = start;
-    let mut rng = StdRng::seed_from_u64(config.seed ^ 0xf1e7_0000);
-    let mut critic = LatentCriticConfig::new(wm_config.latent_dim).init(&device.training);
+    let mut learner = Learner::new(
+        (policy, policy_config.clone()),
+        first_version,
+        (world_model, wm_config.clone()),
+        world_model_training,
+        config,
+        device,
+    );
     let mut rounds = Vec::with_capacity(config.rounds);
     let seeds_per_round = config.episodes_per_round.div_ceil(config.group_size);
     for round in 0..config.rounds {
         let started = Instant::now();
-        let version = first_version + round as u64;
+        let version = learner.version();
         let first_seed =
             ROLLOUT_SEED_BASE + config.seed * 10_000_000 + (version * seeds_per_round as u64);
         let seeds: Vec<u64> = (0..config.episodes_per_round)
@@ -114,7 +108,7 @@ pub fn finetune(
             seeds.len()
         );
         let collected = collect_policy_episodes(
-            &policy.valid(),
+            &learner.policy(),
             policy_config,
             &device.inference,
             version,
@@ -131,57 +125,16 @@ pub fn finetune(
             .count();
         let collected_count = collected.len();
         episodes.extend(collected);
-
-        let train = WorldModelTrainConfig {
-            steps: config.world_model_steps,
-            warmup_steps: 0,
-            seed: config.seed + version,
-            ..world_model_training.clone()
-        };
-        let windows = WindowDataset::new(
-            &episodes,
-            train.horizon,
-            &wm_config.action_limit,
-            train.discount,
-        );
-        let history;
-        (world_model, history) =
-            train_world_model(world_model, wm_config, &windows, &train, &device.training)?;
-        let wm = world_model.valid();
-        let encoded = EncodedEpisodes::encode(&wm, wm_config, &episodes, &device.inference)?;
-        let critic_losses;
-        (critic, critic_losses) =
-            train_critic(critic, &wm, &encoded, &episodes, config, device, &mut rng)?;
-        let (weights, advantages) =
-            transition_weights(&episodes, &encoded, &critic.valid(), config)?;
-        let behaviour = policy.clone();
-        let data = ImitationDataset::new(&episodes, policy_config);
-        let update;
-        (policy, update) = update_policy(
-            policy,
-            policy_config,
-            &data,
-            &weights,
-            Some(&behaviour),
-            version + 1,
-            config,
-            device,
-            &mut rng,
-        )?;
+        let learned = learner.learn(&episodes, config, device)?;
         let report = RoundReport {
             policy_version: version,
             episodes: collected_count,
             rollout_success_rate: successes as f64 / collected_count.max(1) as f64,
             interventions,
-            world_model_prediction_loss: mean_loss(
-                &history[history.len().saturating_sub(20)..],
-                "prediction",
-            ),
-            critic: critic_losses,
-            advantages,
-            update,
+            learned,
             seconds: started.elapsed().as_secs_f64(),
         };
+        let (advantages, update) = (&report.learned.advantages, &report.learned.update);
         eprintln!(
             "round {}: rollouts {:.1}% successful, mean AWR weight {:.2} (ESS {:.0}%), importance ESS {:.0}%, loss {:.3} -> {:.3}, {:.0} s",
             round + 1,
@@ -196,9 +149,9 @@ pub fn finetune(
         rounds.push(report);
     }
     Ok(FinetuneOutcome {
-        policy: policy.valid(),
-        version: first_version + config.rounds as u64,
-        world_model,
+        policy: learner.policy(),
+        version: learner.version(),
+        world_model: learner.into_world_model(),
         rounds,
     })
 }

@@ -65,6 +65,7 @@ fn episodes_round_trip_across_segments() {
         dir.path(),
         ReplayWriterConfig {
             segment_bytes: 40_000,
+            retention_bytes: None,
         },
     )
     .unwrap();
@@ -173,4 +174,37 @@ fn a_directory_without_segments_is_a_clear_error() {
     std::fs::write(dir.path().join(MANIFEST), "{ nope").unwrap();
     let message = Manifest::load(dir.path()).unwrap_err().to_string();
     assert!(message.contains("malformed"), "{message}");
+}
+
+#[test]
+fn retention_deletes_the_oldest_closed_segments_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = ReplayWriterConfig {
+        segment_bytes: 40_000,
+        retention_bytes: Some(100_000),
+    };
+    let (mut writer, _) = ReplayWriter::open(dir.path(), config).unwrap();
+    let mut robot = Reacher2d::default();
+    write_episodes(&mut writer, &mut robot, 12, 4);
+    let dropped = writer.dropped_segments();
+    writer.close().unwrap();
+    assert!(dropped > 0, "12 episodes of ~35 kB exceed 100 kB");
+    let manifest = Manifest::load(dir.path()).unwrap();
+    let kept: u64 = manifest.closed.iter().map(|s| s.bytes).sum();
+    assert!(kept <= 100_000, "{kept}");
+    // The files on disk are exactly the manifest's, and they are the newest ones.
+    let on_disk: Vec<String> = segment_files(dir.path())
+        .unwrap()
+        .iter()
+        .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+        .collect();
+    let listed: Vec<String> = manifest.closed.iter().map(|s| s.file.clone()).collect();
+    assert_eq!(on_disk, listed);
+    assert!(!on_disk.contains(&"000000.seg".to_string()));
+    let contents = read_replay(dir.path()).unwrap();
+    let last = contents
+        .episodes
+        .last()
+        .expect("the newest episode is kept");
+    assert_eq!(last.start.episode, 11);
 }

@@ -18,12 +18,16 @@ use super::{FORMAT_VERSION, Manifest, SEGMENTS, SegmentEntry, segment_files};
 pub struct ReplayWriterConfig {
     /// A segment is closed and a new one begun once it reaches this size.
     pub segment_bytes: u64,
+    /// Largest total size of closed segments; when a closed segment takes the total
+    /// past it, the oldest closed segments are deleted first. `None` keeps everything.
+    pub retention_bytes: Option<u64>,
 }
 
 impl Default for ReplayWriterConfig {
     fn default() -> Self {
         Self {
             segment_bytes: 64 << 20,
+            retention_bytes: None,
         }
     }
 }
@@ -52,6 +56,7 @@ pub struct ReplayWriter {
     segment: Option<OpenSegment>,
     next_index: u64,
     next_episode: u64,
+    dropped_segments: u64,
 }
 
 impl ReplayWriter {
@@ -103,6 +108,7 @@ impl ReplayWriter {
                 segment: None,
                 next_index,
                 next_episode,
+                dropped_segments: 0,
             },
             report,
         ))
@@ -188,8 +194,39 @@ impl ReplayWriter {
                 bytes: segment.bytes,
             });
             self.manifest.store(&self.dir)?;
+            self.apply_retention()?;
         }
         Ok(())
+    }
+
+    /// Deletes the oldest closed segments while their total exceeds the retention
+    /// limit. The manifest is rewritten before a file is deleted, so a crash in between
+    /// leaves a file the next open rescans, never a manifest entry without a file.
+    fn apply_retention(&mut self) -> anyhow::Result<()> {
+        let Some(limit) = self.config.retention_bytes else {
+            return Ok(());
+        };
+        while self.manifest.closed.iter().map(|s| s.bytes).sum::<u64>() > limit {
+            let oldest = self.manifest.closed.remove(0);
+            self.manifest.store(&self.dir)?;
+            let path = self.dir.join(SEGMENTS).join(&oldest.file);
+            match std::fs::remove_file(&path) {
+                Ok(()) => self.dropped_segments += 1,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => {
+                    return Err(anyhow::anyhow!(
+                        "cannot delete old replay segment {}: {e}",
+                        path.display()
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Closed segments deleted by the retention limit since this writer opened.
+    pub fn dropped_segments(&self) -> u64 {
+        self.dropped_segments
     }
 }
 

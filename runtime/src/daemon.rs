@@ -1,0 +1,462 @@
+//! `imago daemon`: the robot-side process. The actor runs the control loop and the
+//! replay writer records every transition (see [`crate::engine`]); on the calling
+//! thread the learner fine-tunes the policy on the replay and publishes each new
+//! version to the actor; checkpoints are written on a schedule and at shutdown.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use burn::Dispatch;
+use burn::prelude::Backend;
+use imago_policies::VlaPolicyConfig;
+use imago_robots::Robot;
+use imago_robots::reacher2d::{NAME, Reacher2d};
+use imago_worldmodel::TransitionFamily;
+use serde::{Deserialize, Serialize};
+
+use crate::checkpoint::{CheckpointMeta, load_policy, load_world_model, read_meta, save_policy};
+use crate::device::{DeviceSpec, ResolvedDevice};
+use crate::engine::{
+    ActorConfig, ControlReport, PolicySnapshot, Recording, ReplayWriterConfig, SnapshotMailbox,
+    run_control_loop,
+};
+use crate::finetune::{FinetuneConfig, Learner};
+use crate::replay::read_replay;
+use crate::world_model::{WorldModelTrainConfig, reacher2d_world_model};
+
+/// The learner thread's settings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LearnerConfig {
+    /// Train at all (off: the daemon only runs and records).
+    pub enabled: bool,
+    /// Complete episodes recorded within the staleness bound that a learning step
+    /// waits for.
+    pub min_episodes: usize,
+    /// The learning step's settings (rollout and round fields are not used: the actor
+    /// collects).
+    pub finetune: FinetuneConfig,
+}
+
+impl Default for LearnerConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            min_episodes: 8,
+            finetune: FinetuneConfig {
+                policy_steps: 100,
+                world_model_steps: 50,
+                critic_steps: 50,
+                ..FinetuneConfig::default()
+            },
+        }
+    }
+}
+
+/// `robot.toml`: everything the daemon needs; every field but the robot has a default.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DaemonConfig {
+    /// Which robot (only `reacher2d` exists).
+    pub robot: String,
+    /// Where models run: auto, cpu, cpu:flex, wgpu[:N], cuda[:N].
+    #[serde(default = "default_device")]
+    pub device: String,
+    /// Where the replay and checkpoints go (`--run-dir` overrides).
+    #[serde(default = "default_run_dir")]
+    pub run_dir: PathBuf,
+    /// The policy checkpoint to start from; none: a freshly initialised policy.
+    #[serde(default)]
+    pub policy: Option<PathBuf>,
+    /// The world-model checkpoint to start from; none: a fresh SALT world model.
+    #[serde(default)]
+    pub world_model: Option<PathBuf>,
+    /// The control loop: robot settings (rate, safety limits), exploration, takeover.
+    #[serde(default)]
+    pub actor: ActorConfig,
+    /// The learner.
+    #[serde(default)]
+    pub learner: LearnerConfig,
+    /// Replay segment size and retention limit (`retention_bytes`, oldest closed
+    /// segments deleted first).
+    #[serde(default)]
+    pub replay: ReplayWriterConfig,
+    /// Seconds between scheduled checkpoints.
+    #[serde(default = "default_checkpoint_seconds")]
+    pub checkpoint_every_seconds: f64,
+    /// Seconds between status lines on standard error.
+    #[serde(default = "default_status_seconds")]
+    pub status_every_seconds: f64,
+}
+
+fn default_status_seconds() -> f64 {
+    10.0
+}
+
+fn default_device() -> String {
+    "auto".into()
+}
+
+fn default_run_dir() -> PathBuf {
+    PathBuf::from("imago-runs/daemon")
+}
+
+fn default_checkpoint_seconds() -> f64 {
+    60.0
+}
+
+impl DaemonConfig {
+    /// Reads and checks `path`; errors name the file, the key and the problem.
+    pub fn load(path: &Path) -> anyhow::Result<Self> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?;
+        let config: Self = toml::from_str(&text)
+            .map_err(|e| anyhow::anyhow!("{}: {}", path.display(), e.message().trim()))?;
+        config
+            .validate()
+            .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+        Ok(config)
+    }
+
+    /// Checks values serde cannot; the message names the key.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.robot != NAME {
+            return Err(format!(
+                "robot = \"{}\": unknown robot; the only one is \"{NAME}\"",
+                self.robot
+            ));
+        }
+        self.device
+            .parse::<DeviceSpec>()
+            .map_err(|e| format!("device = \"{}\": {e}", self.device))?;
+        let hz = self.actor.robot.control_hz;
+        if !(hz.is_finite() && hz > 0.0 && hz <= 1000.0) {
+            return Err(format!(
+                "actor.robot.control_hz = {hz}: must be in (0, 1000]"
+            ));
+        }
+        if self.replay.segment_bytes == 0 {
+            return Err("replay.segment_bytes must be at least 1".into());
+        }
+        for (key, value) in [
+            ("checkpoint_every_seconds", self.checkpoint_every_seconds),
+            ("status_every_seconds", self.status_every_seconds),
+        ] {
+            if !(value.is_finite() && value > 0.0) {
+                return Err(format!("{key} = {value}: must be positive"));
+            }
+        }
+        self.learner
+            .finetune
+            .validate()
+            .map_err(|e| format!("learner.finetune: {e}"))
+    }
+}
+
+/// Options from the command line.
+#[derive(Debug, Clone, Default)]
+pub struct DaemonOptions {
+    /// Overrides the config's run directory.
+    pub run_dir: Option<PathBuf>,
+    /// Stop as on SIGTERM after this long.
+    pub duration: Option<Duration>,
+    /// Continue from the newest checkpoint in the run directory and its replay.
+    pub resume: bool,
+    /// Stop after this many learning steps (benchmarks).
+    pub max_learning_steps: Option<u64>,
+}
+
+/// The daemon's final status.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DaemonReport {
+    /// The control loop and the recording.
+    #[serde(flatten)]
+    pub control: ControlReport,
+    /// Learning steps completed.
+    pub learning_steps: u64,
+    /// The policy version at shutdown.
+    pub final_policy_version: u64,
+    /// Wall time from the first tick to shutdown, seconds.
+    pub seconds: f64,
+    /// The checkpoint written at shutdown.
+    pub checkpoint: String,
+}
+
+/// Where the daemon's policy checkpoint lives in `run_dir`.
+pub fn policy_checkpoint(run_dir: &Path) -> PathBuf {
+    run_dir.join("checkpoints").join("policy")
+}
+
+/// What the daemon starts from: the learner (policy, world model, critic) and where it
+/// records.
+struct Prepared {
+    learner: Learner,
+    replay: PathBuf,
+    checkpoint: PathBuf,
+}
+
+/// Loads or initialises the models (from the newest checkpoint with `--resume`) and
+/// writes a first checkpoint, so that a crash at any time leaves one to resume.
+fn prepare(
+    config: &DaemonConfig,
+    options: &DaemonOptions,
+    device: &ResolvedDevice,
+) -> anyhow::Result<Prepared> {
+    let run_dir = options.run_dir.clone().unwrap_or(config.run_dir.clone());
+    let checkpoint = policy_checkpoint(&run_dir);
+    let spec = Reacher2d::new(config.actor.robot.clone()).spec().clone();
+    let expected = VlaPolicyConfig::for_robot(&spec);
+    let start_from = match (options.resume, read_meta(&checkpoint)) {
+        (true, Ok(_)) => Some(checkpoint.clone()),
+        (true, Err(e)) => {
+            eprintln!(
+                "warning: --resume: no valid checkpoint at {} ({e}); starting from the configured policy and continuing the replay",
+                checkpoint.display()
+            );
+            config.policy.clone()
+        }
+        (false, _) => config.policy.clone(),
+    };
+    Dispatch::seed(&device.training, config.learner.finetune.seed);
+    let (policy, policy_config, version) = match &start_from {
+        Some(dir) => {
+            let (policy, config, meta) =
+                load_policy::<Dispatch>(dir, Some(&expected), &device.training)?;
+            (policy, config, meta.version)
+        }
+        None => (expected.init(&device.training), expected, 1),
+    };
+    let (world_model, wm_config) = match &config.world_model {
+        Some(dir) => {
+            let (model, config, _) = load_world_model::<Dispatch>(dir, None, &device.training)?;
+            (model.freeze_target(), config)
+        }
+        None => {
+            let config = reacher2d_world_model(TransitionFamily::Salt);
+            (config.init(&device.training), config)
+        }
+    };
+    let learner = Learner::new(
+        (policy, policy_config),
+        version,
+        (world_model, wm_config),
+        WorldModelTrainConfig::default(),
+        &config.learner.finetune,
+        device,
+    );
+    save(&learner, &checkpoint)?;
+    Ok(Prepared {
+        learner,
+        replay: run_dir.join("replay"),
+        checkpoint,
+    })
+}
+
+/// Episodes the next learning step may train on (recorded by a version within the
+/// staleness bound of the one it produces), or `None` while there are too few.
+fn fresh_replay(
+    replay: &Path,
+    learner: &Learner,
+    config: &LearnerConfig,
+) -> anyhow::Result<Option<Vec<crate::replay::Episode>>> {
+    let episodes = match read_replay(replay) {
+        Ok(contents) => contents.episodes,
+        Err(_) if !replay.join("segments").exists() => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let next = learner.version() + 1;
+    let fresh = episodes
+        .iter()
+        .filter(|e| {
+            e.transitions
+                .iter()
+                .any(|t| t.policy_version + config.finetune.max_staleness >= next)
+        })
+        .count();
+    Ok((fresh >= config.min_episodes).then_some(episodes))
+}
+
+/// Runs the daemon until `stop` is set (by a signal), `options.duration` passes or
+/// `options.max_learning_steps` are done: the actor and the learner overlap.
+pub fn run_daemon(
+    config: &DaemonConfig,
+    options: &DaemonOptions,
+    device: &ResolvedDevice,
+    stop: &AtomicBool,
+) -> anyhow::Result<DaemonReport> {
+    let Prepared {
+        mut learner,
+        replay,
+        checkpoint,
+    } = prepare(config, options, device)?;
+    let finetune = &config.learner.finetune;
+    let mailbox = SnapshotMailbox::default();
+    let started = Instant::now();
+    let deadline = options.duration.map(|d| started + d);
+    let mut learning_steps = 0u64;
+    let mut learner_error: Option<anyhow::Error> = None;
+    let mut last_checkpoint = Instant::now();
+    let initial = PolicySnapshot {
+        version: learner.version(),
+        policy: learner.policy(),
+    };
+    let policy_config = learner.policy_config().clone();
+    let out_of_time = || deadline.is_some_and(|d| Instant::now() >= d);
+    let control = run_control_loop(
+        &config.actor,
+        &policy_config,
+        initial,
+        &device.inference,
+        Recording {
+            dir: &replay,
+            config: config.replay.clone(),
+            status_every: Some(Duration::from_secs_f64(config.status_every_seconds)),
+        },
+        &mailbox,
+        stop,
+        || {
+            let learnt_enough =
+                |steps: u64| options.max_learning_steps.is_some_and(|max| steps >= max);
+            while !stop.load(Ordering::Relaxed) && !out_of_time() && !learnt_enough(learning_steps)
+            {
+                if !config.learner.enabled {
+                    std::thread::sleep(Duration::from_millis(50));
+                    continue;
+                }
+                let step = (|| -> anyhow::Result<bool> {
+                    let Some(episodes) = fresh_replay(&replay, &learner, &config.learner)? else {
+                        return Ok(false);
+                    };
+                    learner.learn(&episodes, finetune, device)?;
+                    mailbox.publish(PolicySnapshot {
+                        version: learner.version(),
+                        policy: learner.policy(),
+                    });
+                    Ok(true)
+                })();
+                match step {
+                    Ok(true) => learning_steps += 1,
+                    Ok(false) => std::thread::sleep(Duration::from_millis(200)),
+                    Err(error) => {
+                        learner_error = Some(error);
+                        break;
+                    }
+                }
+                if last_checkpoint.elapsed().as_secs_f64() >= config.checkpoint_every_seconds {
+                    if let Err(error) = save(&learner, &checkpoint) {
+                        eprintln!("warning: scheduled checkpoint failed: {error:#}");
+                    }
+                    last_checkpoint = Instant::now();
+                }
+            }
+            while !stop.load(Ordering::Relaxed) && !out_of_time() && !learnt_enough(learning_steps)
+            {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            stop.store(true, Ordering::Relaxed);
+        },
+    )?;
+    save(&learner, &checkpoint)?;
+    if let Some(error) = learner_error {
+        eprintln!("warning: the learner stopped: {error:#}");
+    }
+    Ok(DaemonReport {
+        control,
+        learning_steps,
+        final_policy_version: learner.version(),
+        seconds: started.elapsed().as_secs_f64(),
+        checkpoint: checkpoint.display().to_string(),
+    })
+}
+
+/// The same work as [`run_daemon`] with `max_learning_steps`, done in turns instead
+/// of overlapped: the actor records until enough fresh episodes exist, stops, the
+/// learner takes one step, and so on. The baseline of the daemon benchmark.
+pub fn run_in_turns(
+    config: &DaemonConfig,
+    options: &DaemonOptions,
+    device: &ResolvedDevice,
+    steps: u64,
+) -> anyhow::Result<DaemonReport> {
+    let Prepared {
+        mut learner,
+        replay,
+        checkpoint,
+    } = prepare(config, options, device)?;
+    let started = Instant::now();
+    let mut control: Option<ControlReport> = None;
+    for _ in 0..steps {
+        let stop = AtomicBool::new(false);
+        let mut episodes = None;
+        let policy_config = learner.policy_config().clone();
+        let turn = run_control_loop(
+            &config.actor,
+            &policy_config,
+            PolicySnapshot {
+                version: learner.version(),
+                policy: learner.policy(),
+            },
+            &device.inference,
+            Recording {
+                dir: &replay,
+                config: config.replay.clone(),
+                status_every: None,
+            },
+            &SnapshotMailbox::default(),
+            &stop,
+            || {
+                while episodes.is_none() {
+                    std::thread::sleep(Duration::from_millis(100));
+                    match fresh_replay(&replay, &learner, &config.learner) {
+                        Ok(found) => episodes = found,
+                        Err(error) => {
+                            eprintln!("warning: {error:#}");
+                            break;
+                        }
+                    }
+                }
+                stop.store(true, Ordering::Relaxed);
+            },
+        )?;
+        control = Some(match control {
+            None => turn,
+            Some(total) => total.merged(turn),
+        });
+        let episodes = episodes.ok_or_else(|| anyhow::anyhow!("the replay could not be read"))?;
+        learner.learn(&episodes, &config.learner.finetune, device)?;
+    }
+    save(&learner, &checkpoint)?;
+    Ok(DaemonReport {
+        control: control.ok_or_else(|| anyhow::anyhow!("no turn was run"))?,
+        learning_steps: steps,
+        final_policy_version: learner.version(),
+        seconds: started.elapsed().as_secs_f64(),
+        checkpoint: checkpoint.display().to_string(),
+    })
+}
+
+fn save(learner: &Learner, dir: &Path) -> anyhow::Result<()> {
+    save_policy(
+        &learner.policy(),
+        learner.policy_config(),
+        CheckpointMeta::new(NAME, learner.version(), None),
+        dir,
+    )?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_example_config_loads() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/reacher2d-daemon.toml");
+        let config = DaemonConfig::load(&path).unwrap();
+        assert_eq!(config.robot, NAME);
+        assert_eq!(config.actor.robot.control_hz, 20.0);
+        assert_eq!(config.replay.retention_bytes, Some(8 << 30));
+        assert_eq!(config.learner.finetune.policy_steps, 100);
+    }
+}

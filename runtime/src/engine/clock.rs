@@ -1,0 +1,79 @@
+//! Deadline scheduling of the control loop: tick `k` is due at `start + k * period`,
+//! whatever the previous ticks cost, so the rate does not drift the way
+//! `sleep(period)` after each tick does. A tick that cannot start before the next one
+//! is already due has missed its deadline: the miss is counted and the clock skips the
+//! ticks it can no longer make instead of bursting to catch up.
+
+use std::time::{Duration, Instant};
+
+/// When the next control tick is due.
+#[derive(Debug, Clone)]
+pub struct DeadlineClock {
+    period: Duration,
+    next: Instant,
+    misses: u64,
+}
+
+impl DeadlineClock {
+    /// A clock whose first tick is due now.
+    pub fn new(period: Duration) -> Self {
+        Self {
+            period,
+            next: Instant::now(),
+            misses: 0,
+        }
+    }
+
+    /// The tick period.
+    pub fn period(&self) -> Duration {
+        self.period
+    }
+
+    /// Deadlines missed so far.
+    pub fn misses(&self) -> u64 {
+        self.misses
+    }
+
+    /// Sleeps until the next tick is due and returns its deadline. If it is already
+    /// overdue by more than a period, the miss is counted and the schedule restarts
+    /// from now (the skipped ticks are not made up).
+    pub fn wait(&mut self) -> Instant {
+        let now = Instant::now();
+        if now > self.next + self.period {
+            self.misses += 1;
+            self.next = now;
+        } else if now < self.next {
+            std::thread::sleep(self.next - now);
+        }
+        let due = self.next;
+        self.next += self.period;
+        due
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slow_ticks_do_not_drift_and_overruns_are_counted() {
+        let period = Duration::from_millis(10);
+        let mut clock = DeadlineClock::new(period);
+        let start = clock.wait();
+        for k in 1..=5u32 {
+            // Work of 4 ms per tick: deadline scheduling absorbs it.
+            std::thread::sleep(Duration::from_millis(4));
+            let due = clock.wait();
+            assert_eq!(due, start + period * k);
+        }
+        assert_eq!(clock.misses(), 0);
+        // One tick of work longer than two periods is a miss; the schedule restarts.
+        std::thread::sleep(Duration::from_millis(35));
+        let restarted = clock.wait();
+        assert_eq!(clock.misses(), 1);
+        assert!(
+            restarted.elapsed() < period,
+            "the overdue tick runs at once"
+        );
+    }
+}

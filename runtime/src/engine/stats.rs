@@ -1,0 +1,114 @@
+//! Control-loop figures: what the daemon reports in its status and at shutdown.
+
+use std::collections::BTreeSet;
+
+use serde::{Deserialize, Serialize};
+
+use crate::stats::quantile;
+
+/// Tick latency percentiles, milliseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct LatencySummary {
+    /// Median.
+    pub p50: f64,
+    /// 99th percentile.
+    pub p99: f64,
+    /// Largest.
+    pub max: f64,
+}
+
+/// What the actor measured.
+#[derive(Debug, Clone, Default)]
+pub struct ControlStats {
+    /// Control ticks run.
+    pub ticks: u64,
+    /// Ticks that could not start before the next was due.
+    pub deadline_misses: u64,
+    /// Per tick: from its deadline to the command being sent to the robot, ms.
+    pub tick_latency_ms: Vec<f64>,
+    /// Records the writer's queue had no room for.
+    pub queue_drops: u64,
+    /// Every policy version that chose a command.
+    pub policy_versions: BTreeSet<u64>,
+    /// Transitions the actor produced.
+    pub transitions: u64,
+}
+
+impl ControlStats {
+    /// Percentiles of the tick latency (`NaN` before the first tick).
+    pub fn latency(&self) -> LatencySummary {
+        LatencySummary {
+            p50: quantile(&self.tick_latency_ms, 0.5),
+            p99: quantile(&self.tick_latency_ms, 0.99),
+            max: self
+                .tick_latency_ms
+                .iter()
+                .copied()
+                .fold(f64::NAN, f64::max),
+        }
+    }
+}
+
+/// The daemon's final status (`--report`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ControlReport {
+    /// Control ticks run.
+    pub ticks: u64,
+    /// Ticks that could not start before the next was due.
+    pub deadline_misses: u64,
+    /// Tick latency percentiles, ms.
+    pub tick_latency_ms: LatencySummary,
+    /// Records dropped because the writer's queue was full.
+    pub queue_drops: u64,
+    /// Policy versions that chose commands, in order.
+    pub policy_versions: Vec<u64>,
+    /// Transitions the actor produced.
+    pub actor_transitions: u64,
+    /// Transitions the writer put on disk.
+    pub transitions_written: u64,
+    /// Records the writer put on disk (episode starts and ends included).
+    pub replay_records: u64,
+}
+
+impl ControlReport {
+    /// The report of two runs in a row: counts add up, versions are merged and the
+    /// latency percentiles are the worse of the two (a conservative summary).
+    pub fn merged(self, other: Self) -> Self {
+        let mut versions = self.policy_versions;
+        versions.extend(other.policy_versions);
+        versions.sort_unstable();
+        versions.dedup();
+        Self {
+            ticks: self.ticks + other.ticks,
+            deadline_misses: self.deadline_misses + other.deadline_misses,
+            tick_latency_ms: LatencySummary {
+                p50: self.tick_latency_ms.p50.max(other.tick_latency_ms.p50),
+                p99: self.tick_latency_ms.p99.max(other.tick_latency_ms.p99),
+                max: self.tick_latency_ms.max.max(other.tick_latency_ms.max),
+            },
+            queue_drops: self.queue_drops + other.queue_drops,
+            policy_versions: versions,
+            actor_transitions: self.actor_transitions + other.actor_transitions,
+            transitions_written: self.transitions_written + other.transitions_written,
+            replay_records: self.replay_records + other.replay_records,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn latency_percentiles_and_max() {
+        let stats = ControlStats {
+            tick_latency_ms: (1..=100).map(f64::from).collect(),
+            ..ControlStats::default()
+        };
+        let latency = stats.latency();
+        assert!((latency.p50 - 50.5).abs() < 1e-9);
+        assert!((latency.p99 - 99.01).abs() < 1e-9);
+        assert_eq!(latency.max, 100.0);
+        assert!(ControlStats::default().latency().max.is_nan());
+    }
+}
