@@ -193,16 +193,6 @@ pub enum ActionHead<B: Backend> {
     Flow(FlowHead<B>),
 }
 
-impl<B: Backend> ActionHead<B> {
-    /// Which kind of head this is.
-    pub fn kind(&self) -> ActionHeadKind {
-        match self {
-            Self::Gaussian(_) => ActionHeadKind::Gaussian,
-            Self::Flow(_) => ActionHeadKind::Flow,
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -8,7 +8,6 @@ use burn::nn::transformer::{
 };
 use burn::nn::{Embedding, EmbeddingConfig, LayerNorm, LayerNormConfig, Linear, LinearConfig};
 use burn::prelude::*;
-use burn::tensor::Distribution;
 use burn::tensor::activation::gelu;
 
 use imago_robots::RobotSpec;
@@ -279,15 +278,6 @@ impl<B: Backend> VlaPolicy<B> {
         }
     }
 
-    /// Standard-normal noise shaped like this policy's action chunks for `batch` inputs.
-    pub fn chunk_noise(&self, batch: usize, device: &B::Device) -> Tensor<B, 3> {
-        Tensor::random(
-            [batch, self.chunk_len, self.action_dim],
-            Distribution::Normal(0.0, 1.0),
-            device,
-        )
-    }
-
     /// The readout summary `[batch, d]` the head reads: what the transformer made of
     /// the image, the instruction and the proprioception.
     pub fn summary(&self, input: PolicyInput<B>) -> Tensor<B, 2> {
@@ -450,7 +440,12 @@ mod tests {
         assert_eq!(deterministic.dims(), [3, 4, 2]);
         let again = flow.act(input.clone(), None);
         assert_eq!(deterministic.into_data(), again.into_data());
-        let sampled = flow.act(input, Some(flow.chunk_noise(3, &device)));
+        let noise = Tensor::random(
+            [3, 4, 2],
+            burn::tensor::Distribution::Normal(0.0, 1.0),
+            &device,
+        );
+        let sampled = flow.act(input, Some(noise));
         assert_eq!(sampled.dims(), [3, 4, 2]);
     }
 

@@ -271,7 +271,7 @@ fn fresh_replay(
         .filter(|e| {
             e.transitions
                 .iter()
-                .any(|t| t.policy_version + config.finetune.max_staleness >= next)
+                .any(|t| config.finetune.within_staleness(t.policy_version, next))
         })
         .count();
     Ok((fresh >= config.min_episodes).then_some(episodes))
@@ -297,10 +297,7 @@ pub fn run_daemon(
     let mut learning_steps = 0u64;
     let mut learner_error: Option<anyhow::Error> = None;
     let mut last_checkpoint = Instant::now();
-    let initial = PolicySnapshot {
-        version: learner.version(),
-        policy: learner.policy(),
-    };
+    let initial = snapshot(&learner);
     let policy_config = learner.policy_config().clone();
     let out_of_time = || deadline.is_some_and(|d| Instant::now() >= d);
     let control = run_control_loop(
@@ -329,10 +326,7 @@ pub fn run_daemon(
                         return Ok(false);
                     };
                     learner.learn(&episodes, finetune, device)?;
-                    mailbox.publish(PolicySnapshot {
-                        version: learner.version(),
-                        policy: learner.policy(),
-                    });
+                    mailbox.publish(snapshot(&learner));
                     Ok(true)
                 })();
                 match step {
@@ -393,10 +387,7 @@ pub fn run_in_turns(
         let turn = run_control_loop(
             &config.actor,
             &policy_config,
-            PolicySnapshot {
-                version: learner.version(),
-                policy: learner.policy(),
-            },
+            snapshot(&learner),
             &device.inference,
             Recording {
                 dir: &replay,
@@ -434,6 +425,14 @@ pub fn run_in_turns(
         seconds: started.elapsed().as_secs_f64(),
         checkpoint: checkpoint.display().to_string(),
     })
+}
+
+/// The learner's current policy, ready for the actor.
+fn snapshot(learner: &Learner) -> PolicySnapshot {
+    PolicySnapshot {
+        version: learner.version(),
+        policy: learner.policy(),
+    }
 }
 
 fn save(learner: &Learner, dir: &Path) -> anyhow::Result<()> {

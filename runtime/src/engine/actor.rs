@@ -9,8 +9,8 @@ use std::time::Duration;
 use burn::Dispatch;
 use crossbeam_channel::{Sender, TrySendError};
 use imago_policies::{PolicyBatch, VlaPolicyConfig};
-use imago_robots::reacher2d::{NAME, Reacher2d, Reacher2dConfig, ScriptedExpert};
-use imago_robots::{Action, Robot};
+use imago_robots::Robot;
+use imago_robots::reacher2d::{NAME, Reacher2d, Reacher2dConfig};
 use serde::{Deserialize, Serialize};
 
 use super::clock::DeadlineClock;
@@ -18,7 +18,7 @@ use super::snapshot::{PolicySnapshot, SnapshotMailbox};
 use super::stats::ControlStats;
 use super::status::LiveCounters;
 use crate::finetune::{
-    TakeoverConfig, exploration_rng, sample_first_actions, stalled, takeover_expert,
+    TakeoverConfig, TakeoverWatch, exploration_rng, sample_first_actions, to_robot_units,
 };
 use crate::replay::{EpisodeEnd, EpisodeStart, ReplayRecord, Transition};
 
@@ -82,9 +82,7 @@ pub fn run_actor(
     'episodes: while !stop.load(Ordering::Relaxed) {
         let mut observation = robot.reset(seed);
         let mut rngs = [exploration_rng(seed, current.version)];
-        let mut rescuer: Option<ScriptedExpert> = None;
-        let start = robot.end_effector();
-        let mut path = vec![[start.x, start.y]];
+        let mut takeover = TakeoverWatch::new(config.takeover.as_ref(), &robot);
         offer(
             records,
             ReplayRecord::EpisodeStart(EpisodeStart {
@@ -107,7 +105,7 @@ pub fn run_actor(
                 .store(current.version, Ordering::Relaxed);
             live.deadline_misses
                 .store(clock.misses(), Ordering::Relaxed);
-            let (action, log_prob, intervention) = match &mut rescuer {
+            let (action, log_prob, intervention) = match takeover.rescuer() {
                 Some(expert) => (expert.act(&robot), None, true),
                 None => {
                     batch.clear();
@@ -121,13 +119,8 @@ pub fn run_actor(
                         config.exploration,
                     )?
                     .remove(0);
-                    let action = normalised
-                        .iter()
-                        .zip(&limits)
-                        .map(|(v, l)| v.clamp(-1.0, 1.0) * l)
-                        .collect();
                     stats.policy_versions.insert(current.version);
-                    (Action(action), log_prob, false)
+                    (to_robot_units(&normalised, &limits), log_prob, false)
                 }
             };
             stats
@@ -155,14 +148,7 @@ pub fn run_actor(
                 })),
                 &mut stats,
             );
-            let p = robot.end_effector();
-            path.push([p.x, p.y]);
-            if let (Some(takeover), None) = (&config.takeover, &rescuer)
-                && !outcome.done
-                && stalled(&path, takeover)
-            {
-                rescuer = Some(takeover_expert(&robot, seed));
-            }
+            takeover.observe(&robot, seed, outcome.done);
             if outcome.done {
                 offer(
                     records,

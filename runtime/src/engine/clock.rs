@@ -24,11 +24,6 @@ impl DeadlineClock {
         }
     }
 
-    /// The tick period.
-    pub fn period(&self) -> Duration {
-        self.period
-    }
-
     /// Deadlines missed so far.
     pub fn misses(&self) -> u64 {
         self.misses

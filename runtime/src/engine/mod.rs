@@ -93,6 +93,12 @@ pub fn run_control_loop(
     });
     let stats = stats.map_err(|_| anyhow::anyhow!("the actor thread panicked"))??;
     let written = written.map_err(|_| anyhow::anyhow!("the replay writer thread panicked"))?;
+    if written.dropped_segments > 0 {
+        eprintln!(
+            "replay retention deleted the {} oldest closed segments",
+            written.dropped_segments
+        );
+    }
     if let Some(error) = &written.error {
         eprintln!(
             "warning: {error}; {} records were not written",

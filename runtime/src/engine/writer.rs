@@ -19,6 +19,8 @@ pub struct WriterReport {
     pub unwritten: u64,
     /// Why recording stopped early, if it did.
     pub error: Option<String>,
+    /// Old closed segments the retention limit deleted.
+    pub dropped_segments: u64,
 }
 
 /// Writes every record received on `records` until all senders are gone, then closes
@@ -46,10 +48,12 @@ pub fn run_writer(mut writer: ReplayWriter, records: Receiver<ReplayRecord>) -> 
             }
         }
     }
-    if report.error.is_none()
-        && let Err(error) = writer.close()
-    {
-        report.error = Some(format!("closing the replay failed: {error:#}"));
+    report.dropped_segments = writer.dropped_segments();
+    if report.error.is_none() {
+        match writer.close() {
+            Ok(dropped) => report.dropped_segments = dropped,
+            Err(error) => report.error = Some(format!("closing the replay failed: {error:#}")),
+        }
     }
     report
 }

@@ -152,7 +152,9 @@ fn finish(
     normalised: Vec<Vec<Option<f32>>>,
     config: &FinetuneConfig,
 ) -> (Vec<Vec<f32>>, AdvantageSummary) {
-    let mut all = Vec::new();
+    let advantages: Vec<f32> = normalised.iter().flatten().flatten().copied().collect();
+    let all = awr_weights(&advantages, config.beta, config.max_weight);
+    let mut next = all.iter();
     let mut unweighted = 0;
     let weights = normalised
         .into_iter()
@@ -160,11 +162,7 @@ fn finish(
             episode
                 .into_iter()
                 .map(|a| match a {
-                    Some(a) => {
-                        let w = awr_weights(&[a], config.beta, config.max_weight)[0];
-                        all.push(w);
-                        w
-                    }
+                    Some(_) => *next.next().expect("one weight per advantage"),
                     None => {
                         unweighted += 1;
                         1.0

@@ -161,6 +161,12 @@ impl Default for FinetuneConfig {
 }
 
 impl FinetuneConfig {
+    /// Whether data recorded by policy version `recorded` is fresh enough to train
+    /// the policy version `next` (at most `max_staleness` versions older).
+    pub fn within_staleness(&self, recorded: u64, next: u64) -> bool {
+        recorded + self.max_staleness >= next
+    }
+
     /// Checks the settings; a message names the first bad one.
     pub fn validate(&self) -> Result<(), String> {
         let positive = [

@@ -66,18 +66,6 @@ fn sample<T: Copy>(from: &[T], n: usize, rng: &mut StdRng) -> Vec<T> {
         .collect()
 }
 
-/// Rows of `encoded` as a tensor on the training device.
-fn rows(encoded: &EncodedEpisodes, rows: &[usize], device: &ResolvedDevice) -> Tensor<Dispatch, 2> {
-    let index = Tensor::<Dispatch, 1, Int>::from_data(
-        TensorData::new(
-            rows.iter().map(|&r| r as i64).collect::<Vec<_>>(),
-            [rows.len()],
-        ),
-        &device.inference,
-    );
-    Tensor::from_inner(encoded.latents.clone().select(0, index))
-}
-
 /// Trains `critic` for `config.critic_steps` steps on `episodes` (encoded as
 /// `encoded` by `world_model`). The value head (imagination methods) regresses the
 /// lambda-returns of `world_model`'s latent actor rolled from real start states, with
@@ -120,11 +108,7 @@ pub fn train_critic(
         let mut parts = CriticLosses::default();
         if config.method.uses_imagination() {
             let starts = sample(&transition_rows, n, rng);
-            let index = Tensor::<Dispatch, 1, Int>::from_data(
-                TensorData::new(starts.iter().map(|&r| r as i64).collect::<Vec<_>>(), [n]),
-                &device.inference,
-            );
-            let start = encoded.latents.clone().select(0, index);
+            let start = encoded.select(&starts);
             let rollout = imagine(
                 world_model,
                 start,
@@ -153,7 +137,7 @@ pub fn train_critic(
             if !labels.viability.is_empty() {
                 let picked = sample(&labels.viability, n, rng);
                 let (index, target): (Vec<usize>, Vec<f32>) = picked.into_iter().unzip();
-                let logits = critic.viability_logit(rows(encoded, &index, device));
+                let logits = critic.viability_logit(Tensor::from_inner(encoded.select(&index)));
                 let target = Tensor::from_data(TensorData::new(target, [n]), &device.training);
                 let loss = binary_cross_entropy_with_logits(logits, target);
                 parts.viability = loss.clone().into_scalar().elem();
@@ -162,7 +146,7 @@ pub fn train_critic(
             if !labels.efficiency.is_empty() {
                 let picked = sample(&labels.efficiency, n, rng);
                 let (index, target): (Vec<usize>, Vec<f32>) = picked.into_iter().unzip();
-                let predicted = critic.efficiency(rows(encoded, &index, device));
+                let predicted = critic.efficiency(Tensor::from_inner(encoded.select(&index)));
                 let target = Tensor::<Dispatch, 1>::from_data(
                     TensorData::new(target, [n]),
                     &device.training,

@@ -56,13 +56,20 @@ impl EncodedEpisodes {
         })
     }
 
+    /// The latents of `rows`, on the inference device.
+    pub fn select(&self, rows: &[usize]) -> Tensor<Dispatch, 2> {
+        let index = Tensor::<Dispatch, 1, Int>::from_data(
+            TensorData::new(
+                rows.iter().map(|&r| r as i64).collect::<Vec<_>>(),
+                [rows.len()],
+            ),
+            &self.latents.device(),
+        );
+        self.latents.clone().select(0, index)
+    }
+
     /// Row of observation `step` of episode `episode` (`step == T`: the final one).
     pub fn row(&self, episode: usize, step: usize) -> usize {
         self.offsets[episode] + step
-    }
-
-    /// Number of rows.
-    pub fn rows(&self) -> usize {
-        self.latents.dims()[0]
     }
 }

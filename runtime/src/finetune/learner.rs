@@ -84,11 +84,6 @@ impl Learner {
         self.policy.valid()
     }
 
-    /// The world model (training device).
-    pub fn into_world_model(self) -> WorldModel<Dispatch> {
-        self.world_model
-    }
-
     /// One learning step on `episodes` (all replay so far): the world model, the
     /// critic, the weights, then the policy, whose version goes up by one.
     pub fn learn(

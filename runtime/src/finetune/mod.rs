@@ -21,6 +21,6 @@ pub use latents::EncodedEpisodes;
 pub use learner::{LearnReport, Learner};
 pub use offline::{FinetuneRunSummary, finetune_offline};
 pub use rollout::{RolloutConfig, TakeoverConfig, collect_policy_episodes};
-pub(crate) use rollout::{exploration_rng, sample_first_actions, stalled, takeover_expert};
+pub(crate) use rollout::{TakeoverWatch, exploration_rng, sample_first_actions, to_robot_units};
 pub use run::{FinetuneOutcome, FinetuneStart, ROLLOUT_SEED_BASE, RoundReport, finetune};
 pub use update::{PolicyUpdateReport, update_policy};

@@ -62,8 +62,7 @@ struct Running {
     observation: Observation,
     start: EpisodeStart,
     transitions: Vec<Transition>,
-    path: Vec<[f32; 2]>,
-    rescuer: Option<ScriptedExpert>,
+    takeover: TakeoverWatch,
     seed: u64,
     done: bool,
 }
@@ -94,11 +93,10 @@ pub fn collect_policy_episodes<B: Backend>(
                     seed,
                     instruction: observation.instruction.clone(),
                 },
-                path: vec![end_effector(&robot)],
+                takeover: TakeoverWatch::new(rollout.takeover.as_ref(), &robot),
                 robot,
                 observation,
                 transitions: Vec::new(),
-                rescuer: None,
                 seed,
                 done: false,
             }
@@ -115,7 +113,7 @@ pub fn collect_policy_episodes<B: Backend>(
     let bar = progress::bar("collect policy episodes", robot_config.max_steps as u64);
     while running.iter().any(|r| !r.done) {
         let acting: Vec<usize> = (0..running.len())
-            .filter(|&i| !running[i].done && running[i].rescuer.is_none())
+            .filter(|&i| !running[i].done && !running[i].takeover.is_active())
             .collect();
         let mut commands: Vec<Option<(Vec<f32>, Option<f32>)>> = vec![None; running.len()];
         if !acting.is_empty() {
@@ -139,21 +137,14 @@ pub fn collect_policy_episodes<B: Backend>(
             if run.done {
                 continue;
             }
-            let (action, log_prob, intervention) = match (&mut run.rescuer, commands[i].take()) {
-                (Some(expert), _) => (expert.act(&run.robot), None, true),
-                (None, Some((normalised, log_prob))) => (
-                    Action(
-                        normalised
-                            .iter()
-                            .zip(limits)
-                            .map(|(v, l)| v.clamp(-1.0, 1.0) * l)
-                            .collect(),
-                    ),
-                    log_prob,
-                    false,
-                ),
-                (None, None) => unreachable!("every acting robot got a command"),
-            };
+            let (action, log_prob, intervention) =
+                match (run.takeover.rescuer(), commands[i].take()) {
+                    (Some(expert), _) => (expert.act(&run.robot), None, true),
+                    (None, Some((normalised, log_prob))) => {
+                        (to_robot_units(&normalised, limits), log_prob, false)
+                    }
+                    (None, None) => unreachable!("every acting robot got a command"),
+                };
             debug_assert_eq!(action.0.len(), a);
             let outcome = run.robot.step(&action);
             let observation = std::mem::replace(&mut run.observation, outcome.observation);
@@ -170,13 +161,7 @@ pub fn collect_policy_episodes<B: Backend>(
                 intervention,
                 behaviour_log_prob: log_prob,
             });
-            run.path.push(end_effector(&run.robot));
-            if let (Some(takeover), None) = (&rollout.takeover, &run.rescuer)
-                && stalled(&run.path, takeover)
-                && !outcome.done
-            {
-                run.rescuer = Some(takeover_expert(&run.robot, run.seed));
-            }
+            run.takeover.observe(&run.robot, run.seed, outcome.done);
             if outcome.done {
                 run.done = true;
                 let id = writer.next_episode_id();
@@ -204,16 +189,59 @@ pub fn collect_policy_episodes<B: Backend>(
     Ok(episodes.into_iter().flatten().collect())
 }
 
-/// The intervening controller of a takeover: the noiseless scripted expert, going to
-/// the instructed target.
-pub(crate) fn takeover_expert(robot: &Reacher2d, seed: u64) -> ScriptedExpert {
-    let mut expert = ScriptedExpert::new(ExpertConfig {
-        noise: 0.0,
-        wrong_target_rate: 0.0,
-        ..ExpertConfig::default()
-    });
-    expert.begin_episode(robot, seed);
-    expert
+/// One episode's takeover: the end effector's path, and the rescuer once the policy
+/// stalled (the end effector moved less than `min_progress` over `window` ticks while
+/// the episode went on). Without a config it never takes over.
+pub(crate) struct TakeoverWatch {
+    config: Option<TakeoverConfig>,
+    path: Vec<[f32; 2]>,
+    rescuer: Option<ScriptedExpert>,
+}
+
+impl TakeoverWatch {
+    /// A watch over the episode `robot` was just reset to.
+    pub(crate) fn new(config: Option<&TakeoverConfig>, robot: &Reacher2d) -> Self {
+        Self {
+            config: config.cloned(),
+            path: vec![end_effector(robot)],
+            rescuer: None,
+        }
+    }
+
+    /// Whether the rescuer has taken over.
+    pub(crate) fn is_active(&self) -> bool {
+        self.rescuer.is_some()
+    }
+
+    /// The rescuer, once it has taken over.
+    pub(crate) fn rescuer(&mut self) -> Option<&mut ScriptedExpert> {
+        self.rescuer.as_mut()
+    }
+
+    /// Records the end effector after a tick and hands over to the noiseless scripted
+    /// expert (going to the instructed target) if the policy stalled and the episode
+    /// goes on.
+    pub(crate) fn observe(&mut self, robot: &Reacher2d, seed: u64, done: bool) {
+        self.path.push(end_effector(robot));
+        let Some(config) = &self.config else { return };
+        let window = config.window as usize;
+        if done || self.rescuer.is_some() || self.path.len() <= window {
+            return;
+        }
+        let (now, then) = (
+            self.path[self.path.len() - 1],
+            self.path[self.path.len() - 1 - window],
+        );
+        if (now[0] - then[0]).hypot(now[1] - then[1]) < config.min_progress {
+            let mut expert = ScriptedExpert::new(ExpertConfig {
+                noise: 0.0,
+                wrong_target_rate: 0.0,
+                ..ExpertConfig::default()
+            });
+            expert.begin_episode(robot, seed);
+            self.rescuer = Some(expert);
+        }
+    }
 }
 
 fn end_effector(robot: &Reacher2d) -> [f32; 2] {
@@ -221,14 +249,15 @@ fn end_effector(robot: &Reacher2d) -> [f32; 2] {
     [p.x, p.y]
 }
 
-/// Whether the end effector moved less than the takeover threshold over its window.
-pub(crate) fn stalled(path: &[[f32; 2]], takeover: &TakeoverConfig) -> bool {
-    let window = takeover.window as usize;
-    if path.len() <= window {
-        return false;
-    }
-    let (now, then) = (path[path.len() - 1], path[path.len() - 1 - window]);
-    (now[0] - then[0]).hypot(now[1] - then[1]) < takeover.min_progress
+/// A command in units of the action limit, clamped to it, in robot units.
+pub(crate) fn to_robot_units(normalised: &[f32], limits: &[f32]) -> Action {
+    Action(
+        normalised
+            .iter()
+            .zip(limits)
+            .map(|(v, l)| v.clamp(-1.0, 1.0) * l)
+            .collect(),
+    )
 }
 
 /// The exploration noise stream of the episode from `seed` under policy `version`.

@@ -43,8 +43,6 @@ pub struct FinetuneOutcome {
     pub policy: VlaPolicy<Dispatch>,
     /// Its version (the initial version plus the rounds).
     pub version: u64,
-    /// The world model after the rounds' updates (training device).
-    pub world_model: WorldModel<Dispatch>,
     /// Every round.
     pub rounds: Vec<RoundReport>,
 }
@@ -151,7 +149,6 @@ pub fn finetune(
     Ok(FinetuneOutcome {
         policy: learner.policy(),
         version: learner.version(),
-        world_model: learner.into_world_model(),
         rounds,
     })
 }

@@ -58,7 +58,7 @@ pub fn update_policy(
     let (eligible, stale): (Vec<usize>, Vec<usize>) = (0..data.len()).partition(|&i| {
         let (e, t) = data.sample(i);
         let v = episodes[e].transitions[t].policy_version;
-        v == 0 || v + config.max_staleness >= version
+        v == 0 || config.within_staleness(v, version)
     });
     anyhow::ensure!(
         !eligible.is_empty(),

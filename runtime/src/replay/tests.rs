@@ -186,9 +186,10 @@ fn retention_deletes_the_oldest_closed_segments_first() {
     let (mut writer, _) = ReplayWriter::open(dir.path(), config).unwrap();
     let mut robot = Reacher2d::default();
     write_episodes(&mut writer, &mut robot, 12, 4);
-    let dropped = writer.dropped_segments();
-    writer.close().unwrap();
+    let before_close = writer.dropped_segments();
+    let dropped = writer.close().unwrap();
     assert!(dropped > 0, "12 episodes of ~35 kB exceed 100 kB");
+    assert!(dropped >= before_close, "close reports every deletion");
     let manifest = Manifest::load(dir.path()).unwrap();
     let kept: u64 = manifest.closed.iter().map(|s| s.bytes).sum();
     assert!(kept <= 100_000, "{kept}");

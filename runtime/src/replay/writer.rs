@@ -162,9 +162,11 @@ impl ReplayWriter {
         Ok(())
     }
 
-    /// Flushes, closes the open segment and records it in the manifest.
-    pub fn close(mut self) -> anyhow::Result<()> {
-        self.close_segment()
+    /// Flushes, closes the open segment and records it in the manifest; returns how
+    /// many old segments the retention limit deleted since this writer opened.
+    pub fn close(mut self) -> anyhow::Result<u64> {
+        self.close_segment()?;
+        Ok(self.dropped_segments)
     }
 
     fn begin_segment(&mut self) -> anyhow::Result<()> {
