@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 use imago_policies::ActionHeadKind;
 use imago_robots::reacher2d::{ExpertConfig, Reacher2dConfig};
 use imago_runtime::bc::BcConfig;
@@ -20,9 +20,14 @@ use imago_runtime::device::{CpuBackend, DeviceSpec, list_devices, resolve};
 use imago_runtime::device_check::{PARITY_TOLERANCE, compare_training_step};
 use imago_runtime::evaluate::evaluate_checkpoint;
 use imago_runtime::finetune::{FinetuneConfig, FinetuneMethod, finetune_offline};
+use imago_runtime::inspect::inspect_replay;
 use imago_runtime::paired::{PairedCounts, PairedReport};
 use imago_runtime::report::ControllerRow;
 use imago_runtime::report::world_model_table;
+use imago_runtime::telemetry::{
+    DEFAULT_VIEWER_URL, TelemetryConfig, TelemetryEvent, TelemetrySession, TelemetryTarget,
+    log_replay_episodes,
+};
 use imago_runtime::train::train_bc_offline;
 use imago_runtime::world_model::{
     WorldModelTrainConfig, evaluate_world_model_checkpoint, train_world_model_offline,
@@ -43,6 +48,56 @@ struct Cli {
     command: Command,
 }
 
+/// Where a rerun recording of the run goes (at most one of these).
+#[derive(Debug, Clone, Default, Args)]
+#[group(multiple = false)]
+struct RerunArgs {
+    /// Save a rerun recording of the run to this file (open it with `rerun PATH.rrd`).
+    #[arg(long, value_name = "PATH.rrd")]
+    rerun: Option<PathBuf>,
+    /// Stream the recording to a running rerun viewer [URL default:
+    /// rerun+http://127.0.0.1:9876/proxy].
+    #[arg(long, value_name = "URL", num_args = 0..=1, default_missing_value = DEFAULT_VIEWER_URL)]
+    rerun_connect: Option<String>,
+    /// Start a rerun viewer (`rerun` on the PATH) and stream the recording to it.
+    #[arg(long)]
+    rerun_spawn: bool,
+}
+
+impl RerunArgs {
+    fn target(&self) -> Option<TelemetryTarget> {
+        match (&self.rerun, &self.rerun_connect, self.rerun_spawn) {
+            (Some(path), _, _) => Some(TelemetryTarget::File(path.clone())),
+            (_, Some(url), _) => Some(TelemetryTarget::Connect(url.clone())),
+            (_, _, true) => Some(TelemetryTarget::Spawn),
+            _ => None,
+        }
+    }
+
+    /// Starts the session these flags ask for (one that logs nothing without them).
+    fn start(&self, config: &TelemetryConfig) -> anyhow::Result<TelemetrySession> {
+        TelemetrySession::start(self.target().as_ref(), config, "imago")
+    }
+}
+
+/// Flushes the recording and says where it went.
+fn finish_telemetry(session: TelemetrySession, args: &RerunArgs) -> anyhow::Result<()> {
+    let Some(target) = args.target() else {
+        return Ok(());
+    };
+    let report = session.finish()?;
+    let place = match target {
+        TelemetryTarget::File(path) => format!("written to {}", path.display()),
+        TelemetryTarget::Connect(url) => format!("streamed to {url}"),
+        TelemetryTarget::Spawn => "streamed to the spawned viewer".to_string(),
+    };
+    println!(
+        "rerun recording {place}: {} events logged, {} dropped",
+        report.logged, report.dropped
+    );
+    Ok(())
+}
+
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Collect imperfect demonstrations, train a VLA policy by behaviour cloning,
@@ -60,6 +115,8 @@ enum Command {
         /// Seed of the whole run.
         #[arg(long, default_value_t = 0)]
         seed: u64,
+        #[command(flatten)]
+        rerun: RerunArgs,
     },
     /// Run on the robot: the control loop at its rate, crash-safe recording, and a
     /// learner that fine-tunes the policy and hot-swaps it in. SIGINT/SIGTERM stop at a
@@ -80,6 +137,28 @@ enum Command {
         /// Also write the final status as JSON here.
         #[arg(long)]
         report: Option<PathBuf>,
+        #[command(flatten)]
+        rerun: RerunArgs,
+    },
+    /// Turn a recorded replay (and optionally a world model, for imagined rollouts)
+    /// into a rerun recording.
+    Inspect {
+        /// Replay directory.
+        #[arg(long)]
+        replay: PathBuf,
+        /// The recording to write (open it with `rerun PATH.rrd`).
+        #[arg(long, value_name = "PATH.rrd")]
+        rrd: PathBuf,
+        /// A world-model checkpoint: adds its rollout error per horizon and imagined
+        /// rollouts beside what really followed.
+        #[arg(long)]
+        ckpt: Option<PathBuf>,
+        /// Longest horizon imagined and scored.
+        #[arg(long, default_value_t = 8)]
+        horizon: usize,
+        /// Log every this many episodes step by step (by episode id).
+        #[arg(long, default_value_t = 1)]
+        every: u64,
     },
     /// List the devices this build can use on this machine.
     Devices {
@@ -124,6 +203,8 @@ enum Command {
         /// Seed of the first episode.
         #[arg(long, default_value_t = 0)]
         seed: u64,
+        #[command(flatten)]
+        rerun: RerunArgs,
     },
     /// Train from a replay directory.
     Train {
@@ -181,6 +262,8 @@ enum Command {
         /// Seed.
         #[arg(long, default_value_t = 0)]
         seed: u64,
+        #[command(flatten)]
+        rerun: RerunArgs,
     },
     /// Score a world model's open-loop rollouts on held-out episodes: error per
     /// horizon, disagreement-error rank correlation, interval coverage.
@@ -200,6 +283,8 @@ enum Command {
         /// Also write the figures as JSON here.
         #[arg(long)]
         report: Option<PathBuf>,
+        #[command(flatten)]
+        rerun: RerunArgs,
     },
     /// Evaluate a policy checkpoint in closed loop, alone or paired with another on the
     /// same seeds.
@@ -220,6 +305,8 @@ enum Command {
         /// Also write the figures as JSON here.
         #[arg(long)]
         report: Option<PathBuf>,
+        #[command(flatten)]
+        rerun: RerunArgs,
     },
 }
 
@@ -271,17 +358,21 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             report,
             run_dir,
             seed,
+            rerun,
         } => {
+            let session = rerun.start(&TelemetryConfig::default())?;
             let outcome = run_demo(&DemoOptions {
                 quick,
                 device: cli.device,
                 run_dir,
                 seed,
+                telemetry: session.handle(),
             })?;
             print!("{}", outcome.table());
             if let Some(path) = report {
                 write_json(&path, &outcome)?;
             }
+            finish_telemetry(session, &rerun)?;
         }
         Command::Daemon {
             config,
@@ -289,6 +380,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             duration,
             resume,
             report,
+            rerun,
         } => {
             let config = DaemonConfig::load(&config)?;
             if let Some(seconds) = duration {
@@ -309,6 +401,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             static STOP: AtomicBool = AtomicBool::new(false);
             ctrlc::set_handler(|| STOP.store(true, Ordering::Relaxed))
                 .map_err(|e| anyhow::anyhow!("cannot install the signal handler: {e}"))?;
+            let session = rerun.start(&config.telemetry)?;
             let outcome = run_daemon(
                 &config,
                 &DaemonOptions {
@@ -316,19 +409,21 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                     duration: duration.map(Duration::from_secs_f64),
                     resume,
                     max_learning_steps: None,
+                    telemetry: session.handle(),
                 },
                 &device,
                 &STOP,
             )?;
             let control = &outcome.control;
             println!(
-                "daemon stopped: {} ticks, {} deadline misses, tick latency p50 {:.2} ms p99 {:.2} ms max {:.2} ms, {} queue drops, policy versions {:?}, {} of {} transitions written, {} learning steps; checkpoint version {} in {}",
+                "daemon stopped: {} ticks, {} deadline misses, tick latency p50 {:.2} ms p99 {:.2} ms max {:.2} ms, {} queue drops, {} telemetry drops, policy versions {:?}, {} of {} transitions written, {} learning steps; checkpoint version {} in {}",
                 control.ticks,
                 control.deadline_misses,
                 control.tick_latency_ms.p50,
                 control.tick_latency_ms.p99,
                 control.tick_latency_ms.max,
                 control.queue_drops,
+                control.telemetry_dropped,
                 control.policy_versions,
                 control.transitions_written,
                 control.actor_transitions,
@@ -339,6 +434,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             if let Some(path) = report {
                 write_json(&path, &outcome)?;
             }
+            finish_telemetry(session, &rerun)?;
         }
         Command::Devices { check } => {
             println!(
@@ -429,6 +525,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             noise,
             wrong_target_rate,
             seed,
+            rerun,
         } => {
             anyhow::ensure!(
                 noise.is_finite() && noise >= 0.0,
@@ -458,6 +555,13 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 100.0 * summary.success_rate(),
                 out.display()
             );
+            if rerun.target().is_some() {
+                let session = rerun.start(&TelemetryConfig::default())?;
+                let episodes = imago_runtime::replay::read_replay(&out)?.episodes;
+                let new = &episodes[episodes.len().saturating_sub(summary.episodes)..];
+                log_replay_episodes(&session.handle(), new, &Reacher2dConfig::default());
+                finish_telemetry(session, &rerun)?;
+            }
         }
         Command::Train {
             replay,
@@ -477,12 +581,15 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             config,
             report,
             seed,
+            rerun,
         } => {
             anyhow::ensure!(
                 steps != Some(0) && batch_size != Some(0) && horizon > 0,
                 "--steps, --batch-size and --horizon must be at least 1"
             );
             let device = resolve(cli.device)?;
+            let session = rerun.start(&TelemetryConfig::default())?;
+            let telemetry = session.handle();
             match what {
                 TrainTarget::Bc => {
                     let defaults = BcConfig::default();
@@ -495,8 +602,15 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                         warmup_steps: defaults.warmup_steps.min(steps / 2),
                         ..defaults
                     };
-                    let summary =
-                        train_bc_offline(&replay, &out, init.as_deref(), head, &bc, &device)?;
+                    let summary = train_bc_offline(
+                        &replay,
+                        &out,
+                        init.as_deref(),
+                        head,
+                        &bc,
+                        &device,
+                        &telemetry,
+                    )?;
                     println!(
                         "trained on {} episodes ({} transitions) on {}: loss {:.3} -> {:.3}; checkpoint version {} in {}",
                         summary.episodes,
@@ -531,6 +645,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                         family,
                         &train,
                         &device,
+                        &telemetry,
                     )?;
                     println!(
                         "trained a {family} world model on {} episodes ({} windows of {horizon} steps; {} held out) on {}: prediction loss {:.4} -> {:.4}; checkpoint version {} in {}",
@@ -577,6 +692,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                         &out,
                         &settings,
                         &device,
+                        &telemetry,
                     )?;
                     println!(
                         "fine-tuned {} ({}, {} rounds) on {}: checkpoint version {} in {}",
@@ -592,6 +708,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                     }
                 }
             }
+            finish_telemetry(session, &rerun)?;
         }
         Command::WmEval {
             ckpt,
@@ -599,15 +716,66 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             horizon,
             all_episodes,
             report,
+            rerun,
         } => {
             anyhow::ensure!(horizon > 0, "--horizon must be at least 1");
             let device = resolve(cli.device)?;
-            let outcome =
-                evaluate_world_model_checkpoint(&ckpt, &replay, horizon, all_episodes, &device)?;
+            let session = rerun.start(&TelemetryConfig::default())?;
+            let outcome = evaluate_world_model_checkpoint(
+                &ckpt,
+                &replay,
+                horizon,
+                all_episodes,
+                &device,
+                &session.handle(),
+            )?;
             print!("{}", world_model_table(&outcome));
             if let Some(path) = report {
                 write_json(&path, &outcome)?;
             }
+            finish_telemetry(session, &rerun)?;
+        }
+        Command::Inspect {
+            replay,
+            rrd,
+            ckpt,
+            horizon,
+            every,
+        } => {
+            anyhow::ensure!(
+                horizon > 0 && every > 0,
+                "--horizon and --every must be at least 1"
+            );
+            let device = match &ckpt {
+                Some(_) => Some(resolve(cli.device)?),
+                None => None,
+            };
+            let rerun = RerunArgs {
+                rerun: Some(rrd),
+                ..RerunArgs::default()
+            };
+            let session = rerun.start(&TelemetryConfig {
+                replay_episode_every: every,
+                ..TelemetryConfig::default()
+            })?;
+            let summary = inspect_replay(
+                &replay,
+                ckpt.as_deref(),
+                horizon,
+                device.as_ref(),
+                &session.handle(),
+            )?;
+            println!(
+                "logged {} of {} episodes{}",
+                summary.logged,
+                summary.episodes,
+                if summary.world_model.is_some() {
+                    ", the world model's rollout error and imagined rollouts"
+                } else {
+                    ""
+                }
+            );
+            finish_telemetry(session, &rerun)?;
         }
         Command::Eval {
             ckpt,
@@ -615,28 +783,43 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             episodes,
             seed,
             report,
+            rerun,
         } => {
             anyhow::ensure!(episodes > 0, "--episodes must be at least 1");
             let device = resolve(cli.device)?;
+            let session = rerun.start(&TelemetryConfig::default())?;
+            let telemetry = session.handle();
             let outcome = evaluate_checkpoint(&ckpt, episodes, seed, &device)?;
             let row = ControllerRow::new(&ckpt.display().to_string(), &outcome);
-            let Some(baseline) = paired_with else {
-                print!("{}{}", ControllerRow::table_header(), row.table_line());
-                if let Some(path) = report {
-                    write_json(&path, &row)?;
+            telemetry.send(TelemetryEvent::EvalSuccess {
+                name: "candidate".into(),
+                rate: outcome.success_rate(),
+            });
+            match paired_with {
+                None => {
+                    print!("{}{}", ControllerRow::table_header(), row.table_line());
+                    if let Some(path) = report {
+                        write_json(&path, &row)?;
+                    }
                 }
-                return Ok(());
-            };
-            let baseline_outcome = evaluate_checkpoint(&baseline, episodes, seed, &device)?;
-            let paired = PairedReport::new(
-                ControllerRow::new(&baseline.display().to_string(), &baseline_outcome),
-                row,
-                PairedCounts::count(&baseline_outcome, &outcome)?,
-            );
-            print!("{}", paired.table());
-            if let Some(path) = report {
-                write_json(&path, &paired)?;
+                Some(baseline) => {
+                    let baseline_outcome = evaluate_checkpoint(&baseline, episodes, seed, &device)?;
+                    telemetry.send(TelemetryEvent::EvalSuccess {
+                        name: "baseline".into(),
+                        rate: baseline_outcome.success_rate(),
+                    });
+                    let paired = PairedReport::new(
+                        ControllerRow::new(&baseline.display().to_string(), &baseline_outcome),
+                        row,
+                        PairedCounts::count(&baseline_outcome, &outcome)?,
+                    );
+                    print!("{}", paired.table());
+                    if let Some(path) = report {
+                        write_json(&path, &paired)?;
+                    }
+                }
             }
+            finish_telemetry(session, &rerun)?;
         }
     }
     Ok(())

@@ -155,6 +155,33 @@ fn collect_train_eval_round_trip_and_bad_inputs() {
     );
 }
 
+/// Three training steps of a `family` world model on `replay`, written to `ckpt`.
+fn train_tiny_world_model(
+    replay: &std::path::Path,
+    ckpt: &std::path::Path,
+    family: &str,
+) -> std::process::Output {
+    imago(&[
+        "--device",
+        "cpu",
+        "train",
+        "--what",
+        "worldmodel",
+        "--family",
+        family,
+        "--replay",
+        replay.to_str().unwrap(),
+        "--out",
+        ckpt.to_str().unwrap(),
+        "--steps",
+        "3",
+        "--batch-size",
+        "4",
+        "--horizon",
+        "4",
+    ])
+}
+
 #[test]
 fn world_model_train_and_wm_eval_round_trip() {
     let dir = tempfile::tempdir().unwrap();
@@ -166,25 +193,7 @@ fn world_model_train_and_wm_eval_round_trip() {
     assert!(output.status.success(), "{}", stderr(&output));
 
     for family in ["residual-mlp", "salt", "action-prefix"] {
-        let output = imago(&[
-            "--device",
-            "cpu",
-            "train",
-            "--what",
-            "worldmodel",
-            "--family",
-            family,
-            "--replay",
-            &path(&replay),
-            "--out",
-            &path(&ckpt),
-            "--steps",
-            "3",
-            "--batch-size",
-            "4",
-            "--horizon",
-            "4",
-        ]);
+        let output = train_tiny_world_model(&replay, &ckpt, family);
         assert!(output.status.success(), "{}", stderr(&output));
         let stdout = String::from_utf8_lossy(&output.stdout);
         assert!(
@@ -427,5 +436,105 @@ fn finetune_every_method_and_paired_eval() {
             &path(&config),
         ],
         "betta",
+    );
+}
+
+#[test]
+fn inspect_and_wm_eval_write_recordings_with_imagined_rollouts() {
+    use imago_runtime::telemetry::{paths, read_recording};
+    let dir = tempfile::tempdir().unwrap();
+    let path = |p: &std::path::Path| p.to_str().unwrap().to_string();
+    let (replay, ckpt) = (dir.path().join("replay"), dir.path().join("wm"));
+    let output = imago(&["collect", "--episodes", "10", "--out", &path(&replay)]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let output = train_tiny_world_model(&replay, &ckpt, "salt");
+    assert!(output.status.success(), "{}", stderr(&output));
+
+    let inspected = dir.path().join("inspect.rrd");
+    let output = imago(&[
+        "--device",
+        "cpu",
+        "inspect",
+        "--replay",
+        &path(&replay),
+        "--rrd",
+        &path(&inspected),
+        "--ckpt",
+        &path(&ckpt),
+        "--horizon",
+        "4",
+    ]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(stdout.contains("logged 10 of 10 episodes"), "{stdout}");
+    let summary = read_recording(&inspected).unwrap();
+    let (error, bound) = (
+        format!("{}/h4", paths::ROLLOUT_ERROR),
+        format!("{}/h4", paths::INTERVAL),
+    );
+    let expected = [
+        paths::ARM,
+        paths::TARGETS,
+        paths::CAMERA,
+        paths::IMAGINED,
+        paths::IMAGINED_REAL,
+        paths::EVAL_HORIZON_ERROR,
+        paths::PROBE_RMSE,
+        &error,
+        &bound,
+    ];
+    assert_eq!(summary.missing(&expected, &[]), Vec::<&str>::new());
+    // Every episode's outcome: the ten of the replay, then the held-out ones drawn
+    // again with their imagined rollouts.
+    assert!(
+        summary.rows[paths::EPISODE_SUCCESS] >= 10,
+        "{:?}",
+        summary.rows
+    );
+    assert!(summary.has_blueprint);
+
+    let evaluated = dir.path().join("wm-eval.rrd");
+    let output = imago(&[
+        "--device",
+        "cpu",
+        "wm-eval",
+        "--ckpt",
+        &path(&ckpt),
+        "--replay",
+        &path(&replay),
+        "--horizon",
+        "4",
+        "--rerun",
+        &path(&evaluated),
+    ]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert!(read_recording(&evaluated).unwrap().has(paths::IMAGINED));
+
+    // Without a replay, or with two targets at once: one clear line, no recording.
+    assert_one_line_error(
+        &[
+            "inspect",
+            "--replay",
+            &path(&dir.path().join("none")),
+            "--rrd",
+            &path(&inspected),
+        ],
+        "none",
+    );
+    let output = imago(&[
+        "collect",
+        "--episodes",
+        "1",
+        "--out",
+        &path(&replay),
+        "--rerun",
+        "a.rrd",
+        "--rerun-spawn",
+    ]);
+    assert!(!output.status.success());
+    assert!(
+        stderr(&output).contains("cannot be used with"),
+        "{}",
+        stderr(&output)
     );
 }

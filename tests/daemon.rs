@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use common::{imago, stderr};
 use imago_runtime::replay::read_replay;
+use imago_runtime::telemetry::{paths, read_recording};
 
 /// Daemons run one at a time: two learners on the same two cores would measure each
 /// other, not the control loop.
@@ -39,6 +40,7 @@ fn daemon_learns_while_it_controls_and_loses_no_transition() {
     let dir = tempfile::tempdir().unwrap();
     let run = dir.path().join("run");
     let json = dir.path().join("status.json");
+    let recording = dir.path().join("daemon.rrd");
     let output = imago(&[
         "daemon",
         "--config",
@@ -49,6 +51,8 @@ fn daemon_learns_while_it_controls_and_loses_no_transition() {
         "20",
         "--report",
         json.to_str().unwrap(),
+        "--rerun",
+        recording.to_str().unwrap(),
     ]);
     assert!(output.status.success(), "{}", stderr(&output));
     let status = report(&json);
@@ -74,6 +78,80 @@ fn daemon_learns_while_it_controls_and_loses_no_transition() {
     let contents = read_replay(&run.join("replay")).unwrap();
     assert_eq!(contents.records, status["replay_records"].as_u64().unwrap());
     assert!(run.join("checkpoints/policy/meta.json").exists());
+
+    // Logged live, off the control path: every tick, the intended chunk, the learner.
+    assert_eq!(status["telemetry_dropped"], 0, "{status}");
+    let summary = read_recording(&recording).unwrap();
+    assert_eq!(
+        summary.rows[paths::TICK_LATENCY] as u64,
+        status["ticks"].as_u64().unwrap(),
+        "one latency sample per tick"
+    );
+    let learner_version = format!("{}/policy_version", paths::LEARNER);
+    let live = [
+        paths::INTENDED_PATH,
+        paths::DEADLINE_MISSES,
+        paths::ARM,
+        paths::CAMERA,
+        paths::TARGETS,
+        paths::ADVANTAGES,
+        &learner_version,
+    ];
+    assert_eq!(summary.missing(&live, &[]), Vec::<&str>::new());
+}
+
+/// Runs the daemon without its learner for `seconds` at 50 Hz, with or without a
+/// recording, and returns its report.
+fn control_only(dir: &Path, seconds: &str, recording: Option<&Path>) -> serde_json::Value {
+    let config = dir.join("control.toml");
+    std::fs::write(
+        &config,
+        "robot = \"reacher2d\"\ndevice = \"cpu\"\n\
+         [actor.robot]\ncontrol_hz = 50.0\n\
+         [learner]\nenabled = false\n",
+    )
+    .unwrap();
+    let json = dir.join("control.json");
+    let run = dir.join("control-run");
+    let mut args = vec![
+        "daemon",
+        "--config",
+        config.to_str().unwrap(),
+        "--run-dir",
+        run.to_str().unwrap(),
+        "--duration",
+        seconds,
+        "--report",
+        json.to_str().unwrap(),
+    ];
+    if let Some(path) = recording {
+        args.extend(["--rerun", path.to_str().unwrap()]);
+    }
+    let output = imago(&args);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let _ = std::fs::remove_dir_all(run);
+    report(&json)
+}
+
+#[test]
+fn logging_does_not_add_deadline_misses() {
+    let _one = ONE_DAEMON.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let recording = dir.path().join("control.rrd");
+    let off = control_only(dir.path(), "8", None);
+    let on = control_only(dir.path(), "8", Some(&recording));
+    let misses = |r: &serde_json::Value| r["deadline_misses"].as_u64().unwrap();
+    assert!(
+        misses(&on) <= misses(&off),
+        "logging on: {on}\nlogging off: {off}"
+    );
+    assert_eq!(on["telemetry_dropped"], 0, "{on}");
+    // Every tick is in the recording: nothing was skipped to keep the rate.
+    let summary = read_recording(&recording).unwrap();
+    assert_eq!(
+        summary.rows[paths::TICK_LATENCY] as u64,
+        on["ticks"].as_u64().unwrap()
+    );
 }
 
 #[test]

@@ -3,12 +3,14 @@
 mod common;
 
 use common::{imago, stderr};
+use imago_runtime::telemetry::{paths, read_recording};
 
 #[test]
 fn quick_demo_fine_tunes_a_policy_that_follows_image_and_instruction() {
     let dir = tempfile::tempdir().unwrap();
     let report = dir.path().join("r.json");
     let run_dir = dir.path().join("run");
+    let recording = dir.path().join("demo.rrd");
     let output = imago(&[
         "--device",
         "cpu",
@@ -18,10 +20,33 @@ fn quick_demo_fine_tunes_a_policy_that_follows_image_and_instruction() {
         report.to_str().unwrap(),
         "--run-dir",
         run_dir.to_str().unwrap(),
+        "--rerun",
+        recording.to_str().unwrap(),
     ]);
     assert!(output.status.success(), "demo failed: {}", stderr(&output));
     let table = String::from_utf8_lossy(&output.stdout);
     assert!(table.contains("bc policy, wrong instruction"), "{table}");
+
+    // The recording, read back with the SDK's decoder, holds every documented path
+    // the demo logs (the live control loop's own are checked by the daemon tests),
+    // every timeline and the default blueprint, and nothing was dropped.
+    assert!(table.contains(" 0 dropped"), "{table}");
+    let summary = read_recording(&recording).unwrap();
+    let logged_by_the_demo: Vec<&str> = paths::ENTITIES
+        .into_iter()
+        .filter(|e| !paths::LIVE_ONLY.contains(e))
+        .collect();
+    assert_eq!(
+        summary.missing(&logged_by_the_demo, &paths::TIMELINES),
+        Vec::<&str>::new(),
+        "entities: {:?}",
+        summary.rows.keys()
+    );
+    assert!(summary.has_blueprint);
+    // Imagined rollouts were drawn for several windows, and the fine-tuning rounds
+    // logged their advantages.
+    assert!(summary.rows[paths::IMAGINED] >= 10, "{:?}", summary.rows);
+    assert!(summary.rows[paths::ADVANTAGES] >= 2, "{:?}", summary.rows);
 
     let json: serde_json::Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
     for key in [

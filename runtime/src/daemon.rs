@@ -23,6 +23,7 @@ use crate::engine::{
 };
 use crate::finetune::{FinetuneConfig, Learner};
 use crate::replay::read_replay;
+use crate::telemetry::{Telemetry, TelemetryConfig};
 use crate::world_model::{WorldModelTrainConfig, reacher2d_world_model};
 
 /// The learner thread's settings.
@@ -88,6 +89,9 @@ pub struct DaemonConfig {
     /// Seconds between status lines on standard error.
     #[serde(default = "default_status_seconds")]
     pub status_every_seconds: f64,
+    /// How much the rerun telemetry logs (used with `--rerun*`).
+    #[serde(default)]
+    pub telemetry: TelemetryConfig,
 }
 
 fn default_status_seconds() -> f64 {
@@ -147,6 +151,9 @@ impl DaemonConfig {
                 return Err(format!("{key} = {value}: must be positive"));
             }
         }
+        self.telemetry
+            .validate()
+            .map_err(|e| format!("telemetry.{e}"))?;
         self.learner
             .finetune
             .validate()
@@ -165,6 +172,8 @@ pub struct DaemonOptions {
     pub resume: bool,
     /// Stop after this many learning steps (benchmarks).
     pub max_learning_steps: Option<u64>,
+    /// Where the control loop and the learner log (off: [`Telemetry::off`]).
+    pub telemetry: Telemetry,
 }
 
 /// The daemon's final status.
@@ -244,7 +253,8 @@ fn prepare(
         WorldModelTrainConfig::default(),
         &config.learner.finetune,
         device,
-    );
+    )
+    .with_telemetry(options.telemetry.clone());
     save(&learner, &checkpoint)?;
     Ok(Prepared {
         learner,
@@ -309,6 +319,7 @@ pub fn run_daemon(
             dir: &replay,
             config: config.replay.clone(),
             status_every: Some(Duration::from_secs_f64(config.status_every_seconds)),
+            telemetry: options.telemetry.clone(),
         },
         &mailbox,
         stop,
@@ -393,6 +404,7 @@ pub fn run_in_turns(
                 dir: &replay,
                 config: config.replay.clone(),
                 status_every: None,
+                telemetry: options.telemetry.clone(),
             },
             &SnapshotMailbox::default(),
             &stop,
@@ -457,5 +469,6 @@ mod tests {
         assert_eq!(config.actor.robot.control_hz, 20.0);
         assert_eq!(config.replay.retention_bytes, Some(8 << 30));
         assert_eq!(config.learner.finetune.policy_steps, 100);
+        assert_eq!(config.telemetry.frame_every, 5);
     }
 }

@@ -24,6 +24,9 @@ use crate::finetune::{FinetuneConfig, FinetuneStart, finetune};
 use crate::paired::PairedCounts;
 use crate::replay::{ReplayWriter, ReplayWriterConfig, read_replay};
 use crate::report::{ControllerRow, DemoReport};
+use crate::telemetry::{
+    Telemetry, TelemetryEvent, log_imagined_windows, log_replay_episodes, log_world_model_losses,
+};
 use crate::world_model::{
     WorldModelTrainConfig, evaluate_world_model, reacher2d_world_model, split_episodes,
     train_and_save_world_model,
@@ -125,6 +128,9 @@ pub struct DemoOptions {
     pub run_dir: PathBuf,
     /// Seed of the whole run.
     pub seed: u64,
+    /// Where the run is logged: sampled episodes of every phase, training curves,
+    /// imagined rollouts beside real ones, learning steps and evaluations.
+    pub telemetry: Telemetry,
 }
 
 /// Runs the demo and returns its report.
@@ -155,6 +161,13 @@ pub fn run_demo(options: &DemoOptions) -> anyhow::Result<DemoReport> {
     )?;
     let contents = read_replay(&replay_dir)?;
     phases.insert("collect".to_string(), start.elapsed().as_secs_f64());
+    let telemetry = &options.telemetry;
+    telemetry.send(TelemetryEvent::Note(format!(
+        "collected {} scripted demonstrations ({:.1}% successful)",
+        collected.episodes,
+        100.0 * collected.success_rate()
+    )));
+    log_replay_episodes(telemetry, &contents.episodes, &robot_config);
 
     let spec = Reacher2d::new(robot_config.clone()).spec().clone();
     let policy_config = VlaPolicyConfig::for_robot(&spec);
@@ -184,6 +197,11 @@ pub fn run_demo(options: &DemoOptions) -> anyhow::Result<DemoReport> {
     )?;
     let bc_training = policy;
     let policy = bc_training.valid();
+    telemetry.send(TelemetryEvent::LossCurve {
+        run: "bc".into(),
+        term: "loss".into(),
+        values: losses.clone(),
+    });
     phases.insert("train_bc".to_string(), start.elapsed().as_secs_f64());
 
     let checkpoint_dir = options.run_dir.join("bc-policy");
@@ -216,6 +234,7 @@ pub fn run_demo(options: &DemoOptions) -> anyhow::Result<DemoReport> {
         &device,
     )?;
     let world_model = trained_world_model.model;
+    log_world_model_losses(telemetry, &trained_world_model.history);
     phases.insert(
         "train_world_model".to_string(),
         start.elapsed().as_secs_f64(),
@@ -228,6 +247,11 @@ pub fn run_demo(options: &DemoOptions) -> anyhow::Result<DemoReport> {
         wm_train.horizon,
         &device.inference,
     )?;
+    telemetry.send(TelemetryEvent::WorldModelEvaluation {
+        horizon_error: world_model_report.horizon_error.clone(),
+        copy_last_error: world_model_report.copy_last_error.clone(),
+        coverage_2sigma: world_model_report.coverage_2sigma.calibrated.clone(),
+    });
     phases.insert(
         "eval_world_model".to_string(),
         start.elapsed().as_secs_f64(),
@@ -255,6 +279,7 @@ pub fn run_demo(options: &DemoOptions) -> anyhow::Result<DemoReport> {
         &robot_config,
         &mut writer,
         &device,
+        telemetry,
     )?;
     writer.close()?;
     let mut meta = CheckpointMeta::new(NAME, finetuned.version, Some("bc-policy".into()));
@@ -322,6 +347,32 @@ pub fn run_demo(options: &DemoOptions) -> anyhow::Result<DemoReport> {
         "eval expert",
     )?;
     phases.insert("evaluate".to_string(), start.elapsed().as_secs_f64());
+    for (name, outcome) in [
+        ("bc", &bc_outcome),
+        ("finetuned", &finetuned_outcome),
+        ("bc_wrong_instruction", &wrong_outcome),
+        ("finetuned_wrong_instruction", &finetuned_wrong_outcome),
+        ("random", &random_outcome),
+        ("demonstrator", &expert_outcome),
+    ] {
+        telemetry.send(TelemetryEvent::EvalSuccess {
+            name: name.into(),
+            rate: outcome.success_rate(),
+        });
+    }
+
+    // Last in the recording (a saved one opens at its end): the world model's imagined
+    // rollouts on held-out episodes beside what really followed.
+    log_imagined_windows(
+        telemetry,
+        &world_model,
+        &wm_config,
+        &held_out,
+        &training,
+        &world_model_report.calibration_scale,
+        &robot_config,
+        &device.inference,
+    )?;
 
     let start = Instant::now();
     let sample = Reacher2d::new(robot_config).reset(EVAL_SEED_BASE);

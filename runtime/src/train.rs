@@ -14,6 +14,7 @@ use crate::bc::{BcConfig, ImitationDataset, train_bc};
 use crate::checkpoint::{CheckpointMeta, load_policy, read_meta, save_policy};
 use crate::device::ResolvedDevice;
 use crate::replay::{ReplayContents, read_replay};
+use crate::telemetry::{Telemetry, TelemetryEvent};
 
 /// What an offline behaviour-cloning run did.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -60,7 +61,8 @@ pub fn read_training_replay(replay: &Path) -> anyhow::Result<ReplayContents> {
 
 /// Trains a VLA policy by behaviour cloning on the replay at `replay` and writes the
 /// checkpoint to `out`. With `init`, training continues from that checkpoint, whose
-/// config must match this robot's policy config with `head`.
+/// config must match this robot's policy config with `head`. The loss curve goes to
+/// `telemetry`.
 pub fn train_bc_offline(
     replay: &Path,
     out: &Path,
@@ -68,6 +70,7 @@ pub fn train_bc_offline(
     head: ActionHeadKind,
     bc: &BcConfig,
     device: &ResolvedDevice,
+    telemetry: &Telemetry,
 ) -> anyhow::Result<BcRunSummary> {
     let contents = read_training_replay(replay)?;
     let spec = Reacher2d::new(Reacher2dConfig::default()).spec().clone();
@@ -88,6 +91,11 @@ pub fn train_bc_offline(
     };
     let dataset = ImitationDataset::new(&contents.episodes, &config);
     let (policy, losses) = train_bc::<Dispatch>(policy, &config, &dataset, bc, &device.training)?;
+    telemetry.send(TelemetryEvent::LossCurve {
+        run: "bc".into(),
+        term: "loss".into(),
+        values: losses.clone(),
+    });
     let first_loss = *losses.first().unwrap_or(&f32::NAN);
     let last_loss = *losses.last().unwrap_or(&f32::NAN);
     let mut meta = CheckpointMeta::new(NAME, version, parent);

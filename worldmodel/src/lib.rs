@@ -15,6 +15,7 @@ pub mod loss;
 pub mod metrics;
 pub mod mlp;
 pub mod model;
+pub mod probe;
 pub mod transition;
 
 pub use config::{TransitionFamily, WorldModelConfig};
@@ -27,6 +28,7 @@ pub use loss::{
     LOSS_PARTS, LossWeights, Supervision, WorldModelBatch, WorldModelLoss, world_model_loss,
 };
 pub use model::{EnsembleRollout, WorldModel};
+pub use probe::{LatentProbe, ProbeError};
 pub use transition::{ActionPrefix, ResidualMlp, Salt, SaltErrorSplit, TransitionMember};
 
 #[cfg(test)]

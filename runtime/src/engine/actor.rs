@@ -21,6 +21,9 @@ use crate::finetune::{
     TakeoverConfig, TakeoverWatch, exploration_rng, sample_first_actions, to_robot_units,
 };
 use crate::replay::{EpisodeEnd, EpisodeStart, ReplayRecord, Transition};
+use crate::telemetry::{
+    EpisodeEndEvent, Telemetry, TelemetryEvent, TickTiming, control_step_event, episode_start_event,
+};
 
 /// How the actor drives the robot.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -57,7 +60,8 @@ fn offer(records: &Sender<ReplayRecord>, record: ReplayRecord, stats: &mut Contr
 
 /// Runs the control loop until `stop` is set (checked at every tick boundary), starting
 /// with `initial` and switching to each snapshot `mailbox` receives. Episode ids start
-/// at `first_episode`.
+/// at `first_episode`. Logged episodes' ticks are offered to `telemetry`, which never
+/// waits.
 #[allow(clippy::too_many_arguments)]
 pub fn run_actor(
     config: &ActorConfig,
@@ -68,8 +72,10 @@ pub fn run_actor(
     records: &Sender<ReplayRecord>,
     first_episode: u64,
     live: &LiveCounters,
+    telemetry: &Telemetry,
     stop: &AtomicBool,
 ) -> anyhow::Result<ControlStats> {
+    let frame_downsample = telemetry.config().frame_downsample;
     let mut robot = Reacher2d::new(config.robot.clone());
     let limits = policy_config.action_limit.clone();
     let mut clock = DeadlineClock::new(Duration::from_secs_f64(
@@ -83,6 +89,15 @@ pub fn run_actor(
         let mut observation = robot.reset(seed);
         let mut rngs = [exploration_rng(seed, current.version)];
         let mut takeover = TakeoverWatch::new(config.takeover.as_ref(), &robot);
+        let logged = telemetry.wants_episode(episode);
+        let mut episode_return = 0.0f32;
+        if logged {
+            telemetry.offer(episode_start_event(
+                &robot,
+                episode,
+                &observation.instruction,
+            ));
+        }
         offer(
             records,
             ReplayRecord::EpisodeStart(EpisodeStart {
@@ -105,12 +120,16 @@ pub fn run_actor(
                 .store(current.version, Ordering::Relaxed);
             live.deadline_misses
                 .store(clock.misses(), Ordering::Relaxed);
-            let (action, log_prob, intervention) = match takeover.rescuer() {
-                Some(expert) => (expert.act(&robot), None, true),
+            let (action, log_prob, intended, intervention) = match takeover.rescuer() {
+                Some(expert) => {
+                    let action = expert.act(&robot);
+                    let intended = logged.then(|| action.0.clone());
+                    (action, None, intended, true)
+                }
                 None => {
                     batch.clear();
                     batch.push(&observation)?;
-                    let (normalised, log_prob) = sample_first_actions(
+                    let command = sample_first_actions(
                         &current.policy,
                         &batch,
                         device,
@@ -120,14 +139,43 @@ pub fn run_actor(
                     )?
                     .remove(0);
                     stats.policy_versions.insert(current.version);
-                    (to_robot_units(&normalised, &limits), log_prob, false)
+                    let intended = logged.then(|| to_robot_units(&command.chunk, &limits).0);
+                    (
+                        to_robot_units(&command.action, &limits),
+                        command.log_prob,
+                        intended,
+                        false,
+                    )
                 }
             };
-            stats
-                .tick_latency_ms
-                .push(due.elapsed().as_secs_f64() * 1e3);
+            let latency_ms = due.elapsed().as_secs_f64() * 1e3;
+            stats.tick_latency_ms.push(latency_ms);
+            let scene = logged.then(|| robot.scene());
             let outcome = robot.step(&action);
+            if let (Some(scene), Some(intended)) = (scene, intended) {
+                telemetry.offer(control_step_event(
+                    &scene,
+                    config.robot.control_hz,
+                    episode,
+                    step,
+                    &intended,
+                    &outcome.info.executed.0,
+                    observation
+                        .image
+                        .as_ref()
+                        .filter(|_| telemetry.wants_frame(step)),
+                    frame_downsample,
+                    current.version,
+                    intervention,
+                    outcome.reward,
+                    TickTiming {
+                        latency_ms,
+                        deadline_misses: clock.misses(),
+                    },
+                ));
+            }
             stats.ticks += 1;
+            episode_return += outcome.reward;
             stats.transitions += 1;
             live.ticks.fetch_add(1, Ordering::Relaxed);
             let next = outcome.observation;
@@ -161,6 +209,14 @@ pub fn run_actor(
                     &mut stats,
                 );
                 live.episodes.fetch_add(1, Ordering::Relaxed);
+                if logged {
+                    telemetry.offer(TelemetryEvent::EpisodeEnd(EpisodeEndEvent {
+                        episode,
+                        steps: step + 1,
+                        success: outcome.success,
+                        episode_return,
+                    }));
+                }
                 break;
             }
         }

@@ -27,6 +27,7 @@ pub use writer::{WriterReport, run_writer};
 pub use crate::replay::ReplayWriterConfig;
 
 use crate::replay::ReplayWriter;
+use crate::telemetry::Telemetry;
 
 /// Records the actor's queue holds before it drops (about 50 s at 20 Hz).
 pub const RECORD_QUEUE: usize = 1024;
@@ -40,6 +41,8 @@ pub struct Recording<'a> {
     pub config: ReplayWriterConfig,
     /// Seconds between status lines on standard error; `None`: none.
     pub status_every: Option<std::time::Duration>,
+    /// Where the actor's ticks are logged (offered without waiting).
+    pub telemetry: Telemetry,
 }
 
 /// Runs the actor and the replay writer on their own threads until `stop` is set;
@@ -65,6 +68,7 @@ pub fn run_control_loop(
     let first_episode = writer.next_episode_id();
     let (sender, receiver) = crossbeam_channel::bounded(RECORD_QUEUE);
     let (live, status_stop) = (&LiveCounters::default(), &AtomicBool::new(false));
+    let telemetry = &recording.telemetry;
     let (stats, written) = std::thread::scope(|scope| {
         let writer_thread = scope.spawn(move || run_writer(writer, receiver));
         if let Some(every) = recording.status_every {
@@ -80,6 +84,7 @@ pub fn run_control_loop(
                 &sender,
                 first_episode,
                 live,
+                telemetry,
                 stop,
             );
             drop(sender);
@@ -114,6 +119,7 @@ pub fn run_control_loop(
         actor_transitions: stats.transitions,
         transitions_written: written.transitions,
         replay_records: written.records,
+        telemetry_dropped: telemetry.dropped(),
     })
 }
 
@@ -152,6 +158,7 @@ mod tests {
                 dir: dir.path(),
                 config: ReplayWriterConfig::default(),
                 status_every: None,
+                telemetry: Telemetry::off(),
             },
             &mailbox,
             &stop,

@@ -68,6 +68,8 @@ pub struct ControlReport {
     pub transitions_written: u64,
     /// Records the writer put on disk (episode starts and ends included).
     pub replay_records: u64,
+    /// Telemetry events dropped because the telemetry queue was full.
+    pub telemetry_dropped: u64,
 }
 
 impl ControlReport {
@@ -91,6 +93,7 @@ impl ControlReport {
             actor_transitions: self.actor_transitions + other.actor_transitions,
             transitions_written: self.transitions_written + other.transitions_written,
             replay_records: self.replay_records + other.replay_records,
+            telemetry_dropped: self.telemetry_dropped + other.telemetry_dropped,
         }
     }
 }

@@ -27,6 +27,37 @@ pub struct AdvantageSummary {
     pub ess_fraction: f32,
 }
 
+/// Every transition's normalised advantage and AWR weight, `[episode][step]`.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TransitionWeights {
+    /// Normalised advantages; `None` for transitions that keep weight 1.
+    pub advantages: Vec<Vec<Option<f32>>>,
+    /// AWR weights.
+    pub weights: Vec<Vec<f32>>,
+}
+
+impl TransitionWeights {
+    /// `(advantage, weight)` of at most `count` weighted transitions, the newest
+    /// episodes' last, in replay order.
+    pub fn newest(&self, count: usize) -> Vec<(f32, f32)> {
+        let mut newest: Vec<(f32, f32)> = self
+            .advantages
+            .iter()
+            .zip(&self.weights)
+            .rev()
+            .flat_map(|(a, w)| {
+                a.iter()
+                    .zip(w)
+                    .rev()
+                    .filter_map(|(a, w)| a.map(|a| (a, *w)))
+            })
+            .take(count)
+            .collect();
+        newest.reverse();
+        newest
+    }
+}
+
 /// Whether an episode was recorded by a scripted demonstrator (no policy version).
 fn is_demonstration(episode: &Episode) -> bool {
     episode.transitions.iter().all(|t| t.policy_version == 0)
@@ -57,7 +88,7 @@ pub fn transition_weights(
     encoded: &EncodedEpisodes,
     critic: &LatentCritic<Dispatch>,
     config: &FinetuneConfig,
-) -> anyhow::Result<(Vec<Vec<f32>>, AdvantageSummary)> {
+) -> anyhow::Result<(TransitionWeights, AdvantageSummary)> {
     // Raw advantages; `None` marks a transition that keeps weight 1.
     let mut raw: Vec<Vec<Option<f32>>> = Vec::with_capacity(episodes.len());
     let mut groups: BTreeMap<Option<u64>, Vec<(usize, usize)>> = BTreeMap::new();
@@ -151,16 +182,16 @@ pub fn transition_weights(
 fn finish(
     normalised: Vec<Vec<Option<f32>>>,
     config: &FinetuneConfig,
-) -> (Vec<Vec<f32>>, AdvantageSummary) {
+) -> (TransitionWeights, AdvantageSummary) {
     let advantages: Vec<f32> = normalised.iter().flatten().flatten().copied().collect();
     let all = awr_weights(&advantages, config.beta, config.max_weight);
     let mut next = all.iter();
     let mut unweighted = 0;
     let weights = normalised
-        .into_iter()
+        .iter()
         .map(|episode| {
             episode
-                .into_iter()
+                .iter()
                 .map(|a| match a {
                     Some(_) => *next.next().expect("one weight per advantage"),
                     None => {
@@ -179,5 +210,11 @@ fn finish(
         clipped_fraction: all.iter().filter(|&&w| w >= config.max_weight).count() as f32 / count,
         ess_fraction: effective_sample_size(&all) / count,
     };
-    (weights, summary)
+    (
+        TransitionWeights {
+            advantages: normalised,
+            weights,
+        },
+        summary,
+    )
 }

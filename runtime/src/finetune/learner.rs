@@ -19,6 +19,7 @@ use super::update::{PolicyUpdateReport, update_policy};
 use crate::bc::ImitationDataset;
 use crate::device::ResolvedDevice;
 use crate::replay::Episode;
+use crate::telemetry::{Telemetry, TelemetryEvent, scalars_of};
 use crate::world_model::{WindowDataset, WorldModelTrainConfig, mean_loss, train_world_model};
 
 /// What one learning step did.
@@ -34,8 +35,12 @@ pub struct LearnReport {
     pub update: PolicyUpdateReport,
 }
 
+/// Transitions whose advantages and weights are logged per learning step, at most.
+const LOGGED_TRANSITIONS: usize = 1024;
+
 /// The policy, world model and critic being fine-tuned (all on the training device).
 pub struct Learner {
+    telemetry: Telemetry,
     policy: VlaPolicy<Dispatch>,
     policy_config: VlaPolicyConfig,
     world_model: WorldModel<Dispatch>,
@@ -58,6 +63,7 @@ impl Learner {
         device: &ResolvedDevice,
     ) -> Self {
         Self {
+            telemetry: Telemetry::off(),
             policy: policy.0,
             policy_config: policy.1,
             critic: LatentCriticConfig::new(world_model.1.latent_dim).init(&device.training),
@@ -67,6 +73,12 @@ impl Learner {
             rng: StdRng::seed_from_u64(config.seed ^ 0xf1e7_0000),
             version,
         }
+    }
+
+    /// Logs every learning step's losses, weights and version to `telemetry`.
+    pub fn with_telemetry(mut self, telemetry: Telemetry) -> Self {
+        self.telemetry = telemetry;
+        self
     }
 
     /// The policy's config.
@@ -133,7 +145,7 @@ impl Learner {
             self.policy.clone(),
             &self.policy_config,
             &data,
-            &weights,
+            &weights.weights,
             Some(&behaviour),
             self.version + 1,
             config,
@@ -141,7 +153,7 @@ impl Learner {
             &mut self.rng,
         )?;
         self.version += 1;
-        Ok(LearnReport {
+        let report = LearnReport {
             world_model_prediction_loss: mean_loss(
                 &history[history.len().saturating_sub(20)..],
                 "prediction",
@@ -149,6 +161,21 @@ impl Learner {
             critic: critic_losses,
             advantages,
             update,
-        })
+        };
+        if self.telemetry.is_on() {
+            let mut values = scalars_of(&report);
+            values.push(("policy_version".into(), self.version as f64));
+            self.telemetry.send(TelemetryEvent::LearnerScalars {
+                version: self.version,
+                values,
+            });
+            let (advantages, weights) = weights.newest(LOGGED_TRANSITIONS).into_iter().unzip();
+            self.telemetry.send(TelemetryEvent::TransitionWeights {
+                version: self.version,
+                advantages,
+                weights,
+            });
+        }
+        Ok(report)
     }
 }

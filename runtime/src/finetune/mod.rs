@@ -14,7 +14,7 @@ mod rollout;
 mod run;
 mod update;
 
-pub use advantages::{AdvantageSummary, transition_weights};
+pub use advantages::{AdvantageSummary, TransitionWeights, transition_weights};
 pub use config::{FinetuneConfig, FinetuneMethod};
 pub use critic::{CriticLosses, train_critic};
 pub use latents::EncodedEpisodes;

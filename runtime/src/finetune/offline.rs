@@ -15,6 +15,7 @@ use super::run::{FinetuneStart, RoundReport, finetune};
 use crate::checkpoint::{CheckpointMeta, load_policy, load_world_model, save_policy};
 use crate::device::ResolvedDevice;
 use crate::replay::{ReplayWriter, ReplayWriterConfig};
+use crate::telemetry::{Telemetry, log_world_model_losses};
 use crate::train::read_training_replay;
 use crate::world_model::{
     WindowDataset, WorldModelTrainConfig, reacher2d_world_model, train_world_model,
@@ -34,7 +35,8 @@ pub struct FinetuneRunSummary {
 /// Fine-tunes the policy checkpoint `init` on the replay at `replay` (collected episodes
 /// are appended to it) and writes the policy to `out`. Imagination runs in the world
 /// model checkpoint `world_model`; without one, a SALT world model is first trained on
-/// the replay for `config.initial_world_model_steps` steps.
+/// the replay for `config.initial_world_model_steps` steps. Training curves, sampled
+/// rollouts and learning steps go to `telemetry`.
 pub fn finetune_offline(
     replay: &Path,
     init: &Path,
@@ -42,6 +44,7 @@ pub fn finetune_offline(
     out: &Path,
     config: &FinetuneConfig,
     device: &ResolvedDevice,
+    telemetry: &Telemetry,
 ) -> anyhow::Result<FinetuneRunSummary> {
     let episodes = read_training_replay(replay)?.episodes;
     let episodes_before = episodes.len();
@@ -71,13 +74,14 @@ pub fn finetune_offline(
                 &wm_config.action_limit,
                 train.discount,
             );
-            let (model, _) = train_world_model::<Dispatch>(
+            let (model, history) = train_world_model::<Dispatch>(
                 wm_config.init(&device.training),
                 &wm_config,
                 &data,
                 &train,
                 &device.training,
             )?;
+            log_world_model_losses(telemetry, &history);
             (model, wm_config)
         }
     };
@@ -99,6 +103,7 @@ pub fn finetune_offline(
         &Reacher2dConfig::default(),
         &mut writer,
         device,
+        telemetry,
     )?;
     writer.close()?;
     let mut meta = CheckpointMeta::new(NAME, outcome.version, Some(init.display().to_string()));

@@ -115,7 +115,7 @@ pub fn collect_policy_episodes<B: Backend>(
         let acting: Vec<usize> = (0..running.len())
             .filter(|&i| !running[i].done && !running[i].takeover.is_active())
             .collect();
-        let mut commands: Vec<Option<(Vec<f32>, Option<f32>)>> = vec![None; running.len()];
+        let mut commands: Vec<Option<SampledCommand>> = vec![None; running.len()];
         if !acting.is_empty() {
             batch.clear();
             for &i in &acting {
@@ -140,9 +140,11 @@ pub fn collect_policy_episodes<B: Backend>(
             let (action, log_prob, intervention) =
                 match (run.takeover.rescuer(), commands[i].take()) {
                     (Some(expert), _) => (expert.act(&run.robot), None, true),
-                    (None, Some((normalised, log_prob))) => {
-                        (to_robot_units(&normalised, limits), log_prob, false)
-                    }
+                    (None, Some(command)) => (
+                        to_robot_units(&command.action, limits),
+                        command.log_prob,
+                        false,
+                    ),
                     (None, None) => unreachable!("every acting robot got a command"),
                 };
             debug_assert_eq!(action.0.len(), a);
@@ -249,12 +251,13 @@ fn end_effector(robot: &Reacher2d) -> [f32; 2] {
     [p.x, p.y]
 }
 
-/// A command in units of the action limit, clamped to it, in robot units.
+/// A command (or a chunk of commands, one after another) in units of the action
+/// limit, clamped to it, in robot units.
 pub(crate) fn to_robot_units(normalised: &[f32], limits: &[f32]) -> Action {
     Action(
         normalised
             .iter()
-            .zip(limits)
+            .zip(limits.iter().cycle())
             .map(|(v, l)| v.clamp(-1.0, 1.0) * l)
             .collect(),
     )
@@ -263,6 +266,19 @@ pub(crate) fn to_robot_units(normalised: &[f32], limits: &[f32]) -> Action {
 /// The exploration noise stream of the episode from `seed` under policy `version`.
 pub(crate) fn exploration_rng(seed: u64, version: u64) -> StdRng {
     StdRng::seed_from_u64(seed ^ version.rotate_left(17) ^ 0x0c01_1ec7)
+}
+
+/// A command sampled for one robot: its first action and that action's density
+/// (normalised units), and the whole chunk the policy intended (its mean for a
+/// Gaussian head, the sample for a flow head).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct SampledCommand {
+    /// The first action, clamped to the limits.
+    pub action: Vec<f32>,
+    /// Its log-density under the policy (Gaussian heads only).
+    pub log_prob: Option<f32>,
+    /// The intended chunk, `[steps * action_dim]`.
+    pub chunk: Vec<f32>,
 }
 
 /// The first action of a sampled chunk for every observation of `batch` (robot
@@ -275,7 +291,7 @@ pub(crate) fn sample_first_actions<B: Backend>(
     rngs: &mut [StdRng],
     acting: &[usize],
     exploration: f32,
-) -> anyhow::Result<Vec<(Vec<f32>, Option<f32>)>> {
+) -> anyhow::Result<Vec<SampledCommand>> {
     let read = |t: Tensor<B, 3>| -> anyhow::Result<Vec<f32>> {
         t.into_data()
             .convert::<f32>()
@@ -302,7 +318,11 @@ pub(crate) fn sample_first_actions<B: Backend>(
                     action.push(value);
                     log_prob -= 0.5 * z * z + std.ln() + 0.5 * (2.0 * std::f32::consts::PI).ln();
                 }
-                out.push((action, Some(log_prob)));
+                out.push(SampledCommand {
+                    action,
+                    log_prob: Some(log_prob),
+                    chunk: mean[first..first + k * a].to_vec(),
+                });
             }
             Ok(out)
         }
@@ -322,7 +342,14 @@ pub(crate) fn sample_first_actions<B: Backend>(
             let noise = Tensor::<B, 3>::from_data(TensorData::new(noise, [n, k, a]), device);
             let chunks = read(policy.act(input, Some(noise)))?;
             Ok((0..n)
-                .map(|row| (chunks[row * width..row * width + a].to_vec(), None))
+                .map(|row| {
+                    let chunk = chunks[row * width..(row + 1) * width].to_vec();
+                    SampledCommand {
+                        action: chunk[..a].to_vec(),
+                        log_prob: None,
+                        chunk,
+                    }
+                })
                 .collect())
         }
     }

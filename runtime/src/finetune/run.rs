@@ -14,6 +14,7 @@ use super::learner::{LearnReport, Learner};
 use super::rollout::collect_policy_episodes;
 use crate::device::ResolvedDevice;
 use crate::replay::{Episode, ReplayWriter};
+use crate::telemetry::{Telemetry, TelemetryEvent, log_replay_episodes};
 use crate::world_model::WorldModelTrainConfig;
 
 /// Seeds of fine-tuning rollouts start here, apart from demonstrations and evaluation.
@@ -63,13 +64,15 @@ pub struct FinetuneStart<'a> {
 }
 
 /// Runs `config.rounds` rounds of advantage-weighted fine-tuning on `robot`,
-/// appending every collected episode to `writer`.
+/// appending every collected episode to `writer`. Sampled rollouts, every learning
+/// step and each round's rollout success go to `telemetry`.
 pub fn finetune(
     start: FinetuneStart<'_>,
     config: &FinetuneConfig,
     robot: &Reacher2dConfig,
     writer: &mut ReplayWriter,
     device: &ResolvedDevice,
+    telemetry: &Telemetry,
 ) -> anyhow::Result<FinetuneOutcome> {
     config
         .validate()
@@ -88,7 +91,8 @@ pub fn finetune(
         world_model_training,
         config,
         device,
-    );
+    )
+    .with_telemetry(telemetry.clone());
     let mut rounds = Vec::with_capacity(config.rounds);
     let seeds_per_round = config.episodes_per_round.div_ceil(config.group_size);
     for round in 0..config.rounds {
@@ -122,6 +126,11 @@ pub fn finetune(
             .filter(|t| t.intervention)
             .count();
         let collected_count = collected.len();
+        telemetry.send(TelemetryEvent::Note(format!(
+            "fine-tuning round {}: {collected_count} rollouts of policy version {version}, {successes} successful",
+            round + 1
+        )));
+        log_replay_episodes(telemetry, &collected, robot);
         episodes.extend(collected);
         let learned = learner.learn(&episodes, config, device)?;
         let report = RoundReport {
@@ -132,6 +141,14 @@ pub fn finetune(
             learned,
             seconds: started.elapsed().as_secs_f64(),
         };
+        telemetry.send(TelemetryEvent::LearnerScalars {
+            version: learner.version(),
+            values: vec![
+                ("rollout_success_rate".into(), report.rollout_success_rate),
+                ("interventions".into(), report.interventions as f64),
+                ("round_seconds".into(), report.seconds),
+            ],
+        });
         let (advantages, update) = (&report.learned.advantages, &report.learned.update);
         eprintln!(
             "round {}: rollouts {:.1}% successful, mean AWR weight {:.2} (ESS {:.0}%), importance ESS {:.0}%, loss {:.3} -> {:.3}, {:.0} s",

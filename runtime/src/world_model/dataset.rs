@@ -36,6 +36,25 @@ pub fn observation_at(episode: &Episode, k: usize) -> &Observation {
         .map_or(&episode.end.final_observation, |t| &t.observation)
 }
 
+/// The executed actions of `episode` over steps `t..t + horizon` for every `t` in
+/// `starts`, in units of `limits` (clamped to [-1, 1]), window after window: the
+/// `[windows, horizon, action_dim]` input of an open-loop rollout.
+pub fn window_actions(
+    episode: &Episode,
+    starts: impl IntoIterator<Item = usize>,
+    horizon: usize,
+    limits: &[f32],
+) -> Vec<f32> {
+    starts
+        .into_iter()
+        .flat_map(|t| {
+            (t..t + horizon).flat_map(|k| episode.transitions[k].executed.0.iter().copied())
+        })
+        .zip(limits.iter().cycle())
+        .map(|(v, l)| (v / l).clamp(-1.0, 1.0))
+        .collect()
+}
+
 /// Whether the episode stopped for good after step `k` (the task was achieved); a
 /// cut at the step limit is not an end of the world, only of the recording.
 fn terminates(episode: &Episode, k: usize) -> bool {

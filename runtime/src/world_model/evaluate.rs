@@ -8,7 +8,7 @@ use imago_worldmodel::metrics::{
 use imago_worldmodel::{TransitionFamily, TransitionMember, WorldModel, WorldModelConfig};
 use serde::{Deserialize, Serialize};
 
-use super::dataset::observation_at;
+use super::dataset::{observation_at, window_actions};
 use crate::replay::Episode;
 use crate::stats::quantile;
 
@@ -178,7 +178,8 @@ pub fn evaluate_world_model<B: Backend>(
     Ok(summarise(collected, family, usable.len()))
 }
 
-fn host(tensor: Tensor<impl Backend, 4>) -> anyhow::Result<Vec<f32>> {
+/// A tensor's values on the host, row-major.
+pub(crate) fn host<B: Backend, const D: usize>(tensor: Tensor<B, D>) -> anyhow::Result<Vec<f32>> {
     tensor
         .into_data()
         .convert::<f32>()
@@ -225,11 +226,7 @@ fn evaluate_episode<B: Backend>(
             Tensor::from_data(TensorData::new(truth_ids, [windows * (h + 1)]), device),
         )
         .reshape([windows, h + 1, d]);
-    let actions: Vec<f32> = (0..windows)
-        .flat_map(|t| (t..t + h).flat_map(|k| episode.transitions[k].executed.0.iter().copied()))
-        .zip(config.action_limit.iter().cycle())
-        .map(|(v, l)| (v / l).clamp(-1.0, 1.0))
-        .collect();
+    let actions = window_actions(episode, 0..windows, h, &config.action_limit);
     let actions = Tensor::<B, 3>::from_data(TensorData::new(actions, [windows, h, a]), device);
 
     let own = host(

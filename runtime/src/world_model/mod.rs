@@ -9,7 +9,8 @@ mod evaluate;
 mod offline;
 mod train;
 
-pub use dataset::{WindowDataset, WindowTargets, observation_at};
+pub use dataset::{WindowDataset, WindowTargets, observation_at, window_actions};
+pub(crate) use evaluate::host;
 pub use evaluate::{
     CoverageReport, SaltSplitReport, SpearmanReport, WorldModelEvalReport, evaluate_world_model,
 };

@@ -18,6 +18,7 @@ use super::{
 use crate::checkpoint::{CheckpointMeta, load_world_model, save_world_model};
 use crate::device::ResolvedDevice;
 use crate::replay::Episode;
+use crate::telemetry::{Telemetry, TelemetryEvent, log_imagined_windows, log_world_model_losses};
 use crate::train::read_training_replay;
 
 /// What an offline world-model run did.
@@ -55,7 +56,8 @@ pub fn mean_loss(history: &[WorldModelStep], term: &str) -> f32 {
 
 /// Trains a world model of `family` on the training episodes of `replay` (held-out
 /// episodes are left out; see [`super::is_held_out`]) and writes it to `out`. With
-/// `init`, training continues from that checkpoint, whose config must match.
+/// `init`, training continues from that checkpoint, whose config must match. Every
+/// loss term's curve goes to `telemetry`.
 pub fn train_world_model_offline(
     replay: &Path,
     out: &Path,
@@ -63,6 +65,7 @@ pub fn train_world_model_offline(
     family: TransitionFamily,
     train: &WorldModelTrainConfig,
     device: &ResolvedDevice,
+    telemetry: &Telemetry,
 ) -> anyhow::Result<WorldModelRunSummary> {
     let episodes = read_training_replay(replay)?.episodes;
     let (training, held_out) = split_episodes(&episodes);
@@ -87,6 +90,7 @@ pub fn train_world_model_offline(
         device,
     )?;
     let history = &trained.history;
+    log_world_model_losses(telemetry, history);
     let stretch = history.len().min(50);
     let first = mean_loss(&history[..stretch], "prediction");
     let last = mean_loss(&history[history.len() - stretch..], "prediction");
@@ -151,19 +155,38 @@ pub fn train_and_save_world_model(
 
 /// Evaluates the world model at `ckpt` on `replay`: on its held-out episodes, or on
 /// every episode with `all_episodes` (for a replay recorded apart from training).
+/// The per-horizon figures and imagined rollouts of the first evaluated episodes,
+/// beside what really followed, go to `telemetry`.
 pub fn evaluate_world_model_checkpoint(
     ckpt: &Path,
     replay: &Path,
     horizon: usize,
     all_episodes: bool,
     device: &ResolvedDevice,
+    telemetry: &Telemetry,
 ) -> anyhow::Result<WorldModelEvalReport> {
     let (model, config, _) = load_world_model::<Dispatch>(ckpt, None, &device.inference)?;
-    let episodes = read_training_replay(replay)?.episodes;
+    let all = read_training_replay(replay)?.episodes;
     let episodes = if all_episodes {
-        episodes
+        all.clone()
     } else {
-        split_episodes(&episodes).1
+        split_episodes(&all).1
     };
-    evaluate_world_model(&model, &config, &episodes, horizon, &device.inference)
+    let report = evaluate_world_model(&model, &config, &episodes, horizon, &device.inference)?;
+    telemetry.send(TelemetryEvent::WorldModelEvaluation {
+        horizon_error: report.horizon_error.clone(),
+        copy_last_error: report.copy_last_error.clone(),
+        coverage_2sigma: report.coverage_2sigma.calibrated.clone(),
+    });
+    log_imagined_windows(
+        telemetry,
+        &model,
+        &config,
+        &episodes,
+        &all,
+        &report.calibration_scale,
+        &Reacher2dConfig::default(),
+        &device.inference,
+    )?;
+    Ok(report)
 }

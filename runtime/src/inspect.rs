@@ -1,0 +1,66 @@
+//! `imago inspect`: a recorded replay (and optionally a world model) turned into a
+//! rerun recording, to look at what a robot did after the fact.
+
+use std::path::Path;
+
+use imago_robots::reacher2d::Reacher2dConfig;
+
+use crate::device::ResolvedDevice;
+use crate::telemetry::{Telemetry, TelemetryEvent, log_replay_episodes};
+use crate::train::read_training_replay;
+use crate::world_model::{WorldModelEvalReport, evaluate_world_model_checkpoint};
+
+/// What [`inspect_replay`] logged.
+#[derive(Debug, Clone, PartialEq)]
+pub struct InspectSummary {
+    /// Complete episodes in the replay.
+    pub episodes: usize,
+    /// Episodes logged step by step.
+    pub logged: usize,
+    /// The world model's evaluation, when one was given.
+    pub world_model: Option<WorldModelEvalReport>,
+}
+
+/// Logs the replay at `replay` to `telemetry`: every episode the session's
+/// `replay_episode_every` selects, step by step, with each episode's outcome. With
+/// `world_model` (a checkpoint), also its rollout error per horizon on the held-out
+/// episodes (every episode when fewer than two are held out) and imagined rollouts
+/// beside what really followed.
+pub fn inspect_replay(
+    replay: &Path,
+    world_model: Option<&Path>,
+    horizon: usize,
+    device: Option<&ResolvedDevice>,
+    telemetry: &Telemetry,
+) -> anyhow::Result<InspectSummary> {
+    let contents = read_training_replay(replay)?;
+    let episodes = contents.episodes;
+    telemetry.send(TelemetryEvent::Note(format!(
+        "replay {}: {} episodes, {:.1}% successful",
+        replay.display(),
+        episodes.len(),
+        100.0 * episodes.iter().filter(|e| e.end.success).count() as f64 / episodes.len() as f64
+    )));
+    let logged = log_replay_episodes(telemetry, &episodes, &Reacher2dConfig::default());
+    let world_model = match (world_model, device) {
+        (Some(ckpt), Some(device)) => {
+            let held_out = crate::world_model::split_episodes(&episodes).1;
+            let all_episodes = held_out.len() < 2;
+            Some(evaluate_world_model_checkpoint(
+                ckpt,
+                replay,
+                horizon,
+                all_episodes,
+                device,
+                telemetry,
+            )?)
+        }
+        (Some(_), None) => anyhow::bail!("a world model needs a device to run on"),
+        (None, _) => None,
+    };
+    Ok(InspectSummary {
+        episodes: episodes.len(),
+        logged,
+        world_model,
+    })
+}
