@@ -11,7 +11,8 @@ use imago_policies::ActionHeadKind;
 use imago_robots::reacher2d::{ExpertConfig, Reacher2dConfig};
 use imago_runtime::bc::BcConfig;
 use imago_runtime::bench::{
-    DaemonBenchRow, WorldModelBenchRow, bench_daemon, bench_policy, bench_world_model,
+    DaemonBenchRow, RenderBenchRow, WorldModelBenchRow, bench_daemon, bench_policy, bench_render,
+    bench_world_model,
 };
 use imago_runtime::collect::{CollectConfig, collect_demonstrations};
 use imago_runtime::daemon::{DaemonConfig, DaemonOptions, run_daemon};
@@ -344,6 +345,10 @@ enum BenchTarget {
     /// The daemon: `--steps` learning steps with actor and learner overlapped versus
     /// in turns, and the control loop's tick latency meanwhile.
     Daemon,
+    /// reacher2d camera frames: the CPU renderer versus the batched WGSL renderer on
+    /// the first wgpu adapter, at `--batch-size` scenes per call [default: 1, 16, 64,
+    /// 256].
+    Render,
 }
 
 fn write_json(path: &Path, value: &impl serde::Serialize) -> anyhow::Result<()> {
@@ -479,6 +484,18 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 batch_size != Some(0) && steps > 0,
                 "--batch-size and --steps must be at least 1"
             );
+            if let BenchTarget::Render = what {
+                let batches = match batch_size {
+                    Some(n) => vec![n],
+                    None => vec![1, 16, 64, 256],
+                };
+                let rows = bench_render(&batches, steps)?;
+                print!("{}", RenderBenchRow::table(&rows));
+                if let Some(path) = report {
+                    write_json(&path, &rows)?;
+                }
+                return Ok(());
+            }
             let device = resolve(cli.device)?;
             if let BenchTarget::Daemon = what {
                 let rows = bench_daemon(&device, steps as u64)?;

@@ -341,3 +341,87 @@ pub fn bench_daemon(device: &ResolvedDevice, steps: u64) -> anyhow::Result<Vec<D
     }
     Ok(rows)
 }
+
+/// Camera frames rendered on the CPU versus in one wgpu dispatch, for one batch size.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RenderBenchRow {
+    /// The wgpu adapter.
+    pub adapter: String,
+    /// Scenes per call.
+    pub batch: usize,
+    /// Median time to render the batch with the CPU reference renderer, one scene
+    /// after another.
+    pub cpu_ms: f64,
+    /// Median time of one batched dispatch, upload and read-back included.
+    pub gpu_ms: f64,
+}
+
+impl RenderBenchRow {
+    /// A printable table of `rows`.
+    pub fn table(rows: &[Self]) -> String {
+        let mut out = format!(
+            "reacher2d camera frames (48x48), median of timed calls; gpu: {}\n{:>6} {:>10} {:>10} {:>9}\n",
+            rows.first().map_or("-", |r| r.adapter.as_str()),
+            "batch",
+            "cpu ms",
+            "gpu ms",
+            "cpu/gpu"
+        );
+        for row in rows {
+            out.push_str(&format!(
+                "{:>6} {:>10.3} {:>10.3} {:>8.2}x\n",
+                row.batch,
+                row.cpu_ms,
+                row.gpu_ms,
+                row.cpu_ms / row.gpu_ms
+            ));
+        }
+        out
+    }
+}
+
+/// Times the reacher2d camera at each of `batches` scenes per call, `steps` timed
+/// calls each after one untimed warm-up, on the CPU and through the batched WGSL
+/// renderer on the first wgpu adapter.
+pub fn bench_render(batches: &[usize], steps: usize) -> anyhow::Result<Vec<RenderBenchRow>> {
+    let renderer = imago_shaders::Reacher2dRenderer::new(imago_shaders::GpuContext::new()?);
+    let mut robot = Reacher2d::default();
+    let (size, extent) = (robot.config().image_size, robot.config().view_half_extent);
+    let median = |times: Vec<f64>| quantile(&times, 0.5);
+    let mut rows = Vec::with_capacity(batches.len());
+    for &batch in batches {
+        let scenes: Vec<_> = (0..batch as u64)
+            .map(|seed| {
+                robot.reset(seed);
+                robot.scene()
+            })
+            .collect();
+        let time = |f: &mut dyn FnMut() -> anyhow::Result<()>| -> anyhow::Result<f64> {
+            f()?;
+            let mut times = Vec::with_capacity(steps);
+            for _ in 0..steps {
+                let start = Instant::now();
+                f()?;
+                times.push(start.elapsed().as_secs_f64() * 1e3);
+            }
+            Ok(median(times))
+        };
+        let cpu_ms = time(&mut || {
+            for scene in &scenes {
+                std::hint::black_box(imago_robots::reacher2d::render(scene, size, extent));
+            }
+            Ok(())
+        })?;
+        let gpu_ms = time(&mut || {
+            std::hint::black_box(renderer.render(&scenes, size, extent)?);
+            Ok(())
+        })?;
+        rows.push(RenderBenchRow {
+            adapter: renderer.gpu().description(),
+            batch,
+            cpu_ms,
+            gpu_ms,
+        });
+    }
+    Ok(rows)
+}

@@ -15,7 +15,7 @@
 
 mod expert;
 mod kinematics;
-mod render;
+pub mod render;
 mod scene;
 
 pub use expert::{ExpertConfig, ScriptedExpert};
