@@ -179,7 +179,12 @@ mod tests {
         assert_eq!(report.queue_drops, 0);
         assert_eq!(report.policy_versions, vec![1, 2, 3]);
         assert_eq!(report.transitions_written, report.actor_transitions);
-        assert!(report.tick_latency_ms.p99 < 50.0, "{report:?}");
+        // The actor never waits for a publication (they come a second apart, so one
+        // blocked tick would take ~1 s). The bound is two periods, not one: unit
+        // tests share two cores with CPU-heavy neighbours (a 66 ms p99 was seen in
+        // CI while a world model trained beside it); the daemon tests, run one at a
+        // time, hold the loop to its period.
+        assert!(report.tick_latency_ms.p99 < 100.0, "{report:?}");
         let contents = read_replay(dir.path()).unwrap();
         assert_eq!(contents.records, report.replay_records);
         let complete: usize = contents.episodes.iter().map(|e| e.transitions.len()).sum();
