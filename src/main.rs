@@ -81,12 +81,22 @@ impl RerunArgs {
     }
 }
 
-/// Flushes the recording and says where it went.
+/// Flushes the recording and says where it went. A file that cannot be written is an
+/// error; a live viewer that cannot be reached is a warning (the run's own results
+/// are already saved).
 fn finish_telemetry(session: TelemetrySession, args: &RerunArgs) -> anyhow::Result<()> {
     let Some(target) = args.target() else {
         return Ok(());
     };
-    let report = session.finish()?;
+    let report = match (session.finish(), &target) {
+        (Ok(report), _) => report,
+        // A live viewer that is not there loses nothing the run made: say so.
+        (Err(error), TelemetryTarget::Connect(_) | TelemetryTarget::Spawn) => {
+            eprintln!("warning: the rerun viewer did not receive the recording: {error:#}");
+            return Ok(());
+        }
+        (Err(error), TelemetryTarget::File(_)) => return Err(error),
+    };
     let place = match target {
         TelemetryTarget::File(path) => format!("written to {}", path.display()),
         TelemetryTarget::Connect(url) => format!("streamed to {url}"),

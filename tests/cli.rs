@@ -538,3 +538,35 @@ fn inspect_and_wm_eval_write_recordings_with_imagined_rollouts() {
         stderr(&output)
     );
 }
+
+#[test]
+fn an_absent_live_viewer_is_a_warning_and_the_run_is_kept() {
+    // A port nothing listens on.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let dir = tempfile::tempdir().unwrap();
+    let replay = dir.path().join("replay");
+    let url = format!("rerun+http://127.0.0.1:{port}/proxy");
+    let output = imago(&[
+        "collect",
+        "--episodes",
+        "2",
+        "--out",
+        replay.to_str().unwrap(),
+        "--rerun-connect",
+        &url,
+    ]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("warning: the rerun viewer did not receive the recording"),
+        "{}",
+        stderr(&output)
+    );
+    let episodes = imago_runtime::replay::read_replay(&replay)
+        .unwrap()
+        .episodes;
+    assert_eq!(episodes.len(), 2);
+}
