@@ -8,7 +8,7 @@ use imago_robots::reacher2d::Reacher2dConfig;
 use crate::device::ResolvedDevice;
 use crate::telemetry::{Telemetry, TelemetryEvent, log_replay_episodes};
 use crate::train::read_training_replay;
-use crate::world_model::{WorldModelEvalReport, evaluate_world_model_checkpoint};
+use crate::world_model::{WorldModelEvalReport, evaluate_world_model_checkpoint_on, is_held_out};
 
 /// What [`inspect_replay`] logged.
 #[derive(Debug, Clone, PartialEq)]
@@ -44,11 +44,11 @@ pub fn inspect_replay(
     let logged = log_replay_episodes(telemetry, &episodes, &Reacher2dConfig::default());
     let world_model = match (world_model, device) {
         (Some(ckpt), Some(device)) => {
-            let held_out = crate::world_model::split_episodes(&episodes).1;
-            let all_episodes = held_out.len() < 2;
-            Some(evaluate_world_model_checkpoint(
+            let held_out = episodes.iter().filter(|e| is_held_out(e.start.episode));
+            let all_episodes = held_out.count() < 2;
+            Some(evaluate_world_model_checkpoint_on(
                 ckpt,
-                replay,
+                &episodes,
                 horizon,
                 all_episodes,
                 device,

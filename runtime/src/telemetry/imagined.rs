@@ -3,7 +3,7 @@
 //! calibrated bound go to the rollout-error series.
 
 use burn::prelude::*;
-use imago_policies::PolicyBatch;
+use imago_policies::{PolicyBatch, PolicyInput};
 use imago_robots::reacher2d::{Reacher2d, Reacher2dConfig};
 use imago_worldmodel::{LatentProbe, WorldModel, WorldModelConfig};
 
@@ -29,21 +29,19 @@ pub struct ImaginedWindows {
     pub probe_rmse: f32,
 }
 
-/// Online-encoder latents of observations `0..=len` of `episode`, row by row.
-fn encode_episode<B: Backend>(
-    model: &WorldModel<B>,
+/// The policy input of observations `0..=len` of `episode`, row by row.
+fn episode_input<B: Backend>(
     batch: &mut PolicyBatch,
     episode: &Episode,
     device: &B::Device,
-) -> anyhow::Result<(Tensor<B, 2>, Tensor<B, 2>)> {
+) -> anyhow::Result<PolicyInput<B>> {
     batch.clear();
     for k in 0..=episode.transitions.len() {
         batch
             .push(observation_at(episode, k))
             .map_err(|e| anyhow::anyhow!("episode {} step {k}: {e}", episode.start.episode))?;
     }
-    let input = batch.to_input::<B>(device);
-    Ok((model.encode(&input), model.encode_target(&input)))
+    Ok(batch.to_input::<B>(device))
 }
 
 /// Fits the end-effector probe on target-encoder latents (the space the ensemble
@@ -59,7 +57,7 @@ fn fit_probe<B: Backend>(
         if latents.len() >= PROBE_SAMPLES {
             break;
         }
-        let (_, target) = encode_episode(model, batch, episode, device)?;
+        let target = model.encode_target(&episode_input(batch, episode, device)?);
         let d = target.dims()[1];
         for (k, row) in host(target)?.chunks(d).enumerate() {
             latents.push(row.to_vec());
@@ -115,7 +113,8 @@ pub fn log_imagined_windows<B: Backend>(
             .step_by(settings.imagine_every as usize)
             .collect();
         let w = starts.len();
-        let (online, target) = encode_episode(model, &mut batch, episode, device)?;
+        let input = episode_input(&mut batch, episode, device)?;
+        let (online, target) = (model.encode(&input), model.encode_target(&input));
         let ids = |rows: Vec<i64>| {
             let count = rows.len();
             Tensor::<B, 1, Int>::from_data(TensorData::new(rows, [count]), device)

@@ -15,8 +15,9 @@ pub use evaluate::{
     CoverageReport, SaltSplitReport, SpearmanReport, WorldModelEvalReport, evaluate_world_model,
 };
 pub use offline::{
-    TrainedWorldModel, WorldModelRunSummary, evaluate_world_model_checkpoint, mean_loss,
-    reacher2d_world_model, train_and_save_world_model, train_world_model_offline,
+    TrainedWorldModel, WorldModelRunSummary, evaluate_world_model_checkpoint,
+    evaluate_world_model_checkpoint_on, mean_loss, reacher2d_world_model,
+    train_and_save_world_model, train_world_model_offline,
 };
 pub use train::{WorldModelStep, WorldModelTrainConfig, train_world_model};
 

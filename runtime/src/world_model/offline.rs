@@ -165,14 +165,28 @@ pub fn evaluate_world_model_checkpoint(
     device: &ResolvedDevice,
     telemetry: &Telemetry,
 ) -> anyhow::Result<WorldModelEvalReport> {
+    let episodes = read_training_replay(replay)?.episodes;
+    evaluate_world_model_checkpoint_on(ckpt, &episodes, horizon, all_episodes, device, telemetry)
+}
+
+/// [`evaluate_world_model_checkpoint`] on episodes already read.
+pub fn evaluate_world_model_checkpoint_on(
+    ckpt: &Path,
+    all: &[Episode],
+    horizon: usize,
+    all_episodes: bool,
+    device: &ResolvedDevice,
+    telemetry: &Telemetry,
+) -> anyhow::Result<WorldModelEvalReport> {
     let (model, config, _) = load_world_model::<Dispatch>(ckpt, None, &device.inference)?;
-    let all = read_training_replay(replay)?.episodes;
+    let held_out;
     let episodes = if all_episodes {
-        all.clone()
+        all
     } else {
-        split_episodes(&all).1
+        held_out = split_episodes(all).1;
+        &held_out
     };
-    let report = evaluate_world_model(&model, &config, &episodes, horizon, &device.inference)?;
+    let report = evaluate_world_model(&model, &config, episodes, horizon, &device.inference)?;
     telemetry.send(TelemetryEvent::WorldModelEvaluation {
         horizon_error: report.horizon_error.clone(),
         copy_last_error: report.copy_last_error.clone(),
@@ -182,8 +196,8 @@ pub fn evaluate_world_model_checkpoint(
         telemetry,
         &model,
         &config,
-        &episodes,
-        &all,
+        episodes,
+        all,
         &report.calibration_scale,
         &Reacher2dConfig::default(),
         &device.inference,
