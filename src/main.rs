@@ -7,12 +7,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use imago_kernels::bench::KernelBenchRow;
 use imago_policies::ActionHeadKind;
 use imago_robots::reacher2d::{ExpertConfig, Reacher2dConfig};
 use imago_runtime::bc::BcConfig;
 use imago_runtime::bench::{
-    DaemonBenchRow, RenderBenchRow, WorldModelBenchRow, bench_daemon, bench_policy, bench_render,
-    bench_world_model,
+    DaemonBenchRow, RenderBenchRow, WorldModelBenchRow, bench_daemon, bench_kernels, bench_policy,
+    bench_render, bench_world_model,
 };
 use imago_runtime::collect::{CollectConfig, collect_demonstrations};
 use imago_runtime::daemon::{DaemonConfig, DaemonOptions, run_daemon};
@@ -359,6 +360,10 @@ enum BenchTarget {
     /// the first wgpu adapter, at `--batch-size` scenes per call [default: 1, 16, 64,
     /// 256].
     Render,
+    /// The CubeCL kernels (lambda-return scan, ensemble statistics, SALT step) versus
+    /// the same computations in burn's composite ops, on `--device` (`wgpu`, `cuda`,
+    /// or the CPU reference on `cpu`).
+    Kernels,
 }
 
 fn write_json(path: &Path, value: &impl serde::Serialize) -> anyhow::Result<()> {
@@ -507,6 +512,15 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 return Ok(());
             }
             let device = resolve(cli.device)?;
+            if let BenchTarget::Kernels = what {
+                println!("{}, median of {steps} timed calls", device.description);
+                let rows = bench_kernels(&device, steps);
+                print!("{}", KernelBenchRow::table(&rows));
+                if let Some(path) = report {
+                    write_json(&path, &rows)?;
+                }
+                return Ok(());
+            }
             if let BenchTarget::Daemon = what {
                 let rows = bench_daemon(&device, steps as u64)?;
                 print!("{}", DaemonBenchRow::table(&rows));

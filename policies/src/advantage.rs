@@ -6,6 +6,8 @@
 
 use serde::{Deserialize, Serialize};
 
+pub use imago_kernels::reference::lambda_returns;
+
 /// How a group of raw advantages is put on a common scale before weighting.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "kebab-case", deny_unknown_fields)]
@@ -92,32 +94,6 @@ pub fn awr_weights(advantages: &[f32], beta: f32, max_weight: f32) -> Vec<f32> {
         .collect()
 }
 
-/// Lambda-returns of one trajectory: `G_t = r_t + gamma c_t ((1 - lambda) V_{t+1} +
-/// lambda G_{t+1})`, with `G_H = V_H` (bootstrap). `rewards` and `continues` have `H`
-/// entries, `values` `H + 1`; `continues[t]` is 0 where the episode ends after step `t`.
-pub fn lambda_returns(
-    rewards: &[f32],
-    continues: &[f32],
-    values: &[f32],
-    gamma: f32,
-    lambda: f32,
-) -> Vec<f32> {
-    let h = rewards.len();
-    assert_eq!(continues.len(), h, "one continuation flag per reward");
-    assert_eq!(
-        values.len(),
-        h + 1,
-        "one value per state, the last one bootstraps"
-    );
-    let mut returns = vec![0.0; h];
-    let mut next = values[h];
-    for t in (0..h).rev() {
-        next = rewards[t] + gamma * continues[t] * ((1.0 - lambda) * values[t + 1] + lambda * next);
-        returns[t] = next;
-    }
-    returns
-}
-
 /// Generalised advantage estimates of one trajectory: the lambda-returns minus the
 /// values they start from (`A_t = G_t - V_t`).
 pub fn generalised_advantages(
@@ -154,6 +130,13 @@ mod tests {
         for (x, y) in a.iter().zip(b) {
             assert!((x - y).abs() < 1e-5, "{a:?} vs {b:?}");
         }
+    }
+
+    #[test]
+    fn generalised_advantages_are_returns_minus_values() {
+        let (r, c, v) = ([1.0, 2.0], [1.0, 1.0], [0.5, 1.0, 4.0]);
+        // lambda = 0.5: G = [2.25, 4] (imago_kernels::reference's test), minus V.
+        close(&generalised_advantages(&r, &c, &v, 0.5, 0.5), &[1.75, 3.0]);
     }
 
     #[test]
@@ -207,21 +190,6 @@ mod tests {
     fn awr_weights_by_hand_and_clipped() {
         let w = awr_weights(&[0.0, 1.0, -2.0, 10.0], 2.0, 20.0);
         close(&w, &[1.0, 0.5f32.exp(), (-1.0f32).exp(), 20.0]);
-    }
-
-    #[test]
-    fn lambda_returns_by_hand() {
-        let (r, c, v) = ([1.0, 2.0], [1.0, 1.0], [0.5, 1.0, 4.0]);
-        // lambda = 1: plain discounted return with bootstrap: G1 = 2 + 0.5*4 = 4,
-        // G0 = 1 + 0.5*4 = 3.
-        close(&lambda_returns(&r, &c, &v, 0.5, 1.0), &[3.0, 4.0]);
-        // lambda = 0: one-step targets r_t + gamma V_{t+1}.
-        close(&lambda_returns(&r, &c, &v, 0.5, 0.0), &[1.5, 4.0]);
-        // lambda = 0.5: G1 = 2 + 0.5*(0.5*4 + 0.5*4) = 4; G0 = 1 + 0.5*(0.5*1 + 0.5*4) = 2.25.
-        close(&lambda_returns(&r, &c, &v, 0.5, 0.5), &[2.25, 4.0]);
-        // An episode that ends after step 0 takes nothing from beyond it.
-        close(&lambda_returns(&r, &[0.0, 1.0], &v, 0.5, 0.5), &[1.0, 4.0]);
-        close(&generalised_advantages(&r, &c, &v, 0.5, 0.5), &[1.75, 3.0]);
     }
 
     #[test]

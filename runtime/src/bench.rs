@@ -1,4 +1,5 @@
-//! `imago bench`: timings of the policy's and the world model's hot paths on one device.
+//! `imago bench`: timings of the policy's and the world model's hot paths, the camera
+//! renderer and the kernels on one device.
 
 use std::time::Instant;
 
@@ -6,6 +7,7 @@ use burn::Dispatch;
 use burn::module::AutodiffModule;
 use burn::optim::{AdamConfig, GradientsParams, Optimizer};
 use burn::prelude::*;
+use imago_kernels::bench::{KernelBenchDevice, KernelBenchRow};
 use imago_policies::{ImitationTargets, PolicyBatch, VlaPolicyConfig, imitation_loss};
 use imago_robots::Robot;
 use imago_robots::reacher2d::Reacher2d;
@@ -424,4 +426,17 @@ pub fn bench_render(batches: &[usize], steps: usize) -> anyhow::Result<Vec<Rende
         });
     }
     Ok(rows)
+}
+
+/// The CubeCL kernels against burn's composite ops on `device` (its wgpu or CUDA
+/// device; the CPU reference on a CPU device), `steps` timed calls each.
+pub fn bench_kernels(device: &ResolvedDevice, steps: usize) -> Vec<KernelBenchRow> {
+    let target = match &device.inference {
+        #[cfg(feature = "wgpu")]
+        burn::DispatchDevice::Wgpu(wgpu) => KernelBenchDevice::Wgpu(wgpu.clone()),
+        #[cfg(feature = "cuda")]
+        burn::DispatchDevice::Cuda(cuda) => KernelBenchDevice::Cuda(cuda.clone()),
+        _ => KernelBenchDevice::Cpu,
+    };
+    imago_kernels::bench::bench_kernels(&target, steps)
 }

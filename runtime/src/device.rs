@@ -216,9 +216,7 @@ pub fn resolve(spec: DeviceSpec) -> Result<ResolvedDevice, DeviceError> {
 
 #[cfg(feature = "wgpu")]
 mod wgpu_probe {
-    use std::sync::Mutex;
-
-    use burn::backend::wgpu::{RuntimeOptions, WgpuDevice, graphics, init_setup};
+    use burn::backend::wgpu::WgpuDevice;
 
     use super::{DeviceError, DeviceSpec, ResolvedDevice, available_summary};
 
@@ -283,24 +281,6 @@ mod wgpu_probe {
             .collect()
     }
 
-    /// Creates the compute server of `device` with an explicit graphics API, once per
-    /// process (creating it twice panics inside cubecl).
-    fn initialise_once(device: &WgpuDevice) {
-        static INITIALISED: Mutex<Vec<WgpuDevice>> = Mutex::new(Vec::new());
-        let mut done = INITIALISED
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        if done.contains(device) {
-            return;
-        }
-        if cfg!(target_os = "linux") {
-            init_setup::<graphics::Vulkan>(device, RuntimeOptions::default());
-        } else {
-            init_setup::<graphics::AutoGraphicsApi>(device, RuntimeOptions::default());
-        }
-        done.push(device.clone());
-    }
-
     pub fn resolve(spec: DeviceSpec, index: Option<usize>) -> Result<ResolvedDevice, DeviceError> {
         let adapters = adapters();
         let chosen = match index {
@@ -321,7 +301,7 @@ mod wgpu_probe {
             });
         };
         let device = adapter.device();
-        initialise_once(&device);
+        imago_kernels::devices::prepare_wgpu(&device);
         let position = adapters
             .iter()
             .position(|a| std::ptr::eq(a, adapter))
@@ -364,46 +344,18 @@ mod wgpu_probe {
 
 #[cfg(feature = "cuda")]
 mod cuda_probe {
-    use std::path::Path;
-
     use burn::backend::cuda::CudaDevice;
+    use imago_kernels::devices::{cuda_device_indices, cuda_driver_present};
 
     use super::{DeviceError, DeviceSpec, ResolvedDevice, available_summary};
 
-    const DRIVER_DIRS: [&str; 6] = [
-        "/usr/lib/x86_64-linux-gnu",
-        "/usr/lib/aarch64-linux-gnu",
-        "/usr/lib64",
-        "/usr/local/nvidia/lib64",
-        "/usr/local/cuda/lib64",
-        "/usr/lib/wsl/lib",
-    ];
-
-    /// Whether the CUDA driver library is installed where the loader looks.
-    fn driver_present() -> bool {
-        let extra = std::env::var("LD_LIBRARY_PATH").unwrap_or_default();
-        DRIVER_DIRS
-            .iter()
-            .map(|d| d.to_string())
-            .chain(extra.split(':').filter(|d| !d.is_empty()).map(String::from))
-            .any(|dir| {
-                Path::new(&dir).join("libcuda.so.1").exists()
-                    || Path::new(&dir).join("libcuda.so").exists()
-            })
-    }
-
-    /// Indices of the NVIDIA devices the driver exposes (`/dev/nvidiaN`).
+    /// Indices of the NVIDIA devices the driver exposes.
     pub fn devices() -> Vec<usize> {
-        if !driver_present() {
-            return Vec::new();
-        }
-        (0..64)
-            .filter(|i| Path::new(&format!("/dev/nvidia{i}")).exists())
-            .collect()
+        cuda_device_indices()
     }
 
     pub fn resolve(spec: DeviceSpec, index: usize) -> Result<ResolvedDevice, DeviceError> {
-        let reason = if !driver_present() {
+        let reason = if !cuda_driver_present() {
             Some("the NVIDIA driver (libcuda.so.1) is not installed".to_string())
         } else if !devices().contains(&index) {
             Some(format!("there is no CUDA device {index}"))

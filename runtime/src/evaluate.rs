@@ -13,6 +13,7 @@ use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 use serde::{Deserialize, Serialize};
 
+use crate::camera::BatchCamera;
 use crate::progress;
 use crate::stats::{quantile, wilson_interval};
 
@@ -74,22 +75,44 @@ impl EvalOutcome {
     }
 }
 
-/// Runs one episode per seed with `controller` and reports the outcomes.
+/// Runs one episode per seed with `controller` and reports the outcomes. A policy on
+/// a wgpu GPU sees frames rendered for the whole batch in one dispatch when the batch
+/// is large ([`BatchCamera::for_device`]).
 pub fn evaluate<B: Backend>(
     controller: &Controller<'_, B>,
     robot_config: &Reacher2dConfig,
     seeds: &[u64],
     label: &str,
 ) -> anyhow::Result<EvalOutcome> {
+    let camera = match controller {
+        Controller::Policy { device, .. } => BatchCamera::for_device::<B>(device, seeds.len()),
+        _ => BatchCamera::PerRobot,
+    };
+    evaluate_with_camera(controller, robot_config, seeds, label, &camera)
+}
+
+/// [`evaluate`] with the camera chosen by the caller.
+pub fn evaluate_with_camera<B: Backend>(
+    controller: &Controller<'_, B>,
+    robot_config: &Reacher2dConfig,
+    seeds: &[u64],
+    label: &str,
+    camera: &BatchCamera,
+) -> anyhow::Result<EvalOutcome> {
     let n = seeds.len();
     let mut robots: Vec<Reacher2d> = (0..n)
-        .map(|_| Reacher2d::new(robot_config.clone()))
+        .map(|_| {
+            let mut robot = Reacher2d::new(robot_config.clone());
+            robot.set_frame_source(camera.frame_source());
+            robot
+        })
         .collect();
     let mut observations: Vec<Observation> = robots
         .iter_mut()
         .zip(seeds)
         .map(|(r, &s)| r.reset(s))
         .collect();
+    camera.fill(robots.iter().zip(observations.iter_mut()))?;
     let mut experts: Vec<ScriptedExpert> = Vec::new();
     if let Controller::Expert(config) = controller {
         for (robot, &seed) in robots.iter().zip(seeds) {
@@ -168,6 +191,14 @@ pub fn evaluate<B: Backend>(
                 outcome.length[i] = robots[i].steps();
             }
         }
+        camera.fill(
+            robots
+                .iter()
+                .zip(observations.iter_mut())
+                .zip(&active)
+                .filter(|(_, running)| **running)
+                .map(|(pair, _)| pair),
+        )?;
         bar.inc(1);
     }
     bar.finish_and_clear();

@@ -9,6 +9,7 @@
 pub mod atomic;
 pub mod bc;
 pub mod bench;
+pub mod camera;
 pub mod checkpoint;
 pub mod collect;
 pub mod daemon;

@@ -5,6 +5,8 @@
 use burn::prelude::*;
 use burn::tensor::activation::sigmoid;
 
+use imago_kernels::{LambdaReturns, lambda_returns};
+
 use crate::imagine::ImaginedRollout;
 use crate::mlp::{Mlp, MlpConfig};
 
@@ -68,45 +70,24 @@ fn squeeze_last<B: Backend>(x: Tensor<B, 2>) -> Tensor<B, 1> {
     x.reshape([batch])
 }
 
-/// Lambda-return targets of an imagined rollout and how much each step counts.
-#[derive(Debug, Clone)]
-pub struct ImaginedReturns<B: Backend> {
-    /// `G_t = r_t + gamma c_t ((1 - lambda) V_{t+1} + lambda G_{t+1})`, `G_H = V_H`,
-    /// with the penalised rewards; `[B, H]`.
-    pub returns: Tensor<B, 2>,
-    /// Probability that the imagined episode is still running at step `t`
-    /// (`prod_{i < t} c_i`), `[B, H]`: steps after a likely end count less.
-    pub weights: Tensor<B, 2>,
-}
-
-/// Lambda-returns of `rollout` under `values` `[B, H + 1]` (a critic's values of the
-/// rollout's latents), computed backwards over the horizon.
+/// Lambda-return targets of `rollout` under `values` `[B, H + 1]` (a critic's values
+/// of the rollout's latents) and how much each step counts (the survival weights),
+/// with the penalised rewards. Targets carry no gradient: the backward scan runs as
+/// one kernel on wgpu/CUDA devices and as the plain Rust reference on the CPU
+/// (`imago_kernels::lambda_returns`; docs/kernels.md).
 pub fn imagined_returns<B: Backend>(
     rollout: &ImaginedRollout<B>,
     values: Tensor<B, 2>,
     gamma: f64,
     lambda: f64,
-) -> ImaginedReturns<B> {
-    let [batch, horizon] = rollout.rewards.dims();
-    let column = |x: &Tensor<B, 2>, t: usize| x.clone().narrow(1, t, 1);
-    let mut next = column(&values, horizon);
-    let mut returns = Vec::with_capacity(horizon);
-    for t in (0..horizon).rev() {
-        let bootstrap = column(&values, t + 1) * (1.0 - lambda) + next * lambda;
-        next = column(&rollout.rewards, t) + column(&rollout.continuation, t) * bootstrap * gamma;
-        returns.push(next.clone());
-    }
-    returns.reverse();
-    let mut alive = Tensor::<B, 2>::ones([batch, 1], &values.device());
-    let mut weights = Vec::with_capacity(horizon);
-    for t in 0..horizon {
-        weights.push(alive.clone());
-        alive = alive * column(&rollout.continuation, t);
-    }
-    ImaginedReturns {
-        returns: Tensor::cat(returns, 1),
-        weights: Tensor::cat(weights, 1),
-    }
+) -> LambdaReturns<B> {
+    lambda_returns(
+        rollout.rewards.clone(),
+        rollout.continuation.clone(),
+        values,
+        gamma as f32,
+        lambda as f32,
+    )
 }
 
 #[cfg(test)]

@@ -97,9 +97,11 @@ pub fn imagine<B: Backend>(
         let len = chunk.dims()[1].min(horizon - step);
         assert!(len > 0, "a latent policy returned an empty action chunk");
         let chunk = chunk.narrow(1, 0, len);
-        let rollout = model.rollout_members(latent.clone(), chunk.clone());
-        let mean = rollout.mean();
-        disagreement.push(rollout.std().mean_dim(2).reshape([batch, len]));
+        let statistics = model
+            .rollout_members(latent.clone(), chunk.clone())
+            .statistics();
+        let mean = statistics.mean.reshape([batch, len, d]);
+        disagreement.push(statistics.disagreement.reshape([batch, len]));
         latent = mean.clone().narrow(1, len - 1, 1).reshape([batch, d]);
         latents.push(mean);
         actions.push(chunk);

@@ -19,7 +19,7 @@ pub mod probe;
 pub mod transition;
 
 pub use config::{TransitionFamily, WorldModelConfig};
-pub use critic::{ImaginedReturns, LatentCritic, LatentCriticConfig, imagined_returns};
+pub use critic::{LatentCritic, LatentCriticConfig, imagined_returns};
 pub use encoder::ObservationEncoder;
 pub use imagine::{
     ImaginationConfig, ImaginedRollout, LatentActor, LatentPolicy, OpenLoopActions, imagine,

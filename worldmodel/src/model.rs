@@ -2,6 +2,7 @@
 
 use burn::prelude::*;
 use burn::tensor::activation::{sigmoid, tanh};
+use imago_kernels::{EnsembleStatistics, composite};
 use imago_policies::PolicyInput;
 
 use crate::config::{TransitionFamily, WorldModelConfig};
@@ -34,19 +35,12 @@ pub struct EnsembleRollout<B: Backend> {
 }
 
 impl<B: Backend> EnsembleRollout<B> {
-    /// Mean over members, `[B, H, D]`.
-    pub fn mean(&self) -> Tensor<B, 3> {
-        let [_, b, h, d] = self.members.dims();
-        self.members.clone().mean_dim(0).reshape([b, h, d])
-    }
-
-    /// Standard deviation over members (unbiased), `[B, H, D]`.
-    pub fn std(&self) -> Tensor<B, 3> {
+    /// Mean, unbiased variance and disagreement (mean standard deviation over the
+    /// latent) over members, one row per `(batch, step)`: `[B * H, D]`, `[B * H, D]`
+    /// and `[B * H]`. Differentiable (burn's composite ops).
+    pub fn statistics(&self) -> EnsembleStatistics<B> {
         let [n, b, h, d] = self.members.dims();
-        let centred = self.members.clone() - self.members.clone().mean_dim(0);
-        (centred.powf_scalar(2.0).sum_dim(0) / (n.max(2) - 1) as f64)
-            .sqrt()
-            .reshape([b, h, d])
+        composite::ensemble_statistics(self.members.clone().reshape([n, b * h, d]))
     }
 }
 

@@ -73,8 +73,10 @@ fn shapes_of_encoding_rollouts_heads_and_imagination() {
         // Longer than the prefix horizon: the action-prefix family chains passes.
         let rollout = model.rollout_members(z.clone(), actions(5, 7, &device));
         assert_eq!(rollout.members.dims(), [3, 5, 7, 6]);
-        assert_eq!(rollout.mean().dims(), [5, 7, 6]);
-        assert_eq!(rollout.std().dims(), [5, 7, 6]);
+        let statistics = rollout.statistics();
+        assert_eq!(statistics.mean.dims(), [5 * 7, 6]);
+        assert_eq!(statistics.variance.dims(), [5 * 7, 6]);
+        assert_eq!(statistics.disagreement.dims(), [5 * 7]);
         assert_eq!(
             model
                 .rollout_shared(z.clone(), actions(5, 7, &device))

@@ -87,6 +87,18 @@ impl Default for Reacher2dConfig {
     }
 }
 
+/// Who draws the camera frame of a [`Reacher2d`]'s observations.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum FrameSource {
+    /// The robot renders each frame on the CPU ([`render`]) as it observes.
+    #[default]
+    Robot,
+    /// Observations come without a frame (`image: None`): the caller renders the
+    /// frames of many robots at once from their [`Reacher2d::scene`]s (the batched
+    /// GPU renderer) and fills them in before anything reads them.
+    Caller,
+}
+
 /// The simulated planar reacher; see the module documentation.
 #[derive(Debug, Clone)]
 pub struct Reacher2d {
@@ -100,6 +112,7 @@ pub struct Reacher2d {
     goal: TargetColour,
     template: usize,
     steps: u32,
+    frames: FrameSource,
 }
 
 impl Reacher2d {
@@ -136,9 +149,15 @@ impl Reacher2d {
             goal: TargetColour::Red,
             template: 0,
             steps: 0,
+            frames: FrameSource::Robot,
         };
         robot.reset(0);
         robot
+    }
+
+    /// Chooses who draws the camera frames of the following observations.
+    pub fn set_frame_source(&mut self, frames: FrameSource) {
+        self.frames = frames;
     }
 
     /// The robot's settings.
@@ -173,13 +192,16 @@ impl Reacher2d {
 
     fn observe(&self) -> Observation {
         let ee = self.end_effector();
-        let image = render(
-            &self.scene(),
-            self.config.image_size,
-            self.config.view_half_extent,
-        );
+        let image = match self.frames {
+            FrameSource::Robot => Some(render(
+                &self.scene(),
+                self.config.image_size,
+                self.config.view_half_extent,
+            )),
+            FrameSource::Caller => None,
+        };
         Observation {
-            image: Some(image),
+            image,
             proprio: vec![
                 self.q[0].cos(),
                 self.q[0].sin(),
@@ -300,6 +322,21 @@ impl Robot for Reacher2d {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn caller_drawn_frames_leave_the_image_out() {
+        let mut robot = Reacher2d::default();
+        robot.set_frame_source(FrameSource::Caller);
+        let observation = robot.reset(4);
+        assert!(observation.image.is_none());
+        let step = robot.step(&Action(vec![0.5, 0.0]));
+        assert!(step.observation.image.is_none());
+        robot.set_frame_source(FrameSource::Robot);
+        let step = robot.step(&Action(vec![0.5, 0.0]));
+        let size = robot.config().image_size;
+        let expected = render(&robot.scene(), size, robot.config().view_half_extent);
+        assert_eq!(step.observation.image, Some(expected));
+    }
 
     fn rollout(seed: u64, actions: &[[f32; 2]]) -> Vec<Observation> {
         let mut robot = Reacher2d::default();

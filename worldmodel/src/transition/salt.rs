@@ -1,6 +1,7 @@
 //! SALT, the state-affine latent transition `z' = A(a) z + b(a)`.
 
 use burn::prelude::*;
+use imago_kernels::composite;
 
 use crate::config::WorldModelConfig;
 use crate::mlp::{Mlp, MlpConfig};
@@ -57,7 +58,7 @@ impl<B: Backend> Salt<B> {
     /// The next latent `[B, D]` from latents `[B, D]` and actions `[B, A]`.
     pub fn step(&self, latent: Tensor<B, 2>, action: Tensor<B, 2>) -> Tensor<B, 2> {
         let (matrix, offset) = self.affine(action);
-        apply(&matrix, latent) + offset
+        composite::salt_step(matrix, latent, offset)
     }
 
     /// Rolls open loop from `start` `[B, D]` under `actions` `[B, H, A]` and splits the

@@ -1,0 +1,210 @@
+//! Camera frames of many simulated reacher2d robots: drawn by each robot on the CPU,
+//! or, when the models run on a wgpu GPU and many robots step in lock-step, by the
+//! batched WGSL renderer in one dispatch per tick (`imago_shaders`, docs/kernels.md).
+
+use std::any::Any;
+
+use burn::prelude::*;
+use imago_robots::Observation;
+use imago_robots::reacher2d::{FrameSource, Reacher2d};
+use imago_shaders::{GpuContext, Reacher2dRenderer};
+
+/// Who renders the frames of a batch of robots.
+pub enum BatchCamera {
+    /// Each robot renders its own frame on the CPU.
+    PerRobot,
+    /// One dispatch of the batched renderer per tick for the whole batch.
+    Batched(Reacher2dRenderer),
+}
+
+impl BatchCamera {
+    /// Below this many robots per tick the CPU renderer is as fast as one dispatch on
+    /// a software adapter (`imago bench --what render`: 64 scenes, 1.8 ms each way).
+    pub const MIN_BATCH: usize = 64;
+
+    /// The camera for `robots` robots whose policy runs on `device`: batched when the
+    /// device is a wgpu GPU and the batch is at least [`Self::MIN_BATCH`], per robot
+    /// otherwise (and, with a warning, when the wgpu renderer cannot start).
+    pub fn for_device<B: Backend>(device: &B::Device, robots: usize) -> Self {
+        if robots < Self::MIN_BATCH || !is_wgpu(device) {
+            return Self::PerRobot;
+        }
+        match GpuContext::new() {
+            Ok(gpu) => Self::Batched(Reacher2dRenderer::new(gpu)),
+            Err(error) => {
+                tracing::warn!("camera frames stay on the CPU: {error}");
+                Self::PerRobot
+            }
+        }
+    }
+
+    /// The frame source robots of this batch use.
+    pub fn frame_source(&self) -> FrameSource {
+        match self {
+            Self::PerRobot => FrameSource::Robot,
+            Self::Batched(_) => FrameSource::Caller,
+        }
+    }
+
+    /// Fills in the frame of each observation from its robot's scene (one dispatch);
+    /// nothing to do when robots draw their own.
+    pub fn fill<'a>(
+        &self,
+        batch: impl IntoIterator<Item = (&'a Reacher2d, &'a mut Observation)>,
+    ) -> anyhow::Result<()> {
+        let Self::Batched(renderer) = self else {
+            return Ok(());
+        };
+        let (robots, observations): (Vec<&Reacher2d>, Vec<&mut Observation>) =
+            batch.into_iter().unzip();
+        let Some(first) = robots.first() else {
+            return Ok(());
+        };
+        let (size, extent) = (first.config().image_size, first.config().view_half_extent);
+        let scenes: Vec<_> = robots.iter().map(|robot| robot.scene()).collect();
+        let frames = renderer.render(&scenes, size, extent)?;
+        for (observation, frame) in observations.into_iter().zip(frames) {
+            observation.image = Some(frame);
+        }
+        Ok(())
+    }
+}
+
+/// Whether `device` is a wgpu device (as `Dispatch` or a concrete wgpu backend).
+fn is_wgpu<D: Any>(device: &D) -> bool {
+    let device = device as &dyn Any;
+    #[cfg(feature = "wgpu")]
+    {
+        if let Some(dispatch) = device.downcast_ref::<burn::DispatchDevice>() {
+            return match dispatch {
+                burn::DispatchDevice::Wgpu(_) => true,
+                burn::DispatchDevice::Autodiff(inner) => is_wgpu(&**inner),
+                _ => false,
+            };
+        }
+        device.is::<burn::backend::wgpu::WgpuDevice>()
+    }
+    #[cfg(not(feature = "wgpu"))]
+    {
+        let _ = device;
+        false
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use burn::backend::ndarray::NdArrayDevice;
+    use burn::{Dispatch, DispatchDevice};
+    use imago_policies::VlaPolicyConfig;
+    use imago_robots::reacher2d::{Reacher2dConfig, render};
+    use imago_robots::{Action, Robot};
+
+    use super::*;
+    use crate::evaluate::{Controller, evaluate_with_camera};
+
+    /// The batched renderer, or `None` (a skip) without a wgpu adapter; under
+    /// `CI=true` a missing adapter fails.
+    fn batched() -> Option<BatchCamera> {
+        match GpuContext::new() {
+            Ok(gpu) => Some(BatchCamera::Batched(Reacher2dRenderer::new(gpu))),
+            Err(error) => {
+                assert!(
+                    std::env::var("CI").as_deref() != Ok("true"),
+                    "no wgpu adapter under CI=true: {error}"
+                );
+                eprintln!("skipped: {error}");
+                None
+            }
+        }
+    }
+
+    #[test]
+    fn batched_frames_equal_the_robots_own() {
+        let Some(camera) = batched() else { return };
+        let mut robots: Vec<Reacher2d> = (0..70)
+            .map(|_| {
+                let mut robot = Reacher2d::default();
+                robot.set_frame_source(camera.frame_source());
+                robot
+            })
+            .collect();
+        let mut observations: Vec<Observation> = robots
+            .iter_mut()
+            .enumerate()
+            .map(|(seed, robot)| {
+                robot.reset(seed as u64);
+                robot.step(&Action(vec![0.4, -0.3])).observation
+            })
+            .collect();
+        assert!(observations.iter().all(|o| o.image.is_none()));
+        camera
+            .fill(robots.iter().zip(observations.iter_mut()))
+            .unwrap();
+        for (robot, observation) in robots.iter().zip(&observations) {
+            let config = robot.config();
+            let own = render(&robot.scene(), config.image_size, config.view_half_extent);
+            let drawn = observation.image.as_ref().expect("filled in");
+            let differing = own
+                .rgb
+                .chunks(3)
+                .zip(drawn.rgb.chunks(3))
+                .filter(|(a, b)| a != b)
+                .count();
+            assert_eq!(drawn.rgb.len(), own.rgb.len());
+            assert!(
+                differing * 1000 <= own.rgb.len() / 3,
+                "{differing} pixels differ"
+            );
+        }
+    }
+
+    #[test]
+    fn only_large_batches_on_a_wgpu_device_are_batched() {
+        let cpu = DispatchDevice::NdArray(NdArrayDevice::Cpu);
+        assert!(matches!(
+            BatchCamera::for_device::<Dispatch>(&cpu, 1000),
+            BatchCamera::PerRobot
+        ));
+        if batched().is_none() {
+            return;
+        }
+        let wgpu = DispatchDevice::Wgpu(Default::default());
+        assert!(matches!(
+            BatchCamera::for_device::<Dispatch>(&wgpu, BatchCamera::MIN_BATCH - 1),
+            BatchCamera::PerRobot
+        ));
+        assert!(matches!(
+            BatchCamera::for_device::<Dispatch>(&wgpu, BatchCamera::MIN_BATCH),
+            BatchCamera::Batched(_)
+        ));
+    }
+
+    #[test]
+    fn a_policy_evaluates_the_same_on_batched_frames() {
+        let Some(camera) = batched() else { return };
+        let device = DispatchDevice::NdArray(NdArrayDevice::Cpu);
+        Dispatch::seed(&device, 5);
+        let config = VlaPolicyConfig::for_robot(Reacher2d::default().spec())
+            .with_d_model(32)
+            .with_d_ff(64)
+            .with_n_layers(1);
+        let policy = config.init::<Dispatch>(&device);
+        let controller = Controller::Policy {
+            policy: &policy,
+            config: &config,
+            device: &device,
+            wrong_instruction: false,
+            execute_steps: 2,
+        };
+        let robot = Reacher2dConfig {
+            max_steps: 6,
+            ..Default::default()
+        };
+        let seeds: Vec<u64> = (0..6).collect();
+        let own = evaluate_with_camera(&controller, &robot, &seeds, "own", &BatchCamera::PerRobot)
+            .unwrap();
+        let batched = evaluate_with_camera(&controller, &robot, &seeds, "batched", &camera)
+            .expect("every observation the policy reads has its frame");
+        assert_eq!(own, batched);
+    }
+}
