@@ -12,6 +12,7 @@ use rand::rngs::StdRng;
 use rand_distr::{Distribution, Normal};
 use serde::{Deserialize, Serialize};
 
+use crate::camera::BatchCamera;
 use crate::progress;
 use crate::replay::{Episode, EpisodeEnd, EpisodeStart, ReplayWriter, Transition};
 
@@ -81,10 +82,12 @@ pub fn collect_policy_episodes<B: Backend>(
     rollout: &RolloutConfig,
     writer: &mut ReplayWriter,
 ) -> anyhow::Result<Vec<Episode>> {
+    let camera = BatchCamera::for_device::<B>(device, seeds.len());
     let mut running: Vec<Running> = seeds
         .iter()
         .map(|&seed| {
             let mut robot = Reacher2d::new(robot_config.clone());
+            robot.set_frame_source(camera.frame_source());
             let observation = robot.reset(seed);
             Running {
                 start: EpisodeStart {
@@ -102,6 +105,7 @@ pub fn collect_policy_episodes<B: Backend>(
             }
         })
         .collect();
+    camera.fill(running.iter_mut().map(|r| (&r.robot, &mut r.observation)))?;
     let mut rngs: Vec<StdRng> = seeds
         .iter()
         .map(|&seed| exploration_rng(seed, version))
@@ -133,6 +137,7 @@ pub fn collect_policy_episodes<B: Backend>(
                 commands[i] = Some(command);
             }
         }
+        let mut stepped = vec![false; running.len()];
         for (i, run) in running.iter_mut().enumerate() {
             if run.done {
                 continue;
@@ -164,8 +169,21 @@ pub fn collect_policy_episodes<B: Backend>(
                 behaviour_log_prob: log_prob,
             });
             run.takeover.observe(&run.robot, run.seed, outcome.done);
-            if outcome.done {
-                run.done = true;
+            stepped[i] = true;
+            run.done = outcome.done;
+        }
+        // The new observations' frames (one dispatch on a wgpu GPU) before any is
+        // recorded or read by the policy.
+        camera.fill(
+            running
+                .iter_mut()
+                .zip(&stepped)
+                .filter(|(_, stepped)| **stepped)
+                .map(|(r, _)| (&r.robot, &mut r.observation)),
+        )?;
+        for (i, run) in running.iter_mut().enumerate() {
+            if stepped[i] && run.done {
+                let success = run.transitions.last().is_some_and(|t| t.success);
                 let id = writer.next_episode_id();
                 let mut episode = Episode {
                     start: EpisodeStart {
@@ -176,7 +194,7 @@ pub fn collect_policy_episodes<B: Backend>(
                     end: EpisodeEnd {
                         episode: id,
                         steps: run.robot.steps(),
-                        success: outcome.success,
+                        success,
                         final_observation: run.observation.clone(),
                     },
                 };
@@ -413,5 +431,59 @@ mod tests {
         assert_eq!(stored.len(), 6);
         let ids: Vec<u64> = stored.iter().map(|e| e.start.episode).collect();
         assert_eq!(ids, (0..6).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn large_batches_on_wgpu_record_the_frame_of_every_step() {
+        if crate::camera::tests::batched().is_none() {
+            return;
+        }
+        let device = crate::device::resolve(crate::device::DeviceSpec::Wgpu(None))
+            .unwrap()
+            .inference;
+        let dir = tempfile::tempdir().unwrap();
+        let (mut writer, _) =
+            ReplayWriter::open(dir.path(), ReplayWriterConfig::default()).unwrap();
+        let robot = Reacher2dConfig {
+            max_steps: 3,
+            ..Default::default()
+        };
+        let spec = Reacher2d::new(robot.clone()).spec().clone();
+        let config = VlaPolicyConfig::for_robot(&spec)
+            .with_d_model(32)
+            .with_d_ff(64)
+            .with_n_layers(1);
+        let policy = config.init::<Dispatch>(&device);
+        let seeds: Vec<u64> = (0..BatchCamera::MIN_BATCH as u64).collect();
+        let episodes = collect_policy_episodes(
+            &policy,
+            &config,
+            &device,
+            1,
+            &robot,
+            &seeds,
+            &RolloutConfig::default(),
+            &mut writer,
+        )
+        .unwrap();
+        assert_eq!(episodes.len(), seeds.len());
+        // Replaying each episode's actions on a robot that draws its own frames
+        // reproduces every recorded frame, the final one included.
+        for episode in &episodes {
+            let mut replay = Reacher2d::new(robot.clone());
+            let mut expected = replay.reset(episode.start.seed).image.unwrap();
+            for t in &episode.transitions {
+                let recorded = t.observation.image.as_ref().expect("a frame");
+                crate::camera::tests::assert_same_frame(recorded, &expected);
+                expected = replay.step(&t.action).observation.image.unwrap();
+            }
+            let last = episode
+                .end
+                .final_observation
+                .image
+                .as_ref()
+                .expect("a frame");
+            crate::camera::tests::assert_same_frame(last, &expected);
+        }
     }
 }
