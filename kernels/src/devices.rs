@@ -3,7 +3,20 @@
 //! before any CUDA device is created (burn-cuda panics inside a device thread
 //! without it).
 
+use std::any::Any;
 use std::path::Path;
+
+use crate::route::{Route, route};
+
+/// Whether `device` (any backend's device, `Dispatch`'s included) is a wgpu device,
+/// where the kernels and the batched WGSL renderer run.
+pub fn is_wgpu(device: &dyn Any) -> bool {
+    match route(device) {
+        #[cfg(feature = "wgpu")]
+        Route::Wgpu(_) => true,
+        _ => false,
+    }
+}
 
 /// Sets up the compute server of a wgpu `device` with Vulkan on Linux (Mesa's GL
 /// path deadlocks) and the platform's native API elsewhere, once per process

@@ -74,7 +74,7 @@ pub fn lambda_returns<B: Backend>(
     );
     assert_eq!(values.dims(), [rows, horizon + 1], "one value per state");
     let inputs = (rewards, continues, values, gamma, lambda);
-    match route::<B>(&inputs.0.device()) {
+    match route(&inputs.0.device()) {
         #[cfg(feature = "wgpu")]
         Route::Wgpu(device) => {
             devices::prepare_wgpu(&device);
@@ -130,7 +130,7 @@ fn lambda_returns_on<B: Backend, R: CubeRuntime>(
 /// the members. A kernel on wgpu/CUDA devices, [`reference::ensemble_statistics`]
 /// elsewhere; no gradient.
 pub fn ensemble_statistics<B: Backend>(predictions: Tensor<B, 3>) -> EnsembleStatistics<B> {
-    match route::<B>(&predictions.device()) {
+    match route(&predictions.device()) {
         #[cfg(feature = "wgpu")]
         Route::Wgpu(device) => {
             devices::prepare_wgpu(&device);
@@ -188,7 +188,7 @@ pub fn salt_step<B: Backend>(
         "one D x D matrix per latent"
     );
     assert_eq!(offsets.dims(), [batch, dim], "one offset per latent");
-    match route::<B>(&latents.device()) {
+    match route(&latents.device()) {
         #[cfg(feature = "wgpu")]
         Route::Wgpu(device) => {
             devices::prepare_wgpu(&device);

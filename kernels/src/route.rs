@@ -3,8 +3,6 @@
 
 use std::any::Any;
 
-use burn::prelude::*;
-
 /// Where a computation on a tensor of some backend runs.
 pub(crate) enum Route {
     /// A CubeCL kernel on this wgpu device.
@@ -17,10 +15,10 @@ pub(crate) enum Route {
     Host,
 }
 
-/// The route for tensors on `device`: recognises the devices of burn's wgpu and CUDA
-/// backends (plain, fused or autodiff-wrapped) and of `Dispatch` on them.
-pub(crate) fn route<B: Backend>(device: &B::Device) -> Route {
-    let device = device as &dyn Any;
+/// The route for tensors on `device` (a backend's device): recognises the devices of
+/// burn's wgpu and CUDA backends (plain, fused or autodiff-wrapped) and of `Dispatch`
+/// on them.
+pub(crate) fn route(device: &dyn Any) -> Route {
     if let Some(dispatch) = device.downcast_ref::<burn::DispatchDevice>() {
         return dispatch_route(dispatch);
     }

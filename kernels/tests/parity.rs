@@ -199,7 +199,7 @@ fn references_match_the_composite_ops_on_the_cpu() {
 mod wgpu {
     use burn::backend::wgpu::{CubeBackend, Wgpu, WgpuDevice, WgpuRuntime};
     use burn::{Dispatch, DispatchDevice};
-    use imago_kernels::devices::prepare_wgpu;
+    use imago_kernels::devices::{is_wgpu, prepare_wgpu};
 
     use super::check_against_reference;
 
@@ -233,12 +233,18 @@ mod wgpu {
         }
         let device = WgpuDevice::DefaultDevice;
         prepare_wgpu(&device);
+        // Every one of these devices takes the kernel route (the reference would pass
+        // the comparisons below too).
+        let dispatch = DispatchDevice::Wgpu(device.clone());
+        assert!(is_wgpu(&device));
+        assert!(is_wgpu(&dispatch));
+        assert!(is_wgpu(&DispatchDevice::autodiff(dispatch.clone())));
+        assert!(!is_wgpu(&DispatchDevice::NdArray(Default::default())));
         // Zero-copy: the kernel reads and writes the backend's own buffers.
         check_against_reference::<CubeBackend<WgpuRuntime, f32, i32, u32>>(&device, "wgpu");
         // Fused backend and the run-time dispatch backend the runtime uses: one host
         // copy each way around the kernel.
         check_against_reference::<Wgpu>(&device, "wgpu fusion");
-        let dispatch = DispatchDevice::Wgpu(device);
         check_against_reference::<Dispatch>(&dispatch, "dispatch wgpu");
         check_against_reference::<Dispatch>(
             &DispatchDevice::autodiff(dispatch),

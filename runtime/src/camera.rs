@@ -2,9 +2,8 @@
 //! or, when the models run on a wgpu GPU and many robots step in lock-step, by the
 //! batched WGSL renderer in one dispatch per tick (`imago_shaders`, docs/kernels.md).
 
-use std::any::Any;
-
 use burn::prelude::*;
+use imago_kernels::devices::is_wgpu;
 use imago_robots::Observation;
 use imago_robots::reacher2d::{FrameSource, Reacher2d};
 use imago_shaders::{GpuContext, Reacher2dRenderer};
@@ -67,27 +66,6 @@ impl BatchCamera {
             observation.image = Some(frame);
         }
         Ok(())
-    }
-}
-
-/// Whether `device` is a wgpu device (as `Dispatch` or a concrete wgpu backend).
-fn is_wgpu<D: Any>(device: &D) -> bool {
-    let device = device as &dyn Any;
-    #[cfg(feature = "wgpu")]
-    {
-        if let Some(dispatch) = device.downcast_ref::<burn::DispatchDevice>() {
-            return match dispatch {
-                burn::DispatchDevice::Wgpu(_) => true,
-                burn::DispatchDevice::Autodiff(inner) => is_wgpu(&**inner),
-                _ => false,
-            };
-        }
-        device.is::<burn::backend::wgpu::WgpuDevice>()
-    }
-    #[cfg(not(feature = "wgpu"))]
-    {
-        let _ = device;
-        false
     }
 }
 
