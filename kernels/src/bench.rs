@@ -163,131 +163,139 @@ fn measure<C: Backend, K: Backend>(
 ) -> Vec<KernelBenchRow> {
     let mut rows = Vec::new();
     for (batch, horizon) in SIZES {
-        let scan = [batch, horizon];
-        rows.push(KernelBenchRow {
-            kernel: "lambda-return scan",
-            size: format!("{batch} x {horizon}"),
-            device: label,
-            composite_ms: median_ms::<C, _, _>(
-                composite_device,
-                steps,
-                || ScanInputs::<C>::new(scan, composite_device),
-                ScanInputs::composite,
-            ),
-            kernel_ms: median_ms::<K, _, _>(
-                kernel_device,
-                steps,
-                || ScanInputs::<K>::new(scan, kernel_device),
-                ScanInputs::kernel,
-            ),
-            dispatch_ms: dispatch_device.map(|d| {
-                median_ms::<Dispatch, _, _>(
-                    d,
+        for case in [Case::Scan, Case::Ensemble, Case::Salt] {
+            rows.push(KernelBenchRow {
+                kernel: case.name(),
+                size: case.size(batch, horizon),
+                device: label,
+                composite_ms: median_ms::<C, _, _>(
+                    composite_device,
                     steps,
-                    || ScanInputs::<Dispatch>::new(scan, d),
-                    ScanInputs::kernel,
-                )
-            }),
-        });
-        let members = [MEMBERS, batch * horizon, LATENT];
-        rows.push(KernelBenchRow {
-            kernel: "ensemble statistics",
-            size: format!("{MEMBERS} x {} x {LATENT}", batch * horizon),
-            device: label,
-            composite_ms: median_ms::<C, _, _>(
-                composite_device,
-                steps,
-                || random::<C, 3>(members, composite_device),
-                composite::ensemble_statistics,
-            ),
-            kernel_ms: median_ms::<K, _, _>(
-                kernel_device,
-                steps,
-                || random::<K, 3>(members, kernel_device),
-                ensemble_statistics,
-            ),
-            dispatch_ms: dispatch_device.map(|d| {
-                median_ms::<Dispatch, _, _>(
-                    d,
+                    || Inputs::<C>::new(case, batch, horizon, composite_device),
+                    Inputs::composite,
+                ),
+                kernel_ms: median_ms::<K, _, _>(
+                    kernel_device,
                     steps,
-                    || random::<Dispatch, 3>(members, d),
-                    ensemble_statistics,
-                )
-            }),
-        });
-        rows.push(KernelBenchRow {
-            kernel: "SALT step",
-            size: format!("{batch} x {LATENT}"),
-            device: label,
-            composite_ms: median_ms::<C, _, _>(
-                composite_device,
-                steps,
-                || SaltInputs::<C>::new(batch, composite_device),
-                SaltInputs::composite,
-            ),
-            kernel_ms: median_ms::<K, _, _>(
-                kernel_device,
-                steps,
-                || SaltInputs::<K>::new(batch, kernel_device),
-                SaltInputs::kernel,
-            ),
-            dispatch_ms: dispatch_device.map(|d| {
-                median_ms::<Dispatch, _, _>(
-                    d,
-                    steps,
-                    || SaltInputs::<Dispatch>::new(batch, d),
-                    SaltInputs::kernel,
-                )
-            }),
-        });
+                    || Inputs::<K>::new(case, batch, horizon, kernel_device),
+                    Inputs::kernel,
+                ),
+                dispatch_ms: dispatch_device.map(|d| {
+                    median_ms::<Dispatch, _, _>(
+                        d,
+                        steps,
+                        || Inputs::<Dispatch>::new(case, batch, horizon, d),
+                        Inputs::kernel,
+                    )
+                }),
+            });
+        }
     }
     rows
 }
 
-struct ScanInputs<B: Backend> {
-    rewards: Tensor<B, 2>,
-    continues: Tensor<B, 2>,
-    values: Tensor<B, 2>,
+/// The computations measured.
+#[derive(Debug, Clone, Copy)]
+enum Case {
+    Scan,
+    Ensemble,
+    Salt,
 }
 
-impl<B: Backend> ScanInputs<B> {
-    fn new([batch, horizon]: [usize; 2], device: &B::Device) -> Self {
-        Self {
-            rewards: random([batch, horizon], device),
-            continues: random([batch, horizon], device),
-            values: random([batch, horizon + 1], device),
+impl Case {
+    fn name(self) -> &'static str {
+        match self {
+            Self::Scan => "lambda-return scan",
+            Self::Ensemble => "ensemble statistics",
+            Self::Salt => "SALT step",
         }
     }
 
-    fn composite(self) -> crate::LambdaReturns<B> {
-        composite::lambda_returns(self.rewards, self.continues, self.values, 0.97, 0.95)
-    }
-
-    fn kernel(self) -> crate::LambdaReturns<B> {
-        lambda_returns(self.rewards, self.continues, self.values, 0.97, 0.95)
+    fn size(self, batch: usize, horizon: usize) -> String {
+        match self {
+            Self::Scan => format!("{batch} x {horizon}"),
+            Self::Ensemble => format!("{MEMBERS} x {} x {LATENT}", batch * horizon),
+            Self::Salt => format!("{batch} x {LATENT}"),
+        }
     }
 }
 
-struct SaltInputs<B: Backend> {
-    matrices: Tensor<B, 3>,
-    latents: Tensor<B, 2>,
-    offsets: Tensor<B, 2>,
+/// The inputs of one call: `batch` trajectories of `horizon` steps (scan), their
+/// `batch x horizon` latents from every member (ensemble), `batch` latents (SALT).
+enum Inputs<B: Backend> {
+    Scan {
+        rewards: Tensor<B, 2>,
+        continues: Tensor<B, 2>,
+        values: Tensor<B, 2>,
+    },
+    Ensemble(Tensor<B, 3>),
+    Salt {
+        matrices: Tensor<B, 3>,
+        latents: Tensor<B, 2>,
+        offsets: Tensor<B, 2>,
+    },
 }
 
-impl<B: Backend> SaltInputs<B> {
-    fn new(batch: usize, device: &B::Device) -> Self {
-        Self {
-            matrices: random([batch, LATENT, LATENT], device),
-            latents: random([batch, LATENT], device),
-            offsets: random([batch, LATENT], device),
+/// What a call returns, kept until the device has finished (so that a fusing
+/// backend cannot skip the work).
+enum Outputs<B: Backend> {
+    Returns(crate::LambdaReturns<B>),
+    Statistics(crate::EnsembleStatistics<B>),
+    Latents(Tensor<B, 2>),
+}
+
+impl<B: Backend> Inputs<B> {
+    fn new(case: Case, batch: usize, horizon: usize, device: &B::Device) -> Self {
+        match case {
+            Case::Scan => Self::Scan {
+                rewards: random([batch, horizon], device),
+                continues: random([batch, horizon], device),
+                values: random([batch, horizon + 1], device),
+            },
+            Case::Ensemble => Self::Ensemble(random([MEMBERS, batch * horizon, LATENT], device)),
+            Case::Salt => Self::Salt {
+                matrices: random([batch, LATENT, LATENT], device),
+                latents: random([batch, LATENT], device),
+                offsets: random([batch, LATENT], device),
+            },
         }
     }
 
-    fn composite(self) -> Tensor<B, 2> {
-        composite::salt_step(self.matrices, self.latents, self.offsets)
+    /// The computation in burn's composite ops.
+    fn composite(self) -> Outputs<B> {
+        match self {
+            Self::Scan {
+                rewards,
+                continues,
+                values,
+            } => Outputs::Returns(composite::lambda_returns(
+                rewards, continues, values, 0.97, 0.95,
+            )),
+            Self::Ensemble(predictions) => {
+                Outputs::Statistics(composite::ensemble_statistics(predictions))
+            }
+            Self::Salt {
+                matrices,
+                latents,
+                offsets,
+            } => Outputs::Latents(composite::salt_step(matrices, latents, offsets)),
+        }
     }
 
-    fn kernel(self) -> Tensor<B, 2> {
-        salt_step(self.matrices, self.latents, self.offsets)
+    /// The computation through the entry point (kernel or reference).
+    fn kernel(self) -> Outputs<B> {
+        match self {
+            Self::Scan {
+                rewards,
+                continues,
+                values,
+            } => Outputs::Returns(lambda_returns(rewards, continues, values, 0.97, 0.95)),
+            Self::Ensemble(predictions) => Outputs::Statistics(ensemble_statistics(predictions)),
+            Self::Salt {
+                matrices,
+                latents,
+                offsets,
+            } => Outputs::Latents(salt_step(matrices, latents, offsets)),
+        }
     }
 }

@@ -7,7 +7,7 @@
 use std::any::{Any, TypeId};
 
 use burn::prelude::*;
-use burn::tensor::{DType, TensorData, TensorPrimitive};
+use burn::tensor::{DType, TensorData, TensorMetadata, TensorPrimitive};
 use burn_cubecl::CubeRuntime;
 use burn_cubecl::kernel::into_contiguous;
 use burn_cubecl::tensor::CubeTensor;
@@ -42,21 +42,14 @@ pub(crate) fn upload<B: Backend, R: CubeRuntime, const D: usize>(
     tensor: Tensor<B, D>,
     client: &ComputeClient<R>,
 ) -> Handle {
-    if is_cube::<B, R>() {
-        let primitive: Box<dyn Any> = Box::new(tensor.into_primitive().tensor());
-        match primitive.downcast::<CubeTensor<R>>() {
-            Ok(cube) if cube.dtype == DType::F32 => return into_contiguous(*cube).handle,
-            Ok(cube) => {
-                let tensor = Tensor::<B, D>::from_primitive(TensorPrimitive::Float(
-                    *(Box::new(*cube) as Box<dyn Any>)
-                        .downcast::<B::FloatTensorPrimitive>()
-                        .expect("the type was checked"),
-                ));
-                return client.create_from_slice(f32::as_bytes(&host(tensor)));
-            }
-            Err(_) => unreachable!("the type was checked"),
-        }
+    let primitive = tensor.into_primitive().tensor();
+    if is_cube::<B, R>() && primitive.dtype() == DType::F32 {
+        let cube = (Box::new(primitive) as Box<dyn Any>)
+            .downcast::<CubeTensor<R>>()
+            .expect("the type was checked");
+        return into_contiguous(*cube).handle;
     }
+    let tensor = Tensor::<B, D>::from_primitive(TensorPrimitive::Float(primitive));
     client.create_from_slice(f32::as_bytes(&host(tensor)))
 }
 
