@@ -9,12 +9,16 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use imago_kernels::bench::KernelBenchRow;
 use imago_policies::ActionHeadKind;
-use imago_robots::reacher2d::{ExpertConfig, Reacher2dConfig};
+use imago_robots::bounds::in_range;
+use imago_robots::reacher2d::{ExpertConfig, Reacher2d, Reacher2dConfig};
+use imago_robots::{Robot, RobotSpec};
 use imago_runtime::bc::BcConfig;
 use imago_runtime::bench::{
     DaemonBenchRow, RenderBenchRow, WorldModelBenchRow, bench_daemon, bench_kernels, bench_policy,
     bench_render, bench_world_model,
 };
+use imago_runtime::checkpoint::POLICY_KIND;
+use imago_runtime::collect::MAX_EPISODES;
 use imago_runtime::collect::{CollectConfig, collect_demonstrations};
 use imago_runtime::daemon::{DaemonConfig, DaemonOptions, run_daemon};
 use imago_runtime::demo::{DemoOptions, run_demo};
@@ -22,15 +26,19 @@ use imago_runtime::device::{CpuBackend, DeviceSpec, list_devices, resolve};
 use imago_runtime::device_check::{PARITY_TOLERANCE, compare_training_step};
 use imago_runtime::evaluate::evaluate_checkpoint;
 use imago_runtime::finetune::{FinetuneConfig, FinetuneMethod, finetune_offline};
+use imago_runtime::finetune::{MAX_BATCH, MAX_STEPS};
 use imago_runtime::inspect::inspect_replay;
+use imago_runtime::outputs::{Input, OutputKind, OutputPath, check_file_output};
 use imago_runtime::paired::{PairedCounts, PairedReport};
+use imago_runtime::replay::{ReplayContents, check_replay, read_replay, repair_replay};
 use imago_runtime::report::ControllerRow;
 use imago_runtime::report::world_model_table;
 use imago_runtime::telemetry::{
     DEFAULT_VIEWER_URL, TelemetryConfig, TelemetryEvent, TelemetrySession, TelemetryTarget,
     log_replay_episodes,
 };
-use imago_runtime::train::train_bc_offline;
+use imago_runtime::toml_file::read_toml;
+use imago_runtime::train::{ReplaySource, check_replay_robot, train_bc_offline};
 use imago_runtime::world_model::{
     WorldModelTrainConfig, evaluate_world_model_checkpoint, train_world_model_offline,
 };
@@ -78,6 +86,9 @@ impl RerunArgs {
 
     /// Starts the session these flags ask for (one that logs nothing without them).
     fn start(&self, config: &TelemetryConfig) -> anyhow::Result<TelemetrySession> {
+        if let Some(path) = &self.rerun {
+            check_file_output("--rerun", path, &[])?;
+        }
         TelemetrySession::start(self.target().as_ref(), config, "imago")
     }
 }
@@ -121,9 +132,14 @@ enum Command {
         /// Also write the figures as JSON here.
         #[arg(long)]
         report: Option<PathBuf>,
-        /// Where the replay and the checkpoint go (the replay there is replaced).
+        /// Where the replay and the checkpoints go. A previous demo run there is
+        /// replaced once this one is complete; anything else is refused (see --force).
         #[arg(long, default_value = "imago-runs/demo")]
         run_dir: PathBuf,
+        /// Replace what --run-dir holds even when it is not a demo run (it is kept
+        /// until the new run is complete).
+        #[arg(long)]
+        force: bool,
         /// Seed of the whole run.
         #[arg(long, default_value_t = 0)]
         seed: u64,
@@ -140,12 +156,16 @@ enum Command {
         /// Where replay and checkpoints go (overrides the config's run_dir).
         #[arg(long)]
         run_dir: Option<PathBuf>,
-        /// Stop as on SIGTERM after this many seconds.
+        /// Stop as on SIGTERM after this many seconds (0.1 to 315360000, ten years).
         #[arg(long)]
         duration: Option<f64>,
-        /// Continue from the newest checkpoint in the run directory and its replay.
-        #[arg(long)]
+        /// Continue the run in the run directory: its checkpoint and its replay.
+        #[arg(long, conflicts_with = "fresh")]
         resume: bool,
+        /// Move what the run directory holds aside (renamed, never deleted) and start
+        /// a new run there.
+        #[arg(long)]
+        fresh: bool,
         /// Also write the final status as JSON here.
         #[arg(long)]
         report: Option<PathBuf>,
@@ -171,6 +191,10 @@ enum Command {
         /// Log every this many episodes step by step (by episode id).
         #[arg(long, default_value_t = 1)]
         every: u64,
+        /// Any damage in the replay is an error (else damaged episodes are left out
+        /// with a warning).
+        #[arg(long)]
+        strict: bool,
     },
     /// List the devices this build can use on this machine.
     Devices {
@@ -203,9 +227,14 @@ enum Command {
         /// Number of episodes.
         #[arg(long, default_value_t = 100)]
         episodes: usize,
-        /// Replay directory (created if needed; episodes are appended).
+        /// Replay directory (created if needed; episodes are appended to a replay of
+        /// the same robot).
         #[arg(long)]
         out: PathBuf,
+        /// Replace what --out holds even when it is not a replay (it is kept until the
+        /// new replay is complete).
+        #[arg(long)]
+        force: bool,
         /// Action noise, as a fraction of the speed limit.
         #[arg(long, default_value_t = ExpertConfig::default().noise)]
         noise: f32,
@@ -226,9 +255,19 @@ enum Command {
         /// What to train.
         #[arg(long, value_enum, default_value_t = TrainTarget::Bc)]
         what: TrainTarget,
-        /// Checkpoint directory to write (replaced atomically).
+        /// Checkpoint directory to write (a checkpoint of the same kind there is
+        /// replaced atomically; anything else is refused, see --force).
         #[arg(long)]
         out: PathBuf,
+        /// Replace what --out holds even when it is another kind of thing, or update
+        /// the --init checkpoint in place (the old one is kept until the new one is
+        /// complete).
+        #[arg(long)]
+        force: bool,
+        /// Any damage in the replay is an error (else damaged episodes are left out
+        /// with a warning).
+        #[arg(long)]
+        strict: bool,
         /// Continue from this checkpoint.
         #[arg(long)]
         init: Option<PathBuf>,
@@ -292,11 +331,20 @@ enum Command {
         /// Score every episode, for a replay recorded apart from the training one.
         #[arg(long)]
         all_episodes: bool,
+        /// Any damage in the replay is an error (else damaged episodes are left out
+        /// with a warning).
+        #[arg(long)]
+        strict: bool,
         /// Also write the figures as JSON here.
         #[arg(long)]
         report: Option<PathBuf>,
         #[command(flatten)]
         rerun: RerunArgs,
+    },
+    /// Check a replay for damage, or copy its whole episodes into a clean one.
+    Replay {
+        #[command(subcommand)]
+        command: ReplayCommand,
     },
     /// Evaluate a policy checkpoint in closed loop, alone or paired with another on the
     /// same seeds.
@@ -319,6 +367,28 @@ enum Command {
         report: Option<PathBuf>,
         #[command(flatten)]
         rerun: RerunArgs,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum ReplayCommand {
+    /// Read every segment and print, per segment, its records and its whole and
+    /// damaged episodes, then every damaged stretch and every episode left out with
+    /// the reason. Exits non-zero when anything is damaged.
+    Check {
+        /// Replay directory.
+        dir: PathBuf,
+    },
+    /// Write a clean copy of every whole episode of a damaged replay into a new replay.
+    Repair {
+        /// The damaged replay directory (only read).
+        dir: PathBuf,
+        /// The new replay directory.
+        #[arg(long)]
+        out: PathBuf,
+        /// Replace what --out holds (it is kept until the copy is complete).
+        #[arg(long)]
+        force: bool,
     },
 }
 
@@ -367,8 +437,36 @@ enum BenchTarget {
 }
 
 fn write_json(path: &Path, value: &impl serde::Serialize) -> anyhow::Result<()> {
+    check_file_output("--report", path, &[])?;
     let json = serde_json::to_vec_pretty(value)?;
     imago_runtime::atomic::write_file(path, &json)
+}
+
+/// Longest daemon run `--duration` accepts: ten years, in seconds.
+const MAX_DURATION_SECONDS: f64 = 315_360_000.0;
+/// Longest world-model horizon a flag accepts.
+const MAX_HORIZON: usize = 64;
+
+/// Checks a flag's value against its documented range; the error names the flag.
+fn flag_in_range<T: PartialOrd + std::fmt::Debug>(
+    flag: &str,
+    value: T,
+    range: std::ops::RangeInclusive<T>,
+) -> anyhow::Result<()> {
+    in_range(flag, value, range).map_err(anyhow::Error::from)
+}
+
+/// The robot spec of a replay's episodes: the one its manifest records, or, for a
+/// replay written before it did, the default reacher2d's if its episodes fit it.
+fn replay_spec(contents: &ReplayContents, dir: &Path) -> anyhow::Result<RobotSpec> {
+    if let Some(spec) = &contents.spec {
+        return Ok(spec.clone());
+    }
+    let spec = Reacher2d::new(Reacher2dConfig::default()).spec().clone();
+    check_replay_robot(contents, dir, &spec).map_err(|e| {
+        e.context("the replay records no robot spec (it predates them) and does not fit the default reacher2d")
+    })?;
+    Ok(spec)
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {
@@ -377,6 +475,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             quick,
             report,
             run_dir,
+            force,
             seed,
             rerun,
         } => {
@@ -385,6 +484,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 quick,
                 device: cli.device,
                 run_dir,
+                force,
                 seed,
                 telemetry: session.handle(),
             })?;
@@ -399,15 +499,13 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             run_dir,
             duration,
             resume,
+            fresh,
             report,
             rerun,
         } => {
             let config = DaemonConfig::load(&config)?;
             if let Some(seconds) = duration {
-                anyhow::ensure!(
-                    seconds.is_finite() && seconds > 0.0,
-                    "--duration must be a positive number of seconds, got {seconds}"
-                );
+                flag_in_range("--duration", seconds, 0.1..=MAX_DURATION_SECONDS)?;
             }
             // The config's device unless --device was given.
             let spec = match cli.device {
@@ -428,6 +526,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                     run_dir,
                     duration: duration.map(Duration::from_secs_f64),
                     resume,
+                    fresh,
                     max_learning_steps: None,
                     telemetry: session.handle(),
                 },
@@ -495,10 +594,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             steps,
             report,
         } => {
-            anyhow::ensure!(
-                batch_size != Some(0) && steps > 0,
-                "--batch-size and --steps must be at least 1"
-            );
+            if let Some(batch_size) = batch_size {
+                flag_in_range("--batch-size", batch_size, 1..=MAX_BATCH)?;
+            }
+            flag_in_range("--steps", steps, 1..=100_000)?;
             if let BenchTarget::Render = what {
                 let batches = match batch_size {
                     Some(n) => vec![n],
@@ -563,19 +662,15 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             robot: RobotName::Reacher2d,
             episodes,
             out,
+            force,
             noise,
             wrong_target_rate,
             seed,
             rerun,
         } => {
-            anyhow::ensure!(
-                noise.is_finite() && noise >= 0.0,
-                "--noise must be a non-negative number, got {noise}"
-            );
-            anyhow::ensure!(
-                (0.0..=1.0).contains(&wrong_target_rate),
-                "--wrong-target-rate must be between 0 and 1, got {wrong_target_rate}"
-            );
+            flag_in_range("--episodes", episodes, 1..=MAX_EPISODES)?;
+            flag_in_range("--noise", noise, 0.0..=10.0)?;
+            flag_in_range("--wrong-target-rate", wrong_target_rate, 0.0..=1.0)?;
             let summary = collect_demonstrations(
                 &CollectConfig {
                     robot: Reacher2dConfig::default(),
@@ -588,6 +683,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                     first_seed: seed,
                 },
                 &out,
+                force,
             )?;
             println!(
                 "recorded {} episodes ({} transitions, {:.1}% successful) in {}",
@@ -598,7 +694,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             );
             if rerun.target().is_some() {
                 let session = rerun.start(&TelemetryConfig::default())?;
-                let episodes = imago_runtime::replay::read_replay(&out)?.episodes;
+                let episodes = read_replay(&out)?.episodes;
                 let new = &episodes[episodes.len().saturating_sub(summary.episodes)..];
                 log_replay_episodes(&session.handle(), new, &Reacher2dConfig::default());
                 finish_telemetry(session, &rerun)?;
@@ -608,6 +704,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             replay,
             what,
             out,
+            force,
+            strict,
             init,
             steps,
             batch_size,
@@ -624,10 +722,24 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             seed,
             rerun,
         } => {
-            anyhow::ensure!(
-                steps != Some(0) && batch_size != Some(0) && horizon > 0,
-                "--steps, --batch-size and --horizon must be at least 1"
-            );
+            if let Some(steps) = steps {
+                flag_in_range("--steps", steps, 1..=MAX_STEPS)?;
+            }
+            if let Some(batch_size) = batch_size {
+                flag_in_range("--batch-size", batch_size, 1..=MAX_BATCH)?;
+            }
+            if let Some(learning_rate) = learning_rate {
+                flag_in_range("--learning-rate", learning_rate, 1e-9..=1.0)?;
+            }
+            if let Some(rounds) = rounds {
+                flag_in_range("--rounds", rounds, 1..=10_000)?;
+            }
+            flag_in_range("--horizon", horizon, 1..=MAX_HORIZON)?;
+            let source = ReplaySource {
+                dir: &replay,
+                strict,
+            };
+            let output = OutputPath { path: &out, force };
             let device = resolve(cli.device)?;
             let session = rerun.start(&TelemetryConfig::default())?;
             let telemetry = session.handle();
@@ -644,8 +756,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                         ..defaults
                     };
                     let summary = train_bc_offline(
-                        &replay,
-                        &out,
+                        source,
+                        output,
                         init.as_deref(),
                         head,
                         &bc,
@@ -680,8 +792,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                         ..defaults
                     };
                     let summary = train_world_model_offline(
-                        &replay,
-                        &out,
+                        source,
+                        output,
                         init.as_deref(),
                         family,
                         &train,
@@ -708,12 +820,12 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                     })?;
                     let mut settings = match &config {
                         Some(path) => {
-                            let text = std::fs::read_to_string(path).map_err(|e| {
-                                anyhow::anyhow!("cannot read {}: {e}", path.display())
-                            })?;
-                            toml::from_str::<FinetuneConfig>(&text).map_err(|e| {
-                                anyhow::anyhow!("{}: {}", path.display(), e.message())
-                            })?
+                            let config_file = Input {
+                                flag: "--config",
+                                path,
+                            };
+                            output.check(OutputKind::Checkpoint(POLICY_KIND), &[config_file])?;
+                            read_toml::<FinetuneConfig>(path)?
                         }
                         None => FinetuneConfig::default(),
                     };
@@ -727,10 +839,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                         .validate()
                         .map_err(|e| anyhow::anyhow!("fine-tuning settings: {e}"))?;
                     let summary = finetune_offline(
-                        &replay,
+                        source,
                         &init,
                         world_model.as_deref(),
-                        &out,
+                        output,
                         &settings,
                         &device,
                         &telemetry,
@@ -756,15 +868,19 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             replay,
             horizon,
             all_episodes,
+            strict,
             report,
             rerun,
         } => {
-            anyhow::ensure!(horizon > 0, "--horizon must be at least 1");
+            flag_in_range("--horizon", horizon, 1..=MAX_HORIZON)?;
             let device = resolve(cli.device)?;
             let session = rerun.start(&TelemetryConfig::default())?;
             let outcome = evaluate_world_model_checkpoint(
                 &ckpt,
-                &replay,
+                ReplaySource {
+                    dir: &replay,
+                    strict,
+                },
                 horizon,
                 all_episodes,
                 &device,
@@ -782,11 +898,18 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             ckpt,
             horizon,
             every,
+            strict,
         } => {
-            anyhow::ensure!(
-                horizon > 0 && every > 0,
-                "--horizon and --every must be at least 1"
-            );
+            flag_in_range("--horizon", horizon, 1..=MAX_HORIZON)?;
+            flag_in_range("--every", every, 1..=u64::MAX)?;
+            check_file_output(
+                "--rrd",
+                &rrd,
+                &[Input {
+                    flag: "--replay",
+                    path: &replay,
+                }],
+            )?;
             let device = match &ckpt {
                 Some(_) => Some(resolve(cli.device)?),
                 None => None,
@@ -800,7 +923,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 ..TelemetryConfig::default()
             })?;
             let summary = inspect_replay(
-                &replay,
+                ReplaySource {
+                    dir: &replay,
+                    strict,
+                },
                 ckpt.as_deref(),
                 horizon,
                 device.as_ref(),
@@ -818,6 +944,34 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             );
             finish_telemetry(session, &rerun)?;
         }
+        Command::Replay {
+            command: ReplayCommand::Check { dir },
+        } => {
+            let (contents, table) = check_replay(&dir)?;
+            print!("{table}");
+            anyhow::ensure!(
+                !contents.is_damaged(),
+                "replay {} is damaged: {} episodes left out, {} damaged stretches; `imago replay repair {} --out NEW` writes a clean copy",
+                dir.display(),
+                contents.damaged.len(),
+                contents.corruptions.len(),
+                dir.display()
+            );
+        }
+        Command::Replay {
+            command: ReplayCommand::Repair { dir, out, force },
+        } => {
+            let contents = read_replay(&dir)?;
+            let spec = replay_spec(&contents, &dir)?;
+            let report = repair_replay(&dir, &out, &spec, force)?;
+            println!(
+                "copied {} whole episodes into {}; left out {} damaged and {} unfinished",
+                report.episodes,
+                out.display(),
+                report.damaged,
+                report.unfinished
+            );
+        }
         Command::Eval {
             ckpt,
             paired_with,
@@ -826,7 +980,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             report,
             rerun,
         } => {
-            anyhow::ensure!(episodes > 0, "--episodes must be at least 1");
+            flag_in_range("--episodes", episodes, 1..=MAX_EPISODES)?;
             let device = resolve(cli.device)?;
             let session = rerun.start(&TelemetryConfig::default())?;
             let telemetry = session.handle();

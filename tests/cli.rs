@@ -112,31 +112,53 @@ fn collect_train_eval_round_trip_and_bad_inputs() {
     assert!(output.status.success(), "{}", stderr(&output));
     assert!(String::from_utf8_lossy(&output.stdout).contains("checkpoint version 2"));
 
+    let replay_arg = path(&replay);
+    let ckpt_arg = path(&ckpt);
+    // A checkpoint of another config (a flow head) cannot continue as a Gaussian one.
+    let flow = path(&dir.path().join("flow"));
+    let output = imago(&[
+        "--device",
+        "cpu",
+        "train",
+        "--replay",
+        &replay_arg,
+        "--out",
+        &flow,
+        "--steps",
+        "2",
+        "--batch-size",
+        "4",
+        "--head",
+        "flow",
+    ]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let continue_from = |init: &str, must_mention: &str| {
+        assert_one_line_error(
+            &[
+                "--device",
+                "cpu",
+                "train",
+                "--replay",
+                &replay_arg,
+                "--out",
+                &ckpt_arg,
+                "--steps",
+                "2",
+                "--init",
+                init,
+            ],
+            must_mention,
+        )
+    };
+    continue_from(&flow, "head: \"flow\" vs \"gaussian\"");
+    // A hand-edited meta.json no longer matches its checksum.
     let meta = std::fs::read_to_string(copy.join("meta.json")).unwrap();
     std::fs::write(
         copy.join("meta.json"),
         meta.replace("\"d_model\": 64", "\"d_model\": 32"),
     )
     .unwrap();
-    let init = copy.to_str().unwrap().to_string();
-    let replay_arg = path(&replay);
-    let ckpt_arg = path(&ckpt);
-    assert_one_line_error(
-        &[
-            "--device",
-            "cpu",
-            "train",
-            "--replay",
-            &replay_arg,
-            "--out",
-            &ckpt_arg,
-            "--steps",
-            "2",
-            "--init",
-            &init,
-        ],
-        "d_model: 32 vs 64",
-    );
+    continue_from(copy.to_str().unwrap(), "own checksum");
     assert_one_line_error(
         &[
             "--device",
@@ -258,7 +280,7 @@ fn world_model_train_and_wm_eval_round_trip() {
             "--horizon",
             "0",
         ],
-        "--horizon must be at least 1",
+        "--horizon = 0: must be in [1, 64]",
     );
     // Argument errors are clap's (with a usage hint), still naming the problem.
     let output = imago(&[
@@ -569,4 +591,360 @@ fn an_absent_live_viewer_is_a_warning_and_the_run_is_kept() {
         .unwrap()
         .episodes;
     assert_eq!(episodes.len(), 2);
+}
+
+/// Every file under `dir`, with its contents, for "nothing changed" checks.
+fn snapshot(dir: &std::path::Path) -> std::collections::BTreeMap<String, Vec<u8>> {
+    let mut out = std::collections::BTreeMap::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(path) = stack.pop() {
+        for entry in std::fs::read_dir(&path).unwrap() {
+            let entry = entry.unwrap().path();
+            if entry.is_dir() {
+                stack.push(entry);
+            } else if entry.file_name().unwrap() != "imago.lock" {
+                let name = entry.strip_prefix(dir).unwrap().display().to_string();
+                out.insert(name, std::fs::read(&entry).unwrap());
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn outputs_never_destroy_inputs_or_other_things() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = |p: &std::path::Path| p.to_str().unwrap().to_string();
+    let replay = dir.path().join("replay");
+    let output = imago(&["collect", "--episodes", "3", "--out", &path(&replay)]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let policy = dir.path().join("policy");
+    let world_model = dir.path().join("wm");
+    for (what, out) in [("bc", &policy), ("worldmodel", &world_model)] {
+        let output = imago(&[
+            "--device",
+            "cpu",
+            "train",
+            "--what",
+            what,
+            "--replay",
+            &path(&replay),
+            "--out",
+            &path(out),
+            "--steps",
+            "2",
+            "--batch-size",
+            "4",
+        ]);
+        assert!(output.status.success(), "{}", stderr(&output));
+    }
+    let notes = dir.path().join("notes.txt");
+    std::fs::write(&notes, "field notes").unwrap();
+    let before = snapshot(dir.path());
+    let train_into = |out: &std::path::Path, extra: &[&str]| {
+        let mut args = vec![
+            "--device".to_string(),
+            "cpu".into(),
+            "train".into(),
+            "--what".into(),
+            "bc".into(),
+            "--replay".into(),
+            path(&replay),
+            "--out".into(),
+            path(out),
+            "--steps".into(),
+            "2".into(),
+        ];
+        args.extend(extra.iter().map(|s| s.to_string()));
+        args
+    };
+    for (out, extra, must_mention) in [
+        (replay.clone(), &[][..], "is also --replay"),
+        (replay.clone(), &["--force"][..], "is also --replay"),
+        (
+            replay.join("segments"),
+            &["--force"][..],
+            "lies inside --replay",
+        ),
+        (
+            dir.path().to_path_buf(),
+            &["--force"][..],
+            "contains --replay",
+        ),
+        (notes.clone(), &[][..], "holds a file"),
+        (
+            world_model.clone(),
+            &[][..],
+            "holds a `world-model` checkpoint",
+        ),
+        (
+            policy.clone(),
+            &["--init", &path(&policy)][..],
+            "pass --force",
+        ),
+    ] {
+        let args = train_into(&out, extra);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        assert_one_line_error(&args, must_mention);
+    }
+    assert_one_line_error(
+        &["collect", "--episodes", "1", "--out", &path(&policy)],
+        "holds a `vla-policy` checkpoint",
+    );
+    assert_one_line_error(
+        &[
+            "--device",
+            "cpu",
+            "eval",
+            "--ckpt",
+            &path(&policy),
+            "--episodes",
+            "1",
+            "--report",
+            &path(&replay.join("segments/report.json")),
+        ],
+        "lies inside a replay",
+    );
+    assert_eq!(
+        snapshot(dir.path()),
+        before,
+        "a refused command changed files"
+    );
+
+    // --force replaces a plain file, whole, and leaves nothing hidden beside it.
+    let args = train_into(&notes, &["--force"]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let output = imago(&args);
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert!(notes.join("meta.json").exists());
+    let hidden: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with('.'))
+        .collect();
+    assert!(hidden.is_empty(), "{hidden:?}");
+    // And updates --init in place with --force.
+    let args = train_into(&policy, &["--init", &path(&policy), "--force"]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let output = imago(&args);
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert!(String::from_utf8_lossy(&output.stdout).contains("checkpoint version 2"));
+}
+
+#[test]
+fn damaged_replays_are_checked_repaired_and_cut_not_stitched() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = |p: &std::path::Path| p.to_str().unwrap().to_string();
+    let replay = dir.path().join("replay");
+    let output = imago(&["collect", "--episodes", "8", "--out", &path(&replay)]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let output = imago(&["replay", "check", &path(&replay)]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert!(String::from_utf8_lossy(&output.stdout).contains("8 whole episodes, 0 damaged"));
+
+    // A flipped bit in the middle of the only segment.
+    let segment = replay.join("segments/000000.seg");
+    let mut bytes = std::fs::read(&segment).unwrap();
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0x20;
+    std::fs::write(&segment, &bytes).unwrap();
+    let output = imago(&["replay", "check", &path(&replay)]);
+    assert!(!output.status.success());
+    let table = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        table.contains("7 whole episodes, 1 damaged") && table.contains("damage at"),
+        "{table}"
+    );
+    assert!(
+        stderr(&output).contains("replay repair"),
+        "{}",
+        stderr(&output)
+    );
+
+    let ckpt = path(&dir.path().join("ckpt"));
+    let train = |strict: bool| {
+        let mut args = vec![
+            "--device",
+            "cpu",
+            "train",
+            "--replay",
+            replay.to_str().unwrap(),
+            "--out",
+            &ckpt,
+            "--steps",
+            "2",
+            "--batch-size",
+            "4",
+        ];
+        if strict {
+            args.push("--strict");
+        }
+        imago(&args)
+    };
+    assert_one_line_error(
+        &[
+            "--device",
+            "cpu",
+            "train",
+            "--replay",
+            &path(&replay),
+            "--out",
+            &ckpt,
+            "--steps",
+            "2",
+            "--strict",
+        ],
+        "--strict",
+    );
+    let output = train(false);
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("1 episodes left out"),
+        "{}",
+        stderr(&output)
+    );
+    assert!(String::from_utf8_lossy(&output.stdout).contains("trained on 7 episodes"));
+    assert!(train(true).status.code() != Some(0));
+
+    let repaired = dir.path().join("repaired");
+    let output = imago(&[
+        "replay",
+        "repair",
+        &path(&replay),
+        "--out",
+        &path(&repaired),
+    ]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert!(String::from_utf8_lossy(&output.stdout).contains("copied 7 whole episodes"));
+    let output = imago(&["replay", "check", &path(&repaired)]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert_one_line_error(
+        &["replay", "repair", &path(&replay), "--out", &path(&replay)],
+        "is also the replay",
+    );
+}
+
+#[test]
+fn out_of_range_flags_and_config_values_are_clear_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let replay = dir.path().join("replay");
+    let replay = replay.to_str().unwrap();
+    for (args, must_mention) in [
+        (
+            vec![
+                "--device",
+                "cpu",
+                "eval",
+                "--ckpt",
+                "x",
+                "--episodes",
+                "100000000000",
+            ],
+            "--episodes = 100000000000",
+        ),
+        (
+            vec!["collect", "--episodes", "1", "--out", replay, "--noise=-1"],
+            "--noise = -1.0",
+        ),
+        (
+            vec![
+                "--device",
+                "cpu",
+                "train",
+                "--replay",
+                replay,
+                "--out",
+                "c",
+                "--batch-size",
+                "1000000000000",
+            ],
+            "--batch-size",
+        ),
+        (
+            vec![
+                "--device",
+                "cpu",
+                "wm-eval",
+                "--ckpt",
+                "c",
+                "--replay",
+                replay,
+                "--horizon",
+                "100000",
+            ],
+            "--horizon = 100000",
+        ),
+    ] {
+        assert_one_line_error(&args, must_mention);
+    }
+    let config = dir.path().join("robot.toml");
+    for (text, must_mention) in [
+        (
+            "[actor.robot]\nimage_size = 100000\n",
+            "actor.robot.image_size = 100000",
+        ),
+        (
+            "[actor.robot]\nimage_size = 7\n",
+            "actor.robot.image_size = 7",
+        ),
+        (
+            "[actor.robot]\ncontrol_hz = 1e-30\n",
+            "actor.robot.control_hz = 1e-30",
+        ),
+        (
+            "[actor.robot]\nmax_speed = nan\n",
+            "actor.robot.max_speed = NaN",
+        ),
+        (
+            "[actor.robot]\nlink_lengths = [0.0, 0.0]\n",
+            "actor.robot.link_lengths[0]",
+        ),
+        ("[actor.robot.safety]\nmax_rate = -1.0\n", "max_rate"),
+        ("status_every_seconds = 1e20\n", "status_every_seconds"),
+        (
+            "[learner.finetune]\nbatch_size = 1000000000000\n",
+            "learner.finetune.batch_size",
+        ),
+        (
+            "[learner.finetune]\ncritic_batch = 1000000000\n",
+            "critic_batch",
+        ),
+        (
+            "[learner.finetune.imagination]\nhorizon = 100000\n",
+            "imagination.horizon",
+        ),
+        ("[telemetry]\nqueue = 1000000000000\n", "telemetry.queue"),
+        (
+            "[replay]\nretention_bytes = 1000\n",
+            "replay.retention_bytes",
+        ),
+        ("[learner.finetune]\nbatch_size = -3\n", "batch_size = -3"),
+    ] {
+        std::fs::write(
+            &config,
+            format!("robot = \"reacher2d\"\ndevice = \"cpu\"\n{text}"),
+        )
+        .unwrap();
+        assert_one_line_error(
+            &[
+                "daemon",
+                "--config",
+                config.to_str().unwrap(),
+                "--duration",
+                "1",
+            ],
+            must_mention,
+        );
+    }
+    std::fs::write(&config, "robot = \"reacher2d\"\ndevice = \"cpu\"\n").unwrap();
+    assert_one_line_error(
+        &[
+            "daemon",
+            "--config",
+            config.to_str().unwrap(),
+            "--duration",
+            "1e19",
+        ],
+        "--duration = 1e19",
+    );
 }

@@ -3,6 +3,7 @@
 
 mod common;
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::Mutex;
@@ -30,8 +31,41 @@ fn small_config(dir: &Path) -> String {
     path.to_str().unwrap().to_string()
 }
 
+/// `imago daemon --resume` on `run` for `seconds`, waited for.
+fn resume_for(config: &str, run: &Path, seconds: &str) -> std::process::Output {
+    imago(&[
+        "daemon",
+        "--config",
+        config,
+        "--run-dir",
+        run.to_str().unwrap(),
+        "--resume",
+        "--duration",
+        seconds,
+    ])
+}
+
 fn report(path: &Path) -> serde_json::Value {
     serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
+}
+
+/// Waits for a daemon that writes its report to `json`: it exits 0, and the replay of
+/// `run` holds exactly the records the report counts.
+fn exited_cleanly(
+    child: std::process::Child,
+    json: &Path,
+    run: &Path,
+) -> imago_runtime::replay::ReplayContents {
+    let output = child.wait_with_output().unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let status = report(json);
+    let contents = read_replay(&run.join("replay")).unwrap();
+    assert_eq!(contents.records, status["replay_records"].as_u64().unwrap());
+    contents
 }
 
 #[test]
@@ -161,22 +195,7 @@ fn sigterm_stops_cleanly_and_sigkill_resumes_with_every_record() {
     let config = small_config(dir.path());
     let run = dir.path().join("run");
     let json = dir.path().join("status.json");
-    let spawn = |extra: &[&str]| {
-        Command::new(env!("CARGO_BIN_EXE_imago"))
-            .args([
-                "daemon",
-                "--config",
-                &config,
-                "--run-dir",
-                run.to_str().unwrap(),
-            ])
-            .args(extra)
-            .env("XDG_RUNTIME_DIR", std::env::temp_dir())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap()
-    };
+    let spawn = |extra: &[&str]| spawn_daemon(&config, &run, extra, Stdio::piped());
 
     // SIGTERM: stop at a tick boundary, flush, checkpoint, exit 0.
     let child = spawn(&["--report", json.to_str().unwrap()]);
@@ -186,34 +205,17 @@ fn sigterm_stops_cleanly_and_sigkill_resumes_with_every_record() {
         .status()
         .unwrap();
     assert!(killed.success());
-    let output = child.wait_with_output().unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let status = report(&json);
-    let contents = read_replay(&run.join("replay")).unwrap();
-    assert_eq!(contents.records, status["replay_records"].as_u64().unwrap());
+    let contents = exited_cleanly(child, &json, &run);
     assert!(contents.corruptions.is_empty());
 
     // SIGKILL mid-run: everything fsynced before the kill (every finished episode) is
     // still there after --resume, which continues recording.
-    let mut child = spawn(&[]);
+    let mut child = spawn(&["--resume"]);
     std::thread::sleep(Duration::from_secs(8));
     child.kill().unwrap();
     child.wait().unwrap();
     let before = read_replay(&run.join("replay")).unwrap().episodes;
-    let output = imago(&[
-        "daemon",
-        "--config",
-        &config,
-        "--run-dir",
-        run.to_str().unwrap(),
-        "--resume",
-        "--duration",
-        "6",
-    ]);
+    let output = resume_for(&config, &run, "6");
     assert!(output.status.success(), "{}", stderr(&output));
     let after = read_replay(&run.join("replay")).unwrap().episodes;
     assert!(
@@ -263,4 +265,250 @@ fn bad_configs_name_the_key_and_the_problem() {
         );
         assert!(!err.contains("panicked"), "{err}");
     }
+}
+
+/// A daemon config for the kill test: a small learner at 50 Hz (short episodes, so
+/// versions advance between kills) and no scheduled checkpoint, so that versions the
+/// learner publishes are lost at a kill and `--resume` must not give their numbers out
+/// again.
+fn kill_config(dir: &Path) -> String {
+    let path = dir.join("kill.toml");
+    std::fs::write(
+        &path,
+        "robot = \"reacher2d\"\ndevice = \"cpu\"\ncheckpoint_every_seconds = 1000000.0\n\
+         [actor.robot]\ncontrol_hz = 50.0\nmax_steps = 40\n\
+         [learner]\nmin_episodes = 2\n\
+         [learner.finetune]\npolicy_steps = 3\nworld_model_steps = 2\ncritic_steps = 2\ncritic_batch = 8\n",
+    )
+    .unwrap();
+    path.to_str().unwrap().to_string()
+}
+
+/// `imago daemon --config CONFIG --run-dir RUN EXTRA...` in the background.
+fn spawn_daemon(config: &str, run: &Path, extra: &[&str], stderr: Stdio) -> std::process::Child {
+    Command::new(env!("CARGO_BIN_EXE_imago"))
+        .args([
+            "daemon",
+            "--config",
+            config,
+            "--run-dir",
+            run.to_str().unwrap(),
+        ])
+        .args(extra)
+        .env("XDG_RUNTIME_DIR", std::env::temp_dir())
+        .stdout(Stdio::null())
+        .stderr(stderr)
+        .spawn()
+        .unwrap()
+}
+
+/// The version of the run's policy checkpoint; `None` while a kill left it between the
+/// two renames of a save (the next start restores it).
+fn checkpoint_version(run: &Path) -> Option<u64> {
+    let meta = std::fs::read_to_string(run.join("checkpoints/policy/meta.json")).ok()?;
+    serde_json::from_str::<serde_json::Value>(&meta).ok()?["version"].as_u64()
+}
+
+#[test]
+fn twenty_sigkills_lose_no_fsynced_episode_and_reuse_no_version() {
+    let _one = ONE_DAEMON.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let config = kill_config(dir.path());
+    let run = dir.path().join("run");
+    let mut seen: BTreeMap<u64, imago_runtime::replay::Episode> = BTreeMap::new();
+    // A fixed pseudo-random sequence of kill moments, 0.4 to 4 s into each run.
+    let mut state = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next_delay = || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        Duration::from_millis(400 + state % 3600)
+    };
+    let mut child = spawn_daemon(&config, &run, &[], Stdio::null());
+    std::thread::sleep(Duration::from_secs(3));
+    let mut renumbered = 0;
+    for kill in 0..20 {
+        child.kill().unwrap();
+        child.wait().unwrap();
+        let contents = read_replay(&run.join("replay")).unwrap();
+        assert!(
+            !contents.is_damaged(),
+            "kill {kill}: {:?}",
+            contents.damage_lines()
+        );
+        let ids: BTreeMap<u64, &imago_runtime::replay::Episode> = contents
+            .episodes
+            .iter()
+            .map(|e| (e.start.episode, e))
+            .collect();
+        for (id, episode) in &seen {
+            assert_eq!(
+                ids.get(id),
+                Some(&episode),
+                "kill {kill}: episode {id}, whole before, was lost or changed"
+            );
+        }
+        for (id, episode) in ids {
+            seen.entry(id).or_insert_with(|| episode.clone());
+        }
+        // What `--resume` must continue from without reusing a version number.
+        let recorded = contents.max_policy_version;
+        let checkpointed = checkpoint_version(&run);
+        let lowest = match checkpointed {
+            Some(v) if recorded > v => {
+                renumbered += 1;
+                recorded + 1
+            }
+            Some(v) => v,
+            None => 0,
+        };
+        let known = seen.keys().max().copied();
+        child = spawn_daemon(&config, &run, &["--resume"], Stdio::null());
+        std::thread::sleep(next_delay());
+        // Episodes the resumed run finished carry new ids and no reused version.
+        let later = read_replay(&run.join("replay")).unwrap();
+        for episode in later
+            .episodes
+            .iter()
+            .filter(|e| !seen.contains_key(&e.start.episode))
+        {
+            assert!(
+                known.is_none_or(|k| episode.start.episode > k),
+                "kill {kill}"
+            );
+            for t in &episode.transitions {
+                assert!(
+                    t.policy_version >= lowest,
+                    "kill {kill}: version {} acted after resuming from {checkpointed:?} with {recorded} recorded",
+                    t.policy_version
+                );
+            }
+        }
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    // A last clean run: it resumes, stops on time, and the replay holds every episode.
+    let output = resume_for(&config, &run, "2");
+    assert!(output.status.success(), "{}", stderr(&output));
+    let last = read_replay(&run.join("replay")).unwrap();
+    assert!(!last.is_damaged(), "{:?}", last.damage_lines());
+    for (id, episode) in &seen {
+        assert!(last.episodes.contains(episode), "episode {id} was lost");
+    }
+    assert!(seen.len() >= 20, "{} episodes in 20 runs", seen.len());
+    eprintln!(
+        "{} episodes kept over 20 kills; {renumbered} resumes renumbered lost versions",
+        seen.len()
+    );
+}
+
+#[test]
+fn one_daemon_per_run_dir_and_restarts_say_resume_or_fresh() {
+    let _one = ONE_DAEMON.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("control.toml");
+    std::fs::write(
+        &config,
+        "robot = \"reacher2d\"\ndevice = \"cpu\"\n[learner]\nenabled = false\n",
+    )
+    .unwrap();
+    let config = config.to_str().unwrap();
+    let run = dir.path().join("run");
+    let run_arg = run.to_str().unwrap();
+    let json = dir.path().join("first.json");
+    let first = spawn_daemon(
+        config,
+        &run,
+        &["--duration", "6", "--report", json.to_str().unwrap()],
+        Stdio::piped(),
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    // A second daemon on the same run directory: refused, naming the first.
+    let second = imago(&[
+        "daemon",
+        "--config",
+        config,
+        "--run-dir",
+        run_arg,
+        "--resume",
+        "--duration",
+        "1",
+    ]);
+    assert!(!second.status.success());
+    let err = stderr(&second);
+    assert!(
+        err.contains(&format!("process {}", first.id())) && err.contains("imago daemon"),
+        "{err}"
+    );
+    let contents = exited_cleanly(first, &json, &run);
+
+    // Restarted without --resume: an error naming both ways out; nothing changed.
+    let version = checkpoint_version(&run).unwrap();
+    let meta = run.join("checkpoints/policy/meta.json");
+    let meta_text = std::fs::read_to_string(&meta).unwrap();
+    let again = imago(&[
+        "daemon",
+        "--config",
+        config,
+        "--run-dir",
+        run_arg,
+        "--duration",
+        "1",
+    ]);
+    assert!(!again.status.success());
+    assert!(
+        stderr(&again).contains("--resume") && stderr(&again).contains("--fresh"),
+        "{}",
+        stderr(&again)
+    );
+    assert_eq!(checkpoint_version(&run), Some(version));
+
+    // --resume with an unreadable meta.json: an error, and the checkpoint untouched.
+    std::fs::write(&meta, "{ damaged").unwrap();
+    let resumed = imago(&[
+        "daemon",
+        "--config",
+        config,
+        "--run-dir",
+        run_arg,
+        "--resume",
+        "--duration",
+        "1",
+    ]);
+    assert!(!resumed.status.success());
+    assert!(
+        stderr(&resumed).contains("meta.json"),
+        "{}",
+        stderr(&resumed)
+    );
+    assert_eq!(std::fs::read_to_string(&meta).unwrap(), "{ damaged");
+    std::fs::write(&meta, &meta_text).unwrap();
+
+    // --fresh moves the old run aside, whole, and starts a new one.
+    let episodes = contents.episodes;
+    let fresh = imago(&[
+        "daemon",
+        "--config",
+        config,
+        "--run-dir",
+        run_arg,
+        "--fresh",
+        "--duration",
+        "1",
+    ]);
+    assert!(fresh.status.success(), "{}", stderr(&fresh));
+    let aside: Vec<std::path::PathBuf> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("run.previous-")
+        })
+        .collect();
+    assert_eq!(aside.len(), 1, "{aside:?}");
+    let kept = read_replay(&aside[0].join("replay")).unwrap().episodes;
+    assert_eq!(kept, episodes);
+    assert_eq!(checkpoint_version(&aside[0]), Some(version));
 }

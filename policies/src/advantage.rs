@@ -4,6 +4,7 @@
 //!
 //! Host-side `f32` code: these run once per transition per round, not per gradient step.
 
+use imago_robots::bounds::{ConfigError, in_range};
 use serde::{Deserialize, Serialize};
 
 pub use imago_kernels::reference::lambda_returns;
@@ -53,12 +54,10 @@ impl AdvantageNormaliser {
         }
     }
 
-    /// Checks the normaliser's constant; a message says what is wrong.
-    pub fn validate(&self) -> Result<(), String> {
+    /// Checks the constant normaliser's `k`. Range: [1e-6, 1e9].
+    pub fn validate(&self) -> Result<(), ConfigError> {
         match *self {
-            Self::Constant { k } if !(k.is_finite() && k > 0.0) => Err(format!(
-                "the constant normaliser's k must be positive and finite, not {k}"
-            )),
+            Self::Constant { k } => in_range("k", k, 1e-6..=1e9),
             _ => Ok(()),
         }
     }
@@ -168,12 +167,10 @@ mod tests {
         let mut group = [60.0, -30.0, 0.0];
         AdvantageNormaliser::Constant { k: 60.0 }.normalise(&mut group);
         close(&group, &[1.0, -0.5, 0.0]);
-        assert!(
-            AdvantageNormaliser::Constant { k: 0.0 }
-                .validate()
-                .unwrap_err()
-                .contains("positive")
-        );
+        let error = AdvantageNormaliser::Constant { k: 0.0 }
+            .validate()
+            .unwrap_err();
+        assert_eq!(error.key, "k");
     }
 
     #[test]

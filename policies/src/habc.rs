@@ -6,6 +6,7 @@
 //! possible at all; once it is likely, actions that make it quicker. The gate reads the
 //! viability head's success probability and mixes the two advantages accordingly.
 
+use imago_robots::bounds::{ConfigError, in_range};
 use serde::{Deserialize, Serialize};
 
 /// The state-adaptive gate `g = sigmoid(sharpness * (p - threshold))`, with `p` the
@@ -14,9 +15,9 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct HabcGate {
-    /// Success probability at which both advantages count equally.
+    /// Success probability at which both advantages count equally. Range: [0, 1].
     pub threshold: f32,
-    /// How sharply the gate switches around the threshold.
+    /// How sharply the gate switches around the threshold. Range: [0, 1000].
     pub sharpness: f32,
 }
 
@@ -30,6 +31,12 @@ impl Default for HabcGate {
 }
 
 impl HabcGate {
+    /// Checks both values against their documented ranges.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        in_range("threshold", self.threshold, 0.0..=1.0)?;
+        in_range("sharpness", self.sharpness, 0.0..=1000.0)
+    }
+
     /// The gate's value for success probability `p`.
     pub fn gate(&self, p: f32) -> f32 {
         1.0 / (1.0 + (-self.sharpness * (p - self.threshold)).exp())

@@ -119,7 +119,7 @@ impl<B: Backend> GaussianHead<B> {
 }
 
 /// Octaves of the flow head's time features.
-const TIME_OCTAVES: usize = 4;
+pub(crate) const TIME_OCTAVES: usize = 4;
 
 /// The flow-matching head: an MLP velocity field `v(x, tau | summary)` over the
 /// flattened chunk `x` `[B, K * A]`.

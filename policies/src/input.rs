@@ -23,6 +23,16 @@ pub enum PolicyInputError {
         /// The policy's image side.
         want: usize,
     },
+    /// The frame's pixel bytes do not match its stated size.
+    #[error("camera image of {width}x{height} holds {bytes} bytes, not {width}x{height}x3")]
+    ImageBytes {
+        /// Stated width.
+        width: u32,
+        /// Stated height.
+        height: u32,
+        /// Bytes it holds.
+        bytes: usize,
+    },
     /// The proprioception length differs from the policy's.
     #[error("proprioception has {got} values, the policy expects {want}")]
     ProprioDim {
@@ -122,6 +132,13 @@ impl PolicyBatch {
                 got_w: image.width,
                 got_h: image.height,
                 want: size,
+            });
+        }
+        if image.rgb.len() != size * size * 3 {
+            return Err(PolicyInputError::ImageBytes {
+                width: image.width,
+                height: image.height,
+                bytes: image.rgb.len(),
             });
         }
         if observation.proprio.len() != self.config.proprio_dim {

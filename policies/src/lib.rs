@@ -28,6 +28,8 @@ pub use head::{ActionHead, ActionHeadKind, FlowHead, GaussianChunk, GaussianHead
 pub use importance::{effective_sample_size, truncated_importance_weights};
 pub use input::{PolicyBatch, PolicyInput, PolicyInputError};
 pub use loss::{BehaviourAnchor, ImitationTargets, gaussian_nll, imitation_loss};
-pub use model::{VlaPolicy, VlaPolicyConfig, validate_action_limit};
+pub use model::{
+    MAX_PARAMETERS, MAX_PATCHES, MAX_VECTOR, VlaPolicy, VlaPolicyConfig, validate_action_limit,
+};
 pub use tokenizer::{TokenizerError, VOCABULARY, WordTokenizer};
 pub use vision::{film_modulate, spatial_softmax};

@@ -11,6 +11,7 @@ use burn::prelude::*;
 use burn::tensor::activation::gelu;
 
 use imago_robots::RobotSpec;
+use imago_robots::bounds::{ConfigError, all_in_range, in_range, length_in_range};
 
 use crate::head::{ActionHead, ActionHeadKind, FlowHead, GaussianChunk, GaussianHead};
 use crate::input::PolicyInput;
@@ -106,40 +107,94 @@ impl VlaPolicyConfig {
         2 + self.max_words + self.patch_count()
     }
 
-    /// Checks the sizes fit together; a message names the first that does not.
-    pub fn validate(&self) -> Result<(), String> {
-        if self.patch_size == 0 || !self.image_size.is_multiple_of(self.patch_size) {
-            return Err(format!(
-                "image_size {} is not a multiple of patch_size {}",
-                self.image_size, self.patch_size
-            ));
-        }
-        if self.n_heads == 0 || !self.d_model.is_multiple_of(self.n_heads) {
-            return Err(format!(
-                "d_model {} is not a multiple of n_heads {}",
-                self.d_model, self.n_heads
+    /// Parameters the policy has (weights and biases), computed from the config alone,
+    /// so that a config can be bounded before anything is allocated.
+    pub fn parameter_count(&self) -> usize {
+        let (d, c, ff) = (self.d_model, self.stem_channels, self.d_ff);
+        let linear = |i: usize, o: usize| i * o + o;
+        let layer = 4 * linear(d, d) + linear(d, ff) + linear(ff, d) + 4 * d;
+        let head = match self.head {
+            ActionHeadKind::Gaussian => {
+                linear(d, d) + linear(d, 2 * self.chunk_len * self.action_dim())
+            }
+            ActionHeadKind::Flow => {
+                let io = self.chunk_len * self.action_dim();
+                linear(d + io + 2 * crate::head::TIME_OCTAVES + 1, self.flow_width)
+                    + linear(self.flow_width, self.flow_width)
+                    + linear(self.flow_width, io)
+            }
+        };
+        linear(3, c)
+            + linear(2 * c, d)
+            + c
+            + linear(d, 2 * c)
+            + linear(c, d)
+            + linear(COORDINATE_FEATURES, d)
+            + (self.vocab_size + self.max_words + 4) * d
+            + linear(self.proprio_inputs.len(), d)
+            + self.n_layers * layer
+            + 2 * d
+            + head
+    }
+
+    /// Checks every size against its documented range (see docs/configuration.md)
+    /// and that the sizes fit together, before anything is allocated; the error names
+    /// the first key that does not.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        in_range("proprio_dim", self.proprio_dim, 1..=MAX_VECTOR)?;
+        length_in_range("proprio_inputs", &self.proprio_inputs, 1..=self.proprio_dim)?;
+        if let Some(i) = self.proprio_inputs.iter().find(|&&i| i >= self.proprio_dim) {
+            return Err(ConfigError::new(
+                "proprio_inputs",
+                &self.proprio_inputs,
+                format!(
+                    "names entry {i}, but proprioception has {} entries",
+                    self.proprio_dim
+                ),
             ));
         }
         validate_action_limit(&self.action_limit)?;
-        if self.chunk_len == 0
-            || self.max_words == 0
-            || self.proprio_inputs.is_empty()
-            || self.stem_channels == 0
-            || self.flow_width == 0
-            || self.flow_steps == 0
-        {
-            return Err(
-                "chunk_len, max_words, proprio_inputs, stem_channels, flow_width and flow_steps must not be empty or zero"
-                    .into(),
-            );
-        }
-        if let Some(i) = self.proprio_inputs.iter().find(|&&i| i >= self.proprio_dim) {
-            return Err(format!(
-                "proprio_inputs names entry {i}, but proprioception has {} entries",
-                self.proprio_dim
+        in_range("image_size", self.image_size, 8..=512)?;
+        in_range("patch_size", self.patch_size, 1..=self.image_size)?;
+        if !self.image_size.is_multiple_of(self.patch_size) {
+            return Err(ConfigError::new(
+                "patch_size",
+                self.patch_size,
+                format!("must divide image_size {}", self.image_size),
             ));
         }
-        Ok(())
+        in_range("patch_count", self.patch_count(), 1..=MAX_PATCHES).map_err(|e| ConfigError {
+            expected: format!("(image_size / patch_size)^2 {}", e.expected),
+            ..e
+        })?;
+        in_range("stem_channels", self.stem_channels, 1..=256)?;
+        in_range("max_words", self.max_words, 1..=64)?;
+        in_range("vocab_size", self.vocab_size, VOCABULARY.len()..=100_000)?;
+        in_range("chunk_len", self.chunk_len, 1..=64)?;
+        in_range("d_model", self.d_model, 1..=2048)?;
+        in_range("n_heads", self.n_heads, 1..=64)?;
+        if !self.d_model.is_multiple_of(self.n_heads) {
+            return Err(ConfigError::new(
+                "n_heads",
+                self.n_heads,
+                format!("must divide d_model {}", self.d_model),
+            ));
+        }
+        in_range("n_layers", self.n_layers, 1..=64)?;
+        in_range("d_ff", self.d_ff, 1..=16_384)?;
+        in_range("min_log_std", self.min_log_std, -20.0..=5.0)?;
+        in_range("max_log_std", self.max_log_std, self.min_log_std..=5.0)?;
+        in_range("flow_width", self.flow_width, 1..=4096)?;
+        in_range("flow_steps", self.flow_steps, 1..=1000)?;
+        in_range("parameters", self.parameter_count(), 1..=MAX_PARAMETERS).map_err(|e| {
+            ConfigError {
+                expected: format!(
+                    "the sizes give this many parameters; it {} (d_model, n_layers, d_ff)",
+                    e.expected
+                ),
+                ..e
+            }
+        })
     }
 
     /// A freshly initialised policy. Call [`Self::validate`] first on untrusted configs.
@@ -199,14 +254,19 @@ impl VlaPolicyConfig {
     }
 }
 
-/// Checks an action limit is non-empty, positive and finite; models work in units of it.
-pub fn validate_action_limit(limit: &[f32]) -> Result<(), String> {
-    if limit.is_empty() || limit.iter().any(|l| !(l.is_finite() && *l > 0.0)) {
-        return Err(format!(
-            "action_limit {limit:?} must be non-empty, positive and finite"
-        ));
-    }
-    Ok(())
+/// Largest length of a proprioception or action vector a config may name.
+pub const MAX_VECTOR: usize = 1024;
+/// Largest number of image patches (tokens) per frame: attention costs the square.
+pub const MAX_PATCHES: usize = 1024;
+/// Largest parameter count of a policy or world model (400 MB of `f32`): bounds what a
+/// config, or a damaged checkpoint's config, can make imago allocate.
+pub const MAX_PARAMETERS: usize = 100_000_000;
+
+/// Checks an action limit has 1 to 64 entries, each positive and finite (models work in
+/// units of it).
+pub fn validate_action_limit(limit: &[f32]) -> Result<(), ConfigError> {
+    length_in_range("action_limit", limit, 1..=64)?;
+    all_in_range("action_limit", limit, f32::MIN_POSITIVE..=f32::MAX)
 }
 
 /// The vision-language-action policy; see the crate documentation.
@@ -451,33 +511,27 @@ mod tests {
 
     #[test]
     fn invalid_configs_are_named() {
-        assert!(
-            config()
-                .with_patch_size(7)
-                .validate()
-                .unwrap_err()
-                .contains("patch_size")
+        let key = |c: VlaPolicyConfig| c.validate().unwrap_err().key;
+        assert_eq!(key(config().with_patch_size(7)), "patch_size");
+        assert_eq!(key(config().with_n_heads(5)), "n_heads");
+        assert_eq!(
+            key(VlaPolicyConfig::new(8, vec![0], vec![])),
+            "action_limit"
         );
-        assert!(
-            config()
-                .with_n_heads(5)
-                .validate()
-                .unwrap_err()
-                .contains("n_heads")
-        );
-        assert!(
-            VlaPolicyConfig::new(8, vec![0], vec![])
-                .validate()
-                .unwrap_err()
-                .contains("action_limit")
-        );
-        assert!(
-            config()
-                .with_flow_steps(0)
-                .validate()
-                .unwrap_err()
-                .contains("flow_steps")
-        );
+        assert_eq!(key(config().with_flow_steps(0)), "flow_steps");
+        assert_eq!(key(config().with_n_layers(100_000)), "n_layers");
+        assert_eq!(key(config().with_d_model(1_000_000)), "d_model");
+        assert_eq!(key(config().with_d_ff(0)), "d_ff");
+        // Each size within its range, together too large to allocate.
+        let huge = config()
+            .with_d_model(2048)
+            .with_n_layers(64)
+            .with_d_ff(16_384);
+        assert_eq!(key(huge), "parameters");
+        for config in [config(), config().with_head(ActionHeadKind::Flow)] {
+            let policy = config.init::<B>(&Default::default());
+            assert_eq!(config.parameter_count(), policy.num_params());
+        }
     }
 
     #[test]

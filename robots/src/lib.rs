@@ -5,11 +5,13 @@
 //! This crate has no machine-learning dependency: it is plain, deterministic Rust so
 //! that every build (with or without a GPU) can simulate, render and record.
 
+pub mod bounds;
 pub mod observation;
 pub mod reacher2d;
 pub mod robot;
 pub mod safety;
 
+pub use bounds::ConfigError;
 pub use observation::{Action, Image, Observation, Step, StepInfo};
 pub use robot::{CameraSpec, Robot, RobotSpec};
 pub use safety::{HoldReason, SafeCommand, SafetyConfig, SafetyEnvelope, SafetyVerdict};

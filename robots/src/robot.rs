@@ -51,6 +51,40 @@ impl RobotSpec {
     pub fn action_dim(&self) -> usize {
         self.action_limit.len()
     }
+
+    /// What differs between this spec and `other` in what data and models depend on
+    /// (robot, proprioception names, action limits, camera), one `field: this vs
+    /// other` per difference; empty when data of one fits the other. The control rate
+    /// and the step limit may differ.
+    pub fn data_differences(&self, other: &RobotSpec) -> Vec<String> {
+        let mut out = Vec::new();
+        if self.name != other.name {
+            out.push(format!("robot: {} vs {}", self.name, other.name));
+        }
+        if self.proprio_names != other.proprio_names {
+            out.push(format!(
+                "proprioception: {:?} vs {:?}",
+                self.proprio_names, other.proprio_names
+            ));
+        }
+        if self.action_limit != other.action_limit {
+            out.push(format!(
+                "action limits: {:?} vs {:?}",
+                self.action_limit, other.action_limit
+            ));
+        }
+        if self.camera != other.camera {
+            let show = |c: Option<CameraSpec>| {
+                c.map_or("none".to_string(), |c| format!("{}x{}", c.width, c.height))
+            };
+            out.push(format!(
+                "camera: {} vs {}",
+                show(self.camera),
+                show(other.camera)
+            ));
+        }
+        out
+    }
 }
 
 /// A robot that can be reset to a seeded initial condition and stepped at its control rate.

@@ -8,6 +8,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::bounds::{ConfigError, in_range};
 use crate::observation::Action;
 
 /// Settings of a [`SafetyEnvelope`].
@@ -15,10 +16,19 @@ use crate::observation::Action;
 #[serde(default, deny_unknown_fields)]
 pub struct SafetyConfig {
     /// Largest change of any command dimension between two ticks, as a fraction of
-    /// that dimension's limit.
+    /// that dimension's limit. Range: [0.001, 100].
     pub max_rate: f32,
-    /// A command beyond `trip_factor` times the limit is treated as a fault, not clamped.
+    /// A command beyond `trip_factor` times the limit is treated as a fault, not
+    /// clamped. Range: [1, 1000].
     pub trip_factor: f32,
+}
+
+impl SafetyConfig {
+    /// Checks both values against their documented ranges.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        in_range("max_rate", self.max_rate, 0.001..=100.0)?;
+        in_range("trip_factor", self.trip_factor, 1.0..=1000.0)
+    }
 }
 
 impl Default for SafetyConfig {

@@ -33,10 +33,12 @@ pub fn write_file(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Moves the fully written directory `staged` to `target`, replacing any directory there.
+/// Moves the fully written directory `staged` to `target`, replacing whatever is there
+/// (a directory or a file): the old one is moved aside first, and deleted only once the
+/// new one is in place.
 pub fn replace_dir(staged: &Path, target: &Path) -> anyhow::Result<()> {
     let old = sibling_temp(target, "old");
-    let had_old = target.exists();
+    let had_old = target.symlink_metadata().is_ok();
     if had_old {
         std::fs::rename(target, &old)
             .with_context(|| format!("cannot move aside {}", target.display()))?;
@@ -49,8 +51,12 @@ pub fn replace_dir(staged: &Path, target: &Path) -> anyhow::Result<()> {
     }
     sync_parent(target);
     if had_old {
-        std::fs::remove_dir_all(&old)
-            .with_context(|| format!("cannot remove {}", old.display()))?;
+        let removed = if old.is_dir() {
+            std::fs::remove_dir_all(&old)
+        } else {
+            std::fs::remove_file(&old)
+        };
+        removed.with_context(|| format!("cannot remove the replaced {}", old.display()))?;
     }
     Ok(())
 }

@@ -179,6 +179,7 @@ pub fn bench_world_model(
             ..CollectConfig::default()
         },
         scratch.path(),
+        false,
     )?;
     let episodes = read_replay(scratch.path())?.episodes;
     let mut rows = Vec::new();
@@ -320,7 +321,8 @@ impl DaemonBenchRow {
 /// start: with the actor and the learner overlapped, and in turns.
 pub fn bench_daemon(device: &ResolvedDevice, steps: u64) -> anyhow::Result<Vec<DaemonBenchRow>> {
     use crate::daemon::{DaemonConfig, DaemonOptions, run_daemon, run_in_turns};
-    let config: DaemonConfig = toml::from_str("robot = \"reacher2d\"\nstatus_every_seconds = 1e9")?;
+    let config: DaemonConfig =
+        toml::from_str("robot = \"reacher2d\"\nstatus_every_seconds = 86400.0")?;
     let mut rows = Vec::with_capacity(2);
     for mode in ["overlapped", "in turns"] {
         let dir = tempfile::tempdir()?;

@@ -2,10 +2,13 @@
 
 use std::path::Path;
 
+use imago_robots::bounds::{ConfigError, in_range};
 use imago_robots::reacher2d::{ExpertConfig, NAME, Reacher2d, Reacher2dConfig, ScriptedExpert};
 use imago_robots::{Observation, Robot};
 use serde::{Deserialize, Serialize};
 
+use crate::atomic;
+use crate::outputs::{OutputKind, check_output};
 use crate::progress;
 use crate::replay::{
     EpisodeEnd, EpisodeStart, ReplayRecord, ReplayWriter, ReplayWriterConfig, Transition,
@@ -54,19 +57,51 @@ impl CollectSummary {
     }
 }
 
+impl CollectConfig {
+    /// Checks every value against its documented range; the error names the key.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        self.robot.validate().map_err(|e| e.within("robot"))?;
+        self.expert.validate().map_err(|e| e.within("expert"))?;
+        in_range("episodes", self.episodes, 1..=MAX_EPISODES)
+    }
+}
+
+/// Largest number of episodes one command may collect or evaluate.
+pub const MAX_EPISODES: usize = 100_000;
+
 /// Runs the scripted expert for `config.episodes` episodes and appends them to the
-/// replay at `out` (created if needed). Each episode is flushed to disk when it ends.
+/// replay at `out` (created if needed; a replay of another robot spec is an error).
+/// Each episode is flushed to disk when it ends. `out` holding something other than a
+/// replay is refused unless `force`, and then replaced only once the new replay is
+/// complete.
 pub fn collect_demonstrations(
     config: &CollectConfig,
     out: &Path,
+    force: bool,
 ) -> anyhow::Result<CollectSummary> {
-    let (mut writer, repaired) = ReplayWriter::open(out, ReplayWriterConfig::default())?;
-    for (segment, bytes) in &repaired.truncated {
-        eprintln!(
-            "warning: replay segment {segment} had a torn tail; {bytes} bytes truncated, every record before kept"
-        );
+    config.validate()?;
+    let plan = check_output("--out", out, OutputKind::Replay, &[], force)?;
+    if !plan.forced {
+        return collect_into(config, out);
     }
+    let staged = atomic::sibling_temp(out, "staged");
+    let summary = collect_into(config, &staged)
+        .and_then(|summary| atomic::replace_dir(&staged, out).map(|()| summary));
+    if summary.is_err() {
+        let _ = std::fs::remove_dir_all(&staged);
+    }
+    summary
+}
+
+fn collect_into(config: &CollectConfig, out: &Path) -> anyhow::Result<CollectSummary> {
     let mut robot = Reacher2d::new(config.robot.clone());
+    let (mut writer, repaired) = ReplayWriter::open(
+        out,
+        ReplayWriterConfig::default(),
+        robot.spec(),
+        "imago collect",
+    )?;
+    repaired.warn();
     let mut expert = ScriptedExpert::new(config.expert.clone());
     let mut summary = CollectSummary {
         episodes: 0,
@@ -75,7 +110,7 @@ pub fn collect_demonstrations(
     };
     let bar = progress::bar("collect", config.episodes as u64);
     for i in 0..config.episodes {
-        let seed = config.first_seed + i as u64;
+        let seed = config.first_seed.wrapping_add(i as u64);
         let mut observation: Observation = robot.reset(seed);
         expert.begin_episode(&robot, seed);
         let episode = writer.next_episode_id();

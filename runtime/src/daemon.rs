@@ -7,23 +7,30 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use anyhow::Context;
 use burn::Dispatch;
 use burn::prelude::Backend;
 use imago_policies::VlaPolicyConfig;
 use imago_robots::Robot;
+use imago_robots::bounds::{ConfigError, in_range};
 use imago_robots::reacher2d::{NAME, Reacher2d};
 use imago_worldmodel::TransitionFamily;
 use serde::{Deserialize, Serialize};
 
-use crate::checkpoint::{CheckpointMeta, load_policy, load_world_model, read_meta, save_policy};
+use crate::checkpoint::{
+    CheckpointMeta, load_policy, load_world_model, read_meta, recover_checkpoint, save_policy,
+};
 use crate::device::{DeviceSpec, ResolvedDevice};
 use crate::engine::{
     ActorConfig, ControlReport, PolicySnapshot, Recording, ReplayWriterConfig, SnapshotMailbox,
     run_control_loop,
 };
 use crate::finetune::{FinetuneConfig, Learner};
+use crate::lock::DirLock;
+use crate::outputs::{Holding, Input, OutputKind, check_output, holding, mark_run_directory};
 use crate::replay::read_replay;
 use crate::telemetry::{Telemetry, TelemetryConfig};
+use crate::toml_file::read_toml;
 use crate::world_model::{WorldModelTrainConfig, reacher2d_world_model};
 
 /// The learner thread's settings.
@@ -33,7 +40,7 @@ pub struct LearnerConfig {
     /// Train at all (off: the daemon only runs and records).
     pub enabled: bool,
     /// Complete episodes recorded within the staleness bound that a learning step
-    /// waits for.
+    /// waits for. Range: [1, 100000].
     pub min_episodes: usize,
     /// The learning step's settings (rollout and round fields are not used: the actor
     /// collects).
@@ -83,10 +90,10 @@ pub struct DaemonConfig {
     /// segments deleted first).
     #[serde(default)]
     pub replay: ReplayWriterConfig,
-    /// Seconds between scheduled checkpoints.
+    /// Seconds between scheduled checkpoints. Range: [0.1, 1000000].
     #[serde(default = "default_checkpoint_seconds")]
     pub checkpoint_every_seconds: f64,
-    /// Seconds between status lines on standard error.
+    /// Seconds between status lines on standard error. Range: [0.1, 86400].
     #[serde(default = "default_status_seconds")]
     pub status_every_seconds: f64,
     /// How much the rerun telemetry logs (used with `--rerun*`).
@@ -113,51 +120,49 @@ fn default_checkpoint_seconds() -> f64 {
 impl DaemonConfig {
     /// Reads and checks `path`; errors name the file, the key and the problem.
     pub fn load(path: &Path) -> anyhow::Result<Self> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?;
-        let config: Self = toml::from_str(&text)
-            .map_err(|e| anyhow::anyhow!("{}: {}", path.display(), e.message().trim()))?;
+        let config: Self = read_toml(path)?;
         config
             .validate()
             .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
         Ok(config)
     }
 
-    /// Checks values serde cannot; the message names the key.
-    pub fn validate(&self) -> Result<(), String> {
+    /// Checks every value against its documented range; the error names the key.
+    pub fn validate(&self) -> Result<(), ConfigError> {
         if self.robot != NAME {
-            return Err(format!(
-                "robot = \"{}\": unknown robot; the only one is \"{NAME}\"",
-                self.robot
+            return Err(ConfigError::new(
+                "robot",
+                &self.robot,
+                format!("unknown robot; the only one is \"{NAME}\""),
             ));
         }
-        self.device
-            .parse::<DeviceSpec>()
-            .map_err(|e| format!("device = \"{}\": {e}", self.device))?;
-        let hz = self.actor.robot.control_hz;
-        if !(hz.is_finite() && hz > 0.0 && hz <= 1000.0) {
-            return Err(format!(
-                "actor.robot.control_hz = {hz}: must be in (0, 1000]"
-            ));
+        if let Err(e) = self.device.parse::<DeviceSpec>() {
+            return Err(ConfigError::new("device", &self.device, e.to_string()));
         }
-        if self.replay.segment_bytes == 0 {
-            return Err("replay.segment_bytes must be at least 1".into());
-        }
-        for (key, value) in [
-            ("checkpoint_every_seconds", self.checkpoint_every_seconds),
-            ("status_every_seconds", self.status_every_seconds),
-        ] {
-            if !(value.is_finite() && value > 0.0) {
-                return Err(format!("{key} = {value}: must be positive"));
-            }
-        }
+        self.actor.validate().map_err(|e| e.within("actor"))?;
+        self.replay.validate().map_err(|e| e.within("replay"))?;
+        in_range(
+            "checkpoint_every_seconds",
+            self.checkpoint_every_seconds,
+            0.1..=1e6,
+        )?;
+        in_range(
+            "status_every_seconds",
+            self.status_every_seconds,
+            0.1..=86_400.0,
+        )?;
         self.telemetry
             .validate()
-            .map_err(|e| format!("telemetry.{e}"))?;
+            .map_err(|e| e.within("telemetry"))?;
+        in_range(
+            "learner.min_episodes",
+            self.learner.min_episodes,
+            1..=100_000,
+        )?;
         self.learner
             .finetune
             .validate()
-            .map_err(|e| format!("learner.finetune: {e}"))
+            .map_err(|e| e.within("learner.finetune"))
     }
 }
 
@@ -170,6 +175,8 @@ pub struct DaemonOptions {
     pub duration: Option<Duration>,
     /// Continue from the newest checkpoint in the run directory and its replay.
     pub resume: bool,
+    /// Move an existing run directory aside (never deleted) and start a new run.
+    pub fresh: bool,
     /// Stop after this many learning steps (benchmarks).
     pub max_learning_steps: Option<u64>,
     /// Where the control loop and the learner log (off: [`Telemetry::off`]).
@@ -197,15 +204,90 @@ pub fn policy_checkpoint(run_dir: &Path) -> PathBuf {
     run_dir.join("checkpoints").join("policy")
 }
 
-/// What the daemon starts from: the learner (policy, world model, critic) and where it
-/// records.
+/// What the daemon starts from: the learner (policy, world model, critic), where it
+/// records, and the run directory's lock (held until the daemon ends).
 struct Prepared {
     learner: Learner,
     replay: PathBuf,
     checkpoint: PathBuf,
+    _lock: DirLock,
 }
 
-/// Loads or initialises the models (from the newest checkpoint with `--resume`) and
+/// The run directory, locked, in the state `--resume` or `--fresh` asks for: a new
+/// run gets an empty, marked directory (an existing run or anything else there is an
+/// error naming both ways out, or with `--fresh` is moved aside, never deleted);
+/// `--resume` needs a daemon run with a checkpoint.
+fn open_run_dir(run_dir: &Path, options: &DaemonOptions) -> anyhow::Result<DirLock> {
+    let lock = DirLock::acquire(run_dir, "imago daemon")?;
+    let found = holding(run_dir);
+    let is_run = found == Holding::RunDirectory("daemon".into());
+    if options.resume {
+        anyhow::ensure!(
+            is_run,
+            "--resume: {} holds {found}, not a daemon run to resume; start without --resume",
+            run_dir.display()
+        );
+        return Ok(lock);
+    }
+    if found == Holding::EmptyDirectory {
+        mark_run_directory(run_dir, "daemon")?;
+        return Ok(lock);
+    }
+    if !options.fresh {
+        let what = if is_run {
+            format!(
+                "the daemon run {} exists (checkpoint version {})",
+                run_dir.display(),
+                read_meta(&policy_checkpoint(run_dir))
+                    .map_or("unreadable".into(), |m| m.version.to_string())
+            )
+        } else {
+            format!("{} holds {found}", run_dir.display())
+        };
+        anyhow::bail!(
+            "{what}; pass --resume to continue it, or --fresh to move it aside (kept, renamed) and start a new run"
+        );
+    }
+    let aside = aside_name(run_dir);
+    // The lock moves with the directory (it is held on the file, not the name).
+    std::fs::rename(run_dir, &aside).with_context(|| {
+        format!(
+            "cannot move {} aside to {}",
+            run_dir.display(),
+            aside.display()
+        )
+    })?;
+    drop(lock);
+    eprintln!(
+        "--fresh: moved the previous contents of {} to {}",
+        run_dir.display(),
+        aside.display()
+    );
+    let lock = DirLock::acquire(run_dir, "imago daemon")?;
+    mark_run_directory(run_dir, "daemon")?;
+    Ok(lock)
+}
+
+/// A visible sibling name for moving `dir` aside: `DIR.previous-<unix seconds>`.
+fn aside_name(dir: &Path) -> PathBuf {
+    let seconds = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let name = dir
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "run".into());
+    let mut candidate = dir.with_file_name(format!("{name}.previous-{seconds}"));
+    let mut n = 1;
+    while candidate.exists() {
+        candidate = dir.with_file_name(format!("{name}.previous-{seconds}-{n}"));
+        n += 1;
+    }
+    candidate
+}
+
+/// Loads or initialises the models (from the run's checkpoint with `--resume`) and
 /// writes a first checkpoint, so that a crash at any time leaves one to resume.
 fn prepare(
     config: &DaemonConfig,
@@ -213,29 +295,66 @@ fn prepare(
     device: &ResolvedDevice,
 ) -> anyhow::Result<Prepared> {
     let run_dir = options.run_dir.clone().unwrap_or(config.run_dir.clone());
+    anyhow::ensure!(
+        !(options.resume && options.fresh),
+        "--resume and --fresh exclude each other"
+    );
+    // A new run must not bury the models it starts from (`--fresh` would move them
+    // aside with the old run).
+    let sources = [
+        ("policy", &config.policy),
+        ("world_model", &config.world_model),
+    ];
+    for (key, path) in sources.iter().filter(|_| !options.resume) {
+        if let Some(path) = path {
+            check_output(
+                "--run-dir",
+                &run_dir,
+                OutputKind::RunDirectory("daemon"),
+                &[Input { flag: key, path }],
+                true,
+            )?;
+        }
+    }
+    let lock = open_run_dir(&run_dir, options)?;
     let checkpoint = policy_checkpoint(&run_dir);
+    let replay = run_dir.join("replay");
+    for note in recover_checkpoint(&checkpoint)? {
+        eprintln!("{note}");
+    }
     let spec = Reacher2d::new(config.actor.robot.clone()).spec().clone();
     let expected = VlaPolicyConfig::for_robot(&spec);
-    let start_from = match (options.resume, read_meta(&checkpoint)) {
-        (true, Ok(_)) => Some(checkpoint.clone()),
-        (true, Err(e)) => {
-            eprintln!(
-                "warning: --resume: no valid checkpoint at {} ({e}); starting from the configured policy and continuing the replay",
-                checkpoint.display()
-            );
-            config.policy.clone()
-        }
-        (false, _) => config.policy.clone(),
+    expected
+        .validate()
+        .map_err(|e| anyhow::anyhow!("the policy for this robot: {e}"))?;
+    let start_from = if options.resume {
+        Some(checkpoint.clone())
+    } else {
+        config.policy.clone()
     };
     Dispatch::seed(&device.training, config.learner.finetune.seed);
-    let (policy, policy_config, version) = match &start_from {
+    let (policy, policy_config, mut version) = match &start_from {
         Some(dir) => {
             let (policy, config, meta) =
-                load_policy::<Dispatch>(dir, Some(&expected), &device.training)?;
+                load_policy::<Dispatch>(dir, Some(&expected), &device.training)
+                    .with_context(|| format!("cannot start from {}", dir.display()))?;
             (policy, config, meta.version)
         }
         None => (expected.init(&device.training), expected, 1),
     };
+    if options.resume && replay.join(crate::replay::SEGMENTS).exists() {
+        // Versions the learner published after the last checkpoint acted (and were
+        // recorded) before a crash; their weights are lost. The checkpoint's weights
+        // continue under a new number, so that no version names two sets of weights.
+        let recorded = read_replay(&replay)?.max_policy_version;
+        if recorded > version {
+            eprintln!(
+                "--resume: the replay holds policy versions up to {recorded}, newer than the checkpoint's {version} (lost in a crash); its weights continue as version {}",
+                recorded + 1
+            );
+            version = recorded.saturating_add(1);
+        }
+    }
     let (world_model, wm_config) = match &config.world_model {
         Some(dir) => {
             let (model, config, _) = load_world_model::<Dispatch>(dir, None, &device.training)?;
@@ -258,8 +377,9 @@ fn prepare(
     save(&learner, &checkpoint)?;
     Ok(Prepared {
         learner,
-        replay: run_dir.join("replay"),
+        replay,
         checkpoint,
+        _lock: lock,
     })
 }
 
@@ -299,6 +419,7 @@ pub fn run_daemon(
         mut learner,
         replay,
         checkpoint,
+        _lock,
     } = prepare(config, options, device)?;
     let finetune = &config.learner.finetune;
     let mailbox = SnapshotMailbox::default();
@@ -320,6 +441,7 @@ pub fn run_daemon(
             config: config.replay.clone(),
             status_every: Some(Duration::from_secs_f64(config.status_every_seconds)),
             telemetry: options.telemetry.clone(),
+            purpose: "imago daemon",
         },
         &mailbox,
         stop,
@@ -361,8 +483,25 @@ pub fn run_daemon(
             }
             stop.store(true, Ordering::Relaxed);
         },
-    )?;
-    save(&learner, &checkpoint)?;
+    );
+    // Whatever stopped the control loop, the learner's weights are whole: keep them.
+    let saved = save(&learner, &checkpoint);
+    let control = match (control, saved) {
+        (Ok(control), Ok(())) => control,
+        (Ok(_), Err(error)) => return Err(error.context("the final checkpoint failed")),
+        (Err(error), Ok(())) => {
+            return Err(error.context(format!(
+                "the daemon stopped; policy version {} checkpointed in {}",
+                learner.version(),
+                checkpoint.display()
+            )));
+        }
+        (Err(error), Err(save_error)) => {
+            return Err(error.context(format!(
+                "the daemon stopped, and its checkpoint failed too ({save_error:#})"
+            )));
+        }
+    };
     if let Some(error) = learner_error {
         eprintln!("warning: the learner stopped: {error:#}");
     }
@@ -388,6 +527,7 @@ pub fn run_in_turns(
         mut learner,
         replay,
         checkpoint,
+        _lock,
     } = prepare(config, options, device)?;
     let started = Instant::now();
     let mut control: Option<ControlReport> = None;
@@ -405,6 +545,7 @@ pub fn run_in_turns(
                 config: config.replay.clone(),
                 status_every: None,
                 telemetry: options.telemetry.clone(),
+                purpose: "imago bench (daemon in turns)",
             },
             &SnapshotMailbox::default(),
             &stop,

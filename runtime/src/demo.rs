@@ -4,7 +4,7 @@
 //! instruction and a random policy on paired seeds.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use burn::Dispatch;
@@ -15,12 +15,15 @@ use imago_robots::Robot;
 use imago_robots::reacher2d::{ExpertConfig, NAME, Reacher2d, Reacher2dConfig};
 use imago_worldmodel::TransitionFamily;
 
+use crate::atomic;
 use crate::bc::{BcConfig, ImitationDataset, train_bc};
 use crate::checkpoint::{CheckpointMeta, save_policy};
 use crate::collect::{CollectConfig, collect_demonstrations};
 use crate::device::{DeviceSpec, resolve};
 use crate::evaluate::{Controller, evaluate, measure_latency};
 use crate::finetune::{FinetuneConfig, FinetuneStart, finetune};
+use crate::lock::DirLock;
+use crate::outputs::{OutputKind, check_output, mark_run_directory};
 use crate::paired::PairedCounts;
 use crate::replay::{ReplayWriter, ReplayWriterConfig, read_replay};
 use crate::report::{ControllerRow, DemoReport};
@@ -124,8 +127,12 @@ pub struct DemoOptions {
     pub quick: bool,
     /// Where models run.
     pub device: DeviceSpec,
-    /// Where the replay and the checkpoint go (replaced if present).
+    /// Where the replay and the checkpoints go. A previous demo run there is replaced
+    /// once this one is complete; anything else there is refused unless `force`.
     pub run_dir: PathBuf,
+    /// Replace what `run_dir` holds even when it is not a demo run (once the new run
+    /// is complete).
+    pub force: bool,
     /// Seed of the whole run.
     pub seed: u64,
     /// Where the run is logged: sampled episodes of every phase, training curves,
@@ -133,8 +140,44 @@ pub struct DemoOptions {
     pub telemetry: Telemetry,
 }
 
-/// Runs the demo and returns its report.
+/// Runs the demo and returns its report. The run is built in a hidden sibling of the
+/// run directory and swapped in whole at the end, so an interrupted demo never leaves
+/// a half-replaced run directory.
 pub fn run_demo(options: &DemoOptions) -> anyhow::Result<DemoReport> {
+    let run_dir = &options.run_dir;
+    let plan = check_output(
+        "--run-dir",
+        run_dir,
+        OutputKind::RunDirectory("demo"),
+        &[],
+        options.force,
+    )?;
+    let created = !run_dir.exists();
+    let lock = DirLock::acquire(run_dir, "imago demo")?;
+    if plan.continues() {
+        eprintln!(
+            "the previous demo run in {} is replaced once this one is complete",
+            run_dir.display()
+        );
+    }
+    let staged = atomic::sibling_temp(run_dir, "staged");
+    let report = run_demo_in(options, &staged).and_then(|report| {
+        mark_run_directory(&staged, "demo")?;
+        atomic::replace_dir(&staged, run_dir)?;
+        Ok(report)
+    });
+    drop(lock);
+    if report.is_err() {
+        let _ = std::fs::remove_dir_all(&staged);
+        if created {
+            let _ = std::fs::remove_dir_all(run_dir);
+        }
+    }
+    report
+}
+
+/// The demo, writing its replay and checkpoints into `work`.
+fn run_demo_in(options: &DemoOptions, work: &Path) -> anyhow::Result<DemoReport> {
     let plan = if options.quick {
         DemoPlan::quick()
     } else {
@@ -143,10 +186,7 @@ pub fn run_demo(options: &DemoOptions) -> anyhow::Result<DemoReport> {
     let device = resolve(options.device)?;
     let mut phases = BTreeMap::new();
     let robot_config = Reacher2dConfig::default();
-    let replay_dir = options.run_dir.join("replay");
-    if replay_dir.exists() {
-        std::fs::remove_dir_all(&replay_dir)?;
-    }
+    let replay_dir = work.join("replay");
 
     eprintln!("collecting {} scripted demonstrations", plan.demonstrations);
     let start = Instant::now();
@@ -155,9 +195,10 @@ pub fn run_demo(options: &DemoOptions) -> anyhow::Result<DemoReport> {
             robot: robot_config.clone(),
             expert: plan.expert.clone(),
             episodes: plan.demonstrations,
-            first_seed: options.seed * 10_000_000,
+            first_seed: options.seed.wrapping_mul(10_000_000),
         },
         &replay_dir,
+        false,
     )?;
     let contents = read_replay(&replay_dir)?;
     phases.insert("collect".to_string(), start.elapsed().as_secs_f64());
@@ -204,7 +245,7 @@ pub fn run_demo(options: &DemoOptions) -> anyhow::Result<DemoReport> {
     });
     phases.insert("train_bc".to_string(), start.elapsed().as_secs_f64());
 
-    let checkpoint_dir = options.run_dir.join("bc-policy");
+    let checkpoint_dir = work.join("bc-policy");
     let mut meta = CheckpointMeta::new(NAME, 1, None);
     meta.metrics
         .insert("bc_loss".into(), *losses.last().unwrap_or(&f32::NAN) as f64);
@@ -230,7 +271,7 @@ pub fn run_demo(options: &DemoOptions) -> anyhow::Result<DemoReport> {
         &training,
         &wm_train,
         CheckpointMeta::new(NAME, 1, None),
-        &options.run_dir.join("world-model"),
+        &work.join("world-model"),
         &device,
     )?;
     let world_model = trained_world_model.model;
@@ -266,7 +307,12 @@ pub fn run_demo(options: &DemoOptions) -> anyhow::Result<DemoReport> {
         finetune_config.method, finetune_config.rounds, finetune_config.episodes_per_round
     );
     let start = Instant::now();
-    let (mut writer, _) = ReplayWriter::open(&replay_dir, ReplayWriterConfig::default())?;
+    let (mut writer, _) = ReplayWriter::open(
+        &replay_dir,
+        ReplayWriterConfig::default(),
+        &spec,
+        "imago demo",
+    )?;
     let finetuned = finetune(
         FinetuneStart {
             policy: (bc_training, &policy_config),
@@ -294,14 +340,18 @@ pub fn run_demo(options: &DemoOptions) -> anyhow::Result<DemoReport> {
         &finetuned.policy,
         &policy_config,
         meta,
-        &options.run_dir.join("finetuned-policy"),
+        &work.join("finetuned-policy"),
     )?;
     phases.insert("finetune".to_string(), start.elapsed().as_secs_f64());
 
     eprintln!("evaluating on {} paired seeds", plan.eval_episodes);
     let start = Instant::now();
     let seeds: Vec<u64> = (0..plan.eval_episodes as u64)
-        .map(|i| EVAL_SEED_BASE + options.seed * 10_000_000 + i)
+        .map(|i| {
+            EVAL_SEED_BASE
+                .wrapping_add(options.seed.wrapping_mul(10_000_000))
+                .wrapping_add(i)
+        })
         .collect();
     let policy_controller = |policy, wrong_instruction| Controller::Policy {
         policy,

@@ -7,7 +7,7 @@ use imago_robots::reacher2d::Reacher2dConfig;
 
 use crate::device::ResolvedDevice;
 use crate::telemetry::{Telemetry, TelemetryEvent, log_replay_episodes};
-use crate::train::read_training_replay;
+use crate::train::{ReplaySource, read_training_replay};
 use crate::world_model::{WorldModelEvalReport, evaluate_world_model_checkpoint_on, is_held_out};
 
 /// What [`inspect_replay`] logged.
@@ -27,17 +27,17 @@ pub struct InspectSummary {
 /// episodes (every episode when fewer than two are held out) and imagined rollouts
 /// beside what really followed.
 pub fn inspect_replay(
-    replay: &Path,
+    replay: ReplaySource<'_>,
     world_model: Option<&Path>,
     horizon: usize,
     device: Option<&ResolvedDevice>,
     telemetry: &Telemetry,
 ) -> anyhow::Result<InspectSummary> {
-    let contents = read_training_replay(replay)?;
+    let contents = read_training_replay(replay, None)?;
     let episodes = contents.episodes;
     telemetry.send(TelemetryEvent::Note(format!(
         "replay {}: {} episodes, {:.1}% successful",
-        replay.display(),
+        replay.dir.display(),
         episodes.len(),
         100.0 * episodes.iter().filter(|e| e.end.success).count() as f64 / episodes.len() as f64
     )));

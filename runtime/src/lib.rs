@@ -20,6 +20,8 @@ pub mod engine;
 pub mod evaluate;
 pub mod finetune;
 pub mod inspect;
+pub mod lock;
+pub mod outputs;
 pub mod paired;
 pub mod progress;
 pub mod replay;
@@ -27,5 +29,9 @@ pub mod report;
 pub mod schedule;
 pub mod stats;
 pub mod telemetry;
+pub mod toml_file;
 pub mod train;
 pub mod world_model;
+
+#[cfg(test)]
+mod config_tests;

@@ -6,14 +6,15 @@ use burn::Dispatch;
 use burn::module::AutodiffModule;
 use burn::prelude::Backend;
 use imago_policies::{ActionHeadKind, VlaPolicyConfig};
-use imago_robots::Robot;
 use imago_robots::reacher2d::{NAME, Reacher2d, Reacher2dConfig};
+use imago_robots::{Robot, RobotSpec};
 use serde::{Deserialize, Serialize};
 
 use crate::bc::{BcConfig, ImitationDataset, train_bc};
-use crate::checkpoint::{CheckpointMeta, load_policy, read_meta, save_policy};
+use crate::checkpoint::{CheckpointMeta, POLICY_KIND, load_policy, read_meta, save_policy};
 use crate::device::ResolvedDevice;
-use crate::replay::{ReplayContents, read_replay};
+use crate::outputs::{Input, OutputKind, OutputPath};
+use crate::replay::{EpisodeShape, ReplayContents, read_replay};
 use crate::telemetry::{Telemetry, TelemetryEvent};
 
 /// What an offline behaviour-cloning run did.
@@ -23,10 +24,10 @@ pub struct BcRunSummary {
     pub episodes: usize,
     /// Transitions trained on.
     pub transitions: usize,
-    /// Episodes skipped because a crash cut them short.
-    pub incomplete_episodes: u64,
-    /// Damaged replay stretches skipped.
-    pub corruptions: usize,
+    /// Episodes left out because they were unfinished (a stop or a crash cut them).
+    pub unfinished_episodes: u64,
+    /// Episodes left out as damaged.
+    pub damaged_episodes: usize,
     /// Loss at the first step.
     pub first_loss: f32,
     /// Loss at the last step.
@@ -35,28 +36,117 @@ pub struct BcRunSummary {
     pub version: u64,
 }
 
-/// Reads a replay directory for offline training: warns about damaged stretches
-/// (every record before them is kept) and checks it holds complete reacher2d episodes.
-pub fn read_training_replay(replay: &Path) -> anyhow::Result<ReplayContents> {
+/// A replay an offline command reads, and how it treats damage.
+#[derive(Debug, Clone, Copy)]
+pub struct ReplaySource<'a> {
+    /// The replay directory.
+    pub dir: &'a Path,
+    /// Any damage is an error (`--strict`), instead of leaving damaged episodes out
+    /// with a warning.
+    pub strict: bool,
+}
+
+impl ReplaySource<'_> {
+    /// The inputs of a training command: this replay (`--replay`) and the checkpoint it
+    /// continues from (`--init`), for the output check.
+    pub fn inputs_with<'a>(&'a self, init: Option<&'a Path>) -> Vec<Input<'a>> {
+        let mut inputs = vec![Input {
+            flag: "--replay",
+            path: self.dir,
+        }];
+        inputs.extend(init.map(|path| Input {
+            flag: "--init",
+            path,
+        }));
+        inputs
+    }
+
+    /// A cheap check that `dir` is a replay at all, for commands to fail on a wrong
+    /// `--replay` before anything else.
+    pub fn ensure_exists(&self) -> anyhow::Result<()> {
+        crate::replay::segment_files(self.dir).map(|_| ())
+    }
+}
+
+/// Damage lines printed in full; the rest are counted (`imago replay check` lists all).
+const DAMAGE_LINES_SHOWN: usize = 10;
+
+/// Reads a replay for an offline command: whole episodes only, every damaged one left
+/// out with the count and the reason on standard error (an error with `strict`), and
+/// checks its episodes are of the robot `expected` (when given).
+pub fn read_training_replay(
+    source: ReplaySource<'_>,
+    expected: Option<&RobotSpec>,
+) -> anyhow::Result<ReplayContents> {
+    let replay = source.dir;
     let contents = read_replay(replay)?;
-    for corruption in &contents.corruptions {
-        eprintln!(
-            "warning: replay segment {} is damaged at byte {} ({}); {} bytes skipped, every record before kept",
-            corruption.segment, corruption.offset, corruption.reason, corruption.skipped_bytes
+    let lines = contents.damage_lines();
+    if contents.is_damaged() {
+        let summary = format!(
+            "replay {} is damaged: {} episodes left out, {} damaged stretches",
+            replay.display(),
+            contents.damaged.len(),
+            contents.corruptions.len()
         );
+        anyhow::ensure!(
+            !source.strict,
+            "{summary} (--strict); `imago replay check {0}` lists them, `imago replay repair {0} --out NEW` writes a clean copy",
+            replay.display()
+        );
+        eprintln!("warning: {summary}; every whole episode is used:");
+        for line in lines.iter().take(DAMAGE_LINES_SHOWN) {
+            eprintln!("warning:   {line}");
+        }
+        if lines.len() > DAMAGE_LINES_SHOWN {
+            eprintln!(
+                "warning:   and {} more (`imago replay check {}` lists all)",
+                lines.len() - DAMAGE_LINES_SHOWN,
+                replay.display()
+            );
+        }
     }
     anyhow::ensure!(
         !contents.episodes.is_empty(),
-        "replay {} holds no complete episode; record some with `imago collect`",
-        replay.display()
+        "replay {} holds no whole episode{}; record some with `imago collect`",
+        replay.display(),
+        if contents.damaged.is_empty() {
+            String::new()
+        } else {
+            format!(" ({} damaged ones were left out)", contents.damaged.len())
+        }
     );
-    if let Some(other) = contents.episodes.iter().find(|e| e.start.robot != NAME) {
-        anyhow::bail!(
-            "replay holds episodes of robot `{}`; this trainer supports `{NAME}`",
-            other.start.robot
-        );
+    if let Some(expected) = expected {
+        check_replay_robot(&contents, replay, expected)?;
     }
     Ok(contents)
+}
+
+/// Checks that the replay's episodes are of the robot `expected`: by the spec its
+/// manifest records, or (replays written before it did) by the shape of its episodes.
+pub fn check_replay_robot(
+    contents: &ReplayContents,
+    replay: &Path,
+    expected: &RobotSpec,
+) -> anyhow::Result<()> {
+    let differences = match (&contents.spec, &contents.shape) {
+        (Some(spec), _) => spec.data_differences(expected),
+        (None, Some(shape)) => {
+            let wanted = EpisodeShape::of(expected);
+            if *shape == wanted {
+                Vec::new()
+            } else {
+                vec![format!("episodes shaped {shape:?} vs {wanted:?}")]
+            }
+        }
+        (None, None) => Vec::new(),
+    };
+    anyhow::ensure!(
+        differences.is_empty(),
+        "replay {} records another robot than this command runs for (replay vs command: {})",
+        replay.display(),
+        differences.join(", ")
+    );
+    Ok(())
 }
 
 /// Trains a VLA policy by behaviour cloning on the replay at `replay` and writes the
@@ -64,16 +154,21 @@ pub fn read_training_replay(replay: &Path) -> anyhow::Result<ReplayContents> {
 /// config must match this robot's policy config with `head`. The loss curve goes to
 /// `telemetry`.
 pub fn train_bc_offline(
-    replay: &Path,
-    out: &Path,
+    replay: ReplaySource<'_>,
+    out: OutputPath<'_>,
     init: Option<&Path>,
     head: ActionHeadKind,
     bc: &BcConfig,
     device: &ResolvedDevice,
     telemetry: &Telemetry,
 ) -> anyhow::Result<BcRunSummary> {
-    let contents = read_training_replay(replay)?;
+    replay.ensure_exists()?;
+    out.check(
+        OutputKind::Checkpoint(POLICY_KIND),
+        &replay.inputs_with(init),
+    )?;
     let spec = Reacher2d::new(Reacher2dConfig::default()).spec().clone();
+    let contents = read_training_replay(replay, Some(&spec))?;
     let expected = VlaPolicyConfig::for_robot(&spec).with_head(head);
     Dispatch::seed(&device.training, bc.seed);
     let (policy, config, version, parent) = match init {
@@ -83,7 +178,7 @@ pub fn train_bc_offline(
             (
                 policy,
                 config,
-                meta.version + 1,
+                meta.version.saturating_add(1),
                 Some(dir.display().to_string()),
             )
         }
@@ -100,13 +195,13 @@ pub fn train_bc_offline(
     let last_loss = *losses.last().unwrap_or(&f32::NAN);
     let mut meta = CheckpointMeta::new(NAME, version, parent);
     meta.metrics.insert("bc_loss".into(), last_loss as f64);
-    save_policy(&policy.valid(), &config, meta, out)?;
-    read_meta(out)?;
+    save_policy(&policy.valid(), &config, meta, out.path)?;
+    read_meta(out.path)?;
     Ok(BcRunSummary {
         episodes: contents.episodes.len(),
         transitions: dataset.len(),
-        incomplete_episodes: contents.incomplete_episodes,
-        corruptions: contents.corruptions.len(),
+        unfinished_episodes: contents.unfinished_episodes,
+        damaged_episodes: contents.damaged.len(),
         first_loss,
         last_loss,
         version,

@@ -4,7 +4,10 @@ use std::fmt;
 use std::str::FromStr;
 
 use burn::prelude::*;
-use imago_policies::{VOCABULARY, VlaPolicyConfig, validate_action_limit};
+use imago_policies::{
+    MAX_PARAMETERS, MAX_VECTOR, VOCABULARY, VlaPolicyConfig, validate_action_limit,
+};
+use imago_robots::bounds::{ConfigError, in_range};
 use serde::{Deserialize, Serialize};
 
 /// Which transition model the ensemble members are.
@@ -119,25 +122,57 @@ impl WorldModelConfig {
         .with_patch_size(self.image_size)
     }
 
-    /// Checks the sizes fit together; a message names the first that does not.
-    pub fn validate(&self) -> Result<(), String> {
-        validate_action_limit(&self.action_limit)?;
-        for (name, value) in [
-            ("proprio_dim", self.proprio_dim),
-            ("image_size", self.image_size),
-            ("image_stride", self.image_stride),
-            ("max_words", self.max_words),
-            ("stem_channels", self.stem_channels),
-            ("word_dim", self.word_dim),
-            ("latent_dim", self.latent_dim),
-            ("hidden", self.hidden),
-            ("ensemble_size", self.ensemble_size),
-            ("prefix_horizon", self.prefix_horizon),
-        ] {
-            if value == 0 {
-                return Err(format!("{name} must be at least 1"));
+    /// Parameters the world model has (both encoders, every member, the heads),
+    /// computed from the config alone, so that a config can be bounded before anything
+    /// is allocated.
+    pub fn parameter_count(&self) -> usize {
+        let (c, d, h, a) = (
+            self.stem_channels,
+            self.latent_dim,
+            self.hidden,
+            self.action_dim(),
+        );
+        let linear = |i: usize, o: usize| i * o + o;
+        // Two hidden layers of `h`, as `MlpConfig`'s default.
+        let mlp = |i: usize, o: usize| linear(i, h) + linear(h, h) + linear(h, o);
+        let encoder = linear(3, c)
+            + self.vocab_size * self.word_dim
+            + linear(self.word_dim, 2 * c)
+            + c
+            + mlp(2 * c + self.word_dim + self.proprio_dim, d);
+        let member = match self.family {
+            TransitionFamily::ResidualMlp => mlp(d + a, d),
+            TransitionFamily::Salt => mlp(a, d * d + d),
+            TransitionFamily::ActionPrefix => {
+                linear(a, h) + self.prefix_horizon * h + mlp(d + h, d)
             }
-        }
-        Ok(())
+        };
+        2 * encoder + self.ensemble_size * member + mlp(d + a, 1) + 2 * mlp(d, 1) + mlp(d, a)
+    }
+
+    /// Checks every size against its documented range (see docs/configuration.md)
+    /// before anything is allocated; the error names the first key that does not fit.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        validate_action_limit(&self.action_limit)?;
+        in_range("proprio_dim", self.proprio_dim, 1..=MAX_VECTOR)?;
+        in_range("image_size", self.image_size, 2..=512)?;
+        in_range("image_stride", self.image_stride, 1..=self.image_size)?;
+        in_range("max_words", self.max_words, 1..=64)?;
+        in_range("vocab_size", self.vocab_size, VOCABULARY.len()..=100_000)?;
+        in_range("stem_channels", self.stem_channels, 1..=256)?;
+        in_range("word_dim", self.word_dim, 1..=1024)?;
+        in_range("latent_dim", self.latent_dim, 1..=1024)?;
+        in_range("hidden", self.hidden, 1..=8192)?;
+        in_range("ensemble_size", self.ensemble_size, 1..=32)?;
+        in_range("prefix_horizon", self.prefix_horizon, 1..=256)?;
+        in_range("parameters", self.parameter_count(), 1..=MAX_PARAMETERS).map_err(|e| {
+            ConfigError {
+                expected: format!(
+                    "the sizes give this many parameters; it {} (hidden, latent_dim, ensemble_size)",
+                    e.expected
+                ),
+                ..e
+            }
+        })
     }
 }

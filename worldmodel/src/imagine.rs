@@ -1,6 +1,7 @@
 //! Imagination: rolling a policy forward inside the world model.
 
 use burn::prelude::*;
+use imago_robots::bounds::{ConfigError, in_range};
 use serde::{Deserialize, Serialize};
 
 use crate::model::WorldModel;
@@ -39,10 +40,23 @@ impl<B: Backend> LatentPolicy<B> for OpenLoopActions<B> {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ImaginationConfig {
-    /// Imagined steps.
+    /// Imagined steps. Range: [1, 64].
     pub horizon: usize,
     /// Coefficient of the ensemble disagreement subtracted from the predicted reward.
+    /// Range: [0, 1000].
     pub uncertainty_penalty: f64,
+}
+
+impl ImaginationConfig {
+    /// Checks both values against their documented ranges.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        in_range("horizon", self.horizon, 1..=64)?;
+        in_range(
+            "uncertainty_penalty",
+            self.uncertainty_penalty,
+            0.0..=1000.0,
+        )
+    }
 }
 
 impl Default for ImaginationConfig {

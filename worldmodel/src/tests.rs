@@ -62,6 +62,7 @@ fn shapes_of_encoding_rollouts_heads_and_imagination() {
         let model = config.init::<Cpu>(&device);
         assert_eq!(model.family(), family);
         assert_eq!(model.members().len(), 3);
+        assert_eq!(config.parameter_count(), model.num_params(), "{family}");
         let z = model.encode(&observations(&config, 5, &device));
         assert_eq!(z.dims(), [5, 6]);
         assert_eq!(

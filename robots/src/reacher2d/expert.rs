@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use super::Reacher2d;
 use super::scene::TargetColour;
+use crate::bounds::{ConfigError, in_range};
 use crate::observation::Action;
 
 /// How imperfect the expert is.
@@ -19,12 +20,21 @@ use crate::observation::Action;
 #[serde(default, deny_unknown_fields)]
 pub struct ExpertConfig {
     /// Standard deviation of the Gaussian noise added to each action, as a fraction of
-    /// the robot's speed limit.
+    /// the robot's speed limit. Range: [0, 10].
     pub noise: f32,
-    /// Probability that an episode's demonstration goes to a wrong target.
+    /// Probability that an episode's demonstration goes to a wrong target. Range: [0, 1].
     pub wrong_target_rate: f64,
-    /// Proportional gain, 1/s.
+    /// Proportional gain, 1/s. Range: [0.01, 100].
     pub gain: f32,
+}
+
+impl ExpertConfig {
+    /// Checks every value against its documented range.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        in_range("noise", self.noise, 0.0..=10.0)?;
+        in_range("wrong_target_rate", self.wrong_target_rate, 0.0..=1.0)?;
+        in_range("gain", self.gain, 0.01..=100.0)
+    }
 }
 
 impl Default for ExpertConfig {

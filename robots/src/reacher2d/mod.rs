@@ -28,6 +28,7 @@ use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 use serde::{Deserialize, Serialize};
 
+use crate::bounds::{ConfigError, all_in_range, in_range};
 use crate::observation::{Action, Observation, Step, StepInfo};
 use crate::robot::{CameraSpec, Robot, RobotSpec};
 use crate::safety::{SafetyConfig, SafetyEnvelope};
@@ -39,29 +40,33 @@ pub const NAME: &str = "reacher2d";
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Reacher2dConfig {
-    /// Upper and lower link lengths, metres.
+    /// Upper and lower link lengths, metres. Range: each in [0.05, 10].
     pub link_lengths: [f32; 2],
-    /// Camera frame side, pixels.
+    /// Camera frame side, pixels. Range: [16, 256], a multiple of 8 (the policy reads
+    /// 8x8 patches, at most 1024 of them).
     pub image_size: u32,
-    /// Half side of the square the camera sees, metres.
+    /// Half side of the square the camera sees, metres. Range: [0.1, 100].
     pub view_half_extent: f32,
-    /// Control ticks per second.
+    /// Control ticks per second. Range: [0.1, 1000].
     pub control_hz: f32,
-    /// Step limit of an episode.
+    /// Step limit of an episode. Range: [1, 100000].
     pub max_steps: u32,
-    /// Largest commanded end-effector speed per axis, m/s.
+    /// Largest commanded end-effector speed per axis, m/s. Range: [0.001, 100].
     pub max_speed: f32,
-    /// Largest joint speed, rad/s.
+    /// Largest joint speed, rad/s. Range: [0.001, 1000].
     pub max_joint_speed: f32,
-    /// Fraction of the gap to the commanded joint velocity closed each tick (actuator lag).
+    /// Fraction of the gap to the commanded joint velocity closed each tick (actuator
+    /// lag). Range: [0.001, 1].
     pub actuator_response: f32,
-    /// Drawn radius of each target, metres.
+    /// Drawn radius of each target, metres. Range: [0.001, 10].
     pub target_radius: f32,
-    /// Success distance between end effector and instructed target, metres.
+    /// Success distance between end effector and instructed target, metres. Range:
+    /// [0.001, 10].
     pub success_radius: f32,
-    /// Smallest distance between two targets, and between a target and the start pose, metres.
+    /// Smallest distance between two targets, and between a target and the start pose,
+    /// metres (a best effort: placement gives up after 1000 draws). Range: [0, 10].
     pub min_separation: f32,
-    /// Elbow joint limit, radians (`|q2| <= elbow_limit`).
+    /// Elbow joint limit, radians (`|q2| <= elbow_limit`). Range: [0.1, pi].
     pub elbow_limit: f32,
     /// The safety envelope's settings.
     pub safety: SafetyConfig,
@@ -84,6 +89,32 @@ impl Default for Reacher2dConfig {
             elbow_limit: 2.9,
             safety: SafetyConfig::default(),
         }
+    }
+}
+
+impl Reacher2dConfig {
+    /// Checks every value against its documented range; the error names the key.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        all_in_range("link_lengths", &self.link_lengths, 0.05..=10.0)?;
+        in_range("image_size", self.image_size, 16..=256)?;
+        if !self.image_size.is_multiple_of(8) {
+            return Err(ConfigError::new(
+                "image_size",
+                self.image_size,
+                "must be a multiple of 8 (the policy reads 8x8 patches)",
+            ));
+        }
+        in_range("view_half_extent", self.view_half_extent, 0.1..=100.0)?;
+        in_range("control_hz", self.control_hz, 0.1..=1000.0)?;
+        in_range("max_steps", self.max_steps, 1..=100_000)?;
+        in_range("max_speed", self.max_speed, 0.001..=100.0)?;
+        in_range("max_joint_speed", self.max_joint_speed, 0.001..=1000.0)?;
+        in_range("actuator_response", self.actuator_response, 0.001..=1.0)?;
+        in_range("target_radius", self.target_radius, 0.001..=10.0)?;
+        in_range("success_radius", self.success_radius, 0.001..=10.0)?;
+        in_range("min_separation", self.min_separation, 0.0..=10.0)?;
+        in_range("elbow_limit", self.elbow_limit, 0.1..=std::f32::consts::PI)?;
+        self.safety.validate().map_err(|e| e.within("safety"))
     }
 }
 

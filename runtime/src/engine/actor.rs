@@ -10,6 +10,7 @@ use burn::Dispatch;
 use crossbeam_channel::{Sender, TrySendError};
 use imago_policies::{PolicyBatch, VlaPolicyConfig};
 use imago_robots::Robot;
+use imago_robots::bounds::{ConfigError, in_range};
 use imago_robots::reacher2d::{NAME, Reacher2d, Reacher2dConfig};
 use serde::{Deserialize, Serialize};
 
@@ -32,11 +33,24 @@ pub struct ActorConfig {
     /// The robot's settings (its `control_hz` is the loop's rate).
     pub robot: Reacher2dConfig,
     /// Exploration noise relative to the policy's own spread (0: act on the mean).
+    /// Range: [0, 10].
     pub exploration: f32,
     /// Let the scripted expert take over a stalled episode (flagged as intervention).
     pub takeover: Option<TakeoverConfig>,
-    /// Seed of the first episode; each next episode takes the next seed.
+    /// Seed of the first episode; each next episode takes the next seed. Any value.
     pub first_seed: u64,
+}
+
+impl ActorConfig {
+    /// Checks every value against its documented range; the error names the key.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        self.robot.validate().map_err(|e| e.within("robot"))?;
+        in_range("exploration", self.exploration, 0.0..=10.0)?;
+        match &self.takeover {
+            Some(takeover) => takeover.validate().map_err(|e| e.within("takeover")),
+            None => Ok(()),
+        }
+    }
 }
 
 impl Default for ActorConfig {
@@ -50,11 +64,33 @@ impl Default for ActorConfig {
     }
 }
 
-/// Sends `record` without waiting; a full or closed queue counts a drop.
-fn offer(records: &Sender<ReplayRecord>, record: ReplayRecord, stats: &mut ControlStats) {
-    match records.try_send(record) {
-        Ok(()) => {}
-        Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => stats.queue_drops += 1,
+/// The records of one episode on their way to the writer. Once one is dropped (the
+/// queue was full), the rest of the episode is not sent: the replay then holds the
+/// episode unfinished, which readers leave out, never a whole-looking episode with a
+/// step missing.
+struct EpisodeRecords<'a> {
+    queue: &'a Sender<ReplayRecord>,
+    lost: bool,
+}
+
+impl<'a> EpisodeRecords<'a> {
+    fn new(queue: &'a Sender<ReplayRecord>) -> Self {
+        Self { queue, lost: false }
+    }
+
+    /// Sends `record` without waiting; a full or closed queue counts a drop.
+    fn offer(&mut self, record: ReplayRecord, stats: &mut ControlStats) {
+        if self.lost {
+            return;
+        }
+        match self.queue.try_send(record) {
+            Ok(()) => {}
+            Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {
+                stats.queue_drops += 1;
+                stats.episodes_lost_to_drops += 1;
+                self.lost = true;
+            }
+        }
     }
 }
 
@@ -91,6 +127,7 @@ pub fn run_actor(
         let mut takeover = TakeoverWatch::new(config.takeover.as_ref(), &robot);
         let logged = telemetry.wants_episode(episode);
         let mut episode_return = 0.0f32;
+        let mut sent = EpisodeRecords::new(records);
         if logged {
             telemetry.offer(episode_start_event(
                 &robot,
@@ -98,8 +135,7 @@ pub fn run_actor(
                 &observation.instruction,
             ));
         }
-        offer(
-            records,
+        sent.offer(
             ReplayRecord::EpisodeStart(EpisodeStart {
                 episode,
                 robot: NAME.to_string(),
@@ -179,8 +215,7 @@ pub fn run_actor(
             stats.transitions += 1;
             live.ticks.fetch_add(1, Ordering::Relaxed);
             let next = outcome.observation;
-            offer(
-                records,
+            sent.offer(
                 ReplayRecord::Transition(Box::new(Transition {
                     episode,
                     step,
@@ -198,8 +233,7 @@ pub fn run_actor(
             );
             takeover.observe(&robot, seed, outcome.done);
             if outcome.done {
-                offer(
-                    records,
+                sent.offer(
                     ReplayRecord::EpisodeEnd(Box::new(EpisodeEnd {
                         episode,
                         steps: step + 1,
@@ -222,8 +256,68 @@ pub fn run_actor(
         }
         live.queue_drops.store(stats.queue_drops, Ordering::Relaxed);
         episode += 1;
-        seed += 1;
+        seed = seed.wrapping_add(1);
     }
     stats.deadline_misses = clock.misses();
     Ok(stats)
+}
+
+#[cfg(test)]
+mod tests {
+    use burn::DispatchDevice;
+    use burn::backend::ndarray::NdArrayDevice;
+
+    use super::*;
+
+    #[test]
+    fn an_episode_that_lost_a_record_to_a_full_queue_is_never_sent_whole() {
+        let device = DispatchDevice::NdArray(NdArrayDevice::Cpu);
+        let config = ActorConfig {
+            takeover: None,
+            ..ActorConfig::default()
+        };
+        let spec = Reacher2d::new(config.robot.clone()).spec().clone();
+        let policy_config = VlaPolicyConfig::for_robot(&spec);
+        let initial = Arc::new(PolicySnapshot {
+            version: 1,
+            policy: policy_config.init::<Dispatch>(&device),
+        });
+        // A writer that has stalled: the queue holds 8 records and is never drained.
+        let (sender, receiver) = crossbeam_channel::bounded(8);
+        let stop = AtomicBool::new(false);
+        let stats = std::thread::scope(|scope| {
+            let actor = scope.spawn(|| {
+                run_actor(
+                    &config,
+                    &policy_config,
+                    initial,
+                    &device,
+                    &SnapshotMailbox::default(),
+                    &sender,
+                    0,
+                    &LiveCounters::default(),
+                    &Telemetry::off(),
+                    &stop,
+                )
+            });
+            std::thread::sleep(Duration::from_millis(1500));
+            stop.store(true, Ordering::Relaxed);
+            actor.join().unwrap().unwrap()
+        });
+        assert!(
+            stats.queue_drops > 0 && stats.episodes_lost_to_drops >= 1,
+            "{stats:?}"
+        );
+        let records: Vec<ReplayRecord> = receiver.try_iter().collect();
+        assert_eq!(records.len(), 8);
+        // What did get through is the start and the first steps of episode 0, with no
+        // end: readers see it unfinished, never whole with a gap.
+        assert!(matches!(&records[0], ReplayRecord::EpisodeStart(s) if s.episode == 0));
+        for (step, record) in records[1..].iter().enumerate() {
+            match record {
+                ReplayRecord::Transition(t) => assert_eq!(t.step as usize, step),
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+    }
 }

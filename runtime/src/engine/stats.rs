@@ -28,6 +28,9 @@ pub struct ControlStats {
     pub tick_latency_ms: Vec<f64>,
     /// Records the writer's queue had no room for.
     pub queue_drops: u64,
+    /// Episodes that lost a record to the full queue: the rest of each was not sent,
+    /// so the replay holds it unfinished, never as a whole episode with a gap.
+    pub episodes_lost_to_drops: u64,
     /// Every policy version that chose a command.
     pub policy_versions: BTreeSet<u64>,
     /// Transitions the actor produced.
@@ -60,6 +63,9 @@ pub struct ControlReport {
     pub tick_latency_ms: LatencySummary,
     /// Records dropped because the writer's queue was full.
     pub queue_drops: u64,
+    /// Episodes left unfinished in the replay because a record of theirs was dropped.
+    #[serde(default)]
+    pub episodes_lost_to_drops: u64,
     /// Policy versions that chose commands, in order.
     pub policy_versions: Vec<u64>,
     /// Transitions the actor produced.
@@ -89,6 +95,7 @@ impl ControlReport {
                 max: self.tick_latency_ms.max.max(other.tick_latency_ms.max),
             },
             queue_drops: self.queue_drops + other.queue_drops,
+            episodes_lost_to_drops: self.episodes_lost_to_drops + other.episodes_lost_to_drops,
             policy_versions: versions,
             actor_transitions: self.actor_transitions + other.actor_transitions,
             transitions_written: self.transitions_written + other.transitions_written,

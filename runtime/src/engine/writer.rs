@@ -1,7 +1,11 @@
 //! The replay writer thread: drains the actor's queue into segment files, flushing
 //! (fsync) at the end of every episode. A write error (disk full, permissions) stops
-//! recording with the reason kept for the report; the queue is still drained so the
-//! actor never notices, and every record that was not written is counted.
+//! recording with the reason kept for the report and raises `halt`, so that the engine
+//! stops the control loop at its next tick (a robot that cannot record must not go on
+//! learning from nothing); the queue is still drained so the actor never blocks, and
+//! every record that was not written is counted.
+
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use crossbeam_channel::Receiver;
 use serde::{Deserialize, Serialize};
@@ -24,8 +28,12 @@ pub struct WriterReport {
 }
 
 /// Writes every record received on `records` until all senders are gone, then closes
-/// the replay.
-pub fn run_writer(mut writer: ReplayWriter, records: Receiver<ReplayRecord>) -> WriterReport {
+/// the replay. Sets `halt` when recording fails.
+pub fn run_writer(
+    mut writer: ReplayWriter,
+    records: Receiver<ReplayRecord>,
+    halt: &AtomicBool,
+) -> WriterReport {
     let mut report = WriterReport::default();
     for record in records.iter() {
         if report.error.is_some() {
@@ -45,6 +53,7 @@ pub fn run_writer(mut writer: ReplayWriter, records: Receiver<ReplayRecord>) -> 
             Err(error) => {
                 report.error = Some(format!("recording stopped: {error:#}"));
                 report.unwritten += 1;
+                halt.store(true, Ordering::Relaxed);
             }
         }
     }
@@ -52,7 +61,10 @@ pub fn run_writer(mut writer: ReplayWriter, records: Receiver<ReplayRecord>) -> 
     if report.error.is_none() {
         match writer.close() {
             Ok(dropped) => report.dropped_segments = dropped,
-            Err(error) => report.error = Some(format!("closing the replay failed: {error:#}")),
+            Err(error) => {
+                report.error = Some(format!("closing the replay failed: {error:#}"));
+                halt.store(true, Ordering::Relaxed);
+            }
         }
     }
     report
@@ -62,15 +74,25 @@ pub fn run_writer(mut writer: ReplayWriter, records: Receiver<ReplayRecord>) -> 
 mod tests {
     use super::*;
     use crate::replay::{EpisodeStart, ReplayWriterConfig};
+    use imago_robots::Robot;
+    use imago_robots::reacher2d::Reacher2d;
 
     #[test]
     fn a_failing_disk_stops_recording_with_a_reason_and_counts_what_was_lost() {
         let dir = tempfile::tempdir().unwrap();
-        let (writer, _) = ReplayWriter::open(dir.path(), ReplayWriterConfig::default()).unwrap();
+        let (writer, _) = ReplayWriter::open(
+            dir.path(),
+            ReplayWriterConfig::default(),
+            Reacher2d::default().spec(),
+            "test",
+        )
+        .unwrap();
         // The segments folder disappears (a pulled disk): no segment can be created.
         std::fs::remove_dir_all(dir.path().join("segments")).unwrap();
         let (sender, receiver) = crossbeam_channel::bounded(8);
-        let thread = std::thread::spawn(move || run_writer(writer, receiver));
+        let halt = std::sync::Arc::new(AtomicBool::new(false));
+        let raised = halt.clone();
+        let thread = std::thread::spawn(move || run_writer(writer, receiver, &raised));
         for episode in 0..5 {
             sender
                 .send(ReplayRecord::EpisodeStart(EpisodeStart {
@@ -87,5 +109,9 @@ mod tests {
         assert_eq!(report.unwritten, 5);
         let reason = report.error.unwrap();
         assert!(reason.contains("cannot create replay segment"), "{reason}");
+        assert!(
+            halt.load(Ordering::Relaxed),
+            "a failed recording halts the loop"
+        );
     }
 }

@@ -4,6 +4,7 @@ use std::fmt;
 use std::str::FromStr;
 
 use imago_policies::{AdvantageNormaliser, HabcGate};
+use imago_robots::bounds::{ConfigError, in_range};
 use imago_worldmodel::ImaginationConfig;
 use serde::{Deserialize, Serialize};
 
@@ -80,52 +81,53 @@ impl FromStr for FinetuneMethod {
 pub struct FinetuneConfig {
     /// Advantage source and policy loss.
     pub method: FinetuneMethod,
-    /// Collect-update rounds; each bumps the policy version.
+    /// Collect-update rounds; each bumps the policy version. Range: [1, 10000].
     pub rounds: usize,
-    /// Policy episodes collected per round.
+    /// Policy episodes collected per round. Range: [1, 10000].
     pub episodes_per_round: usize,
-    /// Episodes per initial state (the group of return normalisation).
+    /// Episodes per initial state (the group of return normalisation). Range: [1, 1024].
     pub group_size: usize,
     /// How episodes are collected (exploration, takeover).
     pub rollout: RolloutConfig,
-    /// Policy optimiser steps per round.
+    /// Policy optimiser steps per round. Range: [0, 10000000].
     pub policy_steps: usize,
-    /// Transitions per policy step.
+    /// Transitions per policy step. Range: [1, 4096].
     pub batch_size: usize,
-    /// Policy learning rate (Adam, constant).
+    /// Policy learning rate (Adam, constant). Range: [1e-9, 1].
     pub learning_rate: f64,
-    /// AWR temperature: weights are `exp(A / beta)`.
+    /// AWR temperature: weights are `exp(A / beta)`. Range: [1e-6, 1e6].
     pub beta: f32,
-    /// Largest AWR weight.
+    /// Largest AWR weight. Range: [1, 1e9].
     pub max_weight: f32,
     /// How raw advantages are normalised.
     pub normaliser: AdvantageNormaliser,
-    /// Discount of returns and advantages.
+    /// Discount of returns and advantages. Range: [0, 1].
     pub discount: f32,
-    /// Lambda of lambda-returns and generalised advantages.
+    /// Lambda of lambda-returns and generalised advantages. Range: [0, 1].
     pub lambda: f32,
-    /// World-model steps per round, on all replay so far.
+    /// World-model steps per round, on all replay so far. Range: [0, 10000000].
     pub world_model_steps: usize,
     /// Offline fine-tuning without a world-model checkpoint: steps of the world model
-    /// trained on the replay before the first round.
+    /// trained on the replay before the first round. Range: [1, 10000000].
     pub initial_world_model_steps: usize,
-    /// Critic steps per round.
+    /// Critic steps per round. Range: [0, 10000000].
     pub critic_steps: usize,
-    /// Imagined start states per critic step.
+    /// Imagined start states per critic step. Range: [1, 65536].
     pub critic_batch: usize,
-    /// Critic learning rate (Adam).
+    /// Critic learning rate (Adam). Range: [1e-9, 1].
     pub critic_learning_rate: f64,
     /// Horizon and uncertainty penalty of imagination.
     pub imagination: ImaginationConfig,
-    /// Policy transitions older than this many versions are not trained on.
+    /// Policy transitions older than this many versions are not trained on. Range:
+    /// [0, 1000000].
     pub max_staleness: u64,
-    /// Truncation bound of importance weights.
+    /// Truncation bound of importance weights. Range: [1, 1e6].
     pub max_importance_ratio: f32,
-    /// AdvantageFlow: weight of the pull toward the behaviour policy.
+    /// AdvantageFlow: weight of the pull toward the behaviour policy. Range: [0, 1000].
     pub flow_regulariser: f64,
     /// HABC: the gate between viability and efficiency.
     pub gate: HabcGate,
-    /// Seed of sampling and initial weights.
+    /// Seed of sampling and initial weights. Any value.
     pub seed: u64,
 }
 
@@ -167,32 +169,49 @@ impl FinetuneConfig {
         recorded + self.max_staleness >= next
     }
 
-    /// Checks the settings; a message names the first bad one.
-    pub fn validate(&self) -> Result<(), String> {
-        let positive = [
-            ("rounds", self.rounds),
-            ("episodes_per_round", self.episodes_per_round),
-            ("group_size", self.group_size),
-            ("batch_size", self.batch_size),
-            ("critic_batch", self.critic_batch),
-            ("initial_world_model_steps", self.initial_world_model_steps),
-            ("imagination.horizon", self.imagination.horizon),
-        ];
-        if let Some((name, _)) = positive.iter().find(|(_, v)| *v == 0) {
-            return Err(format!("{name} must be at least 1"));
-        }
-        if !(self.beta.is_finite() && self.beta > 0.0) {
-            return Err(format!("beta must be positive, not {}", self.beta));
-        }
-        if !(self.max_weight >= 1.0 && self.max_importance_ratio >= 1.0) {
-            return Err("max_weight and max_importance_ratio must be at least 1".into());
-        }
-        if !((0.0..=1.0).contains(&self.discount) && (0.0..=1.0).contains(&self.lambda)) {
-            return Err("discount and lambda must lie in [0, 1]".into());
-        }
-        self.normaliser.validate()
+    /// Checks every value against its documented range; the error names the key.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        in_range("rounds", self.rounds, 1..=10_000)?;
+        in_range("episodes_per_round", self.episodes_per_round, 1..=10_000)?;
+        in_range("group_size", self.group_size, 1..=1024)?;
+        self.rollout.validate().map_err(|e| e.within("rollout"))?;
+        in_range("policy_steps", self.policy_steps, 0..=MAX_STEPS)?;
+        in_range("batch_size", self.batch_size, 1..=MAX_BATCH)?;
+        in_range("learning_rate", self.learning_rate, 1e-9..=1.0)?;
+        in_range("beta", self.beta, 1e-6..=1e6)?;
+        in_range("max_weight", self.max_weight, 1.0..=1e9)?;
+        self.normaliser
+            .validate()
+            .map_err(|e| e.within("normaliser"))?;
+        in_range("discount", self.discount, 0.0..=1.0)?;
+        in_range("lambda", self.lambda, 0.0..=1.0)?;
+        in_range("world_model_steps", self.world_model_steps, 0..=MAX_STEPS)?;
+        in_range(
+            "initial_world_model_steps",
+            self.initial_world_model_steps,
+            1..=MAX_STEPS,
+        )?;
+        in_range("critic_steps", self.critic_steps, 0..=MAX_STEPS)?;
+        in_range("critic_batch", self.critic_batch, 1..=65_536)?;
+        in_range(
+            "critic_learning_rate",
+            self.critic_learning_rate,
+            1e-9..=1.0,
+        )?;
+        self.imagination
+            .validate()
+            .map_err(|e| e.within("imagination"))?;
+        in_range("max_staleness", self.max_staleness, 0..=1_000_000)?;
+        in_range("max_importance_ratio", self.max_importance_ratio, 1.0..=1e6)?;
+        in_range("flow_regulariser", self.flow_regulariser, 0.0..=1000.0)?;
+        self.gate.validate().map_err(|e| e.within("gate"))
     }
 }
+
+/// Largest number of optimiser steps any config or flag may ask for.
+pub const MAX_STEPS: usize = 10_000_000;
+/// Largest training batch (transitions or windows) any config or flag may ask for.
+pub const MAX_BATCH: usize = 4096;
 
 #[cfg(test)]
 mod tests {
@@ -214,7 +233,7 @@ mod tests {
             group_size: 0,
             ..FinetuneConfig::default()
         };
-        assert!(bad.validate().unwrap_err().contains("group_size"));
+        assert_eq!(bad.validate().unwrap_err().key, "group_size");
         let parsed: FinetuneConfig =
             toml::from_str("method = \"habc\"\nnormaliser = { kind = \"constant\", k = 60.0 }")
                 .unwrap();

@@ -15,7 +15,7 @@ mod run;
 mod update;
 
 pub use advantages::{AdvantageSummary, TransitionWeights, transition_weights};
-pub use config::{FinetuneConfig, FinetuneMethod};
+pub use config::{FinetuneConfig, FinetuneMethod, MAX_BATCH, MAX_STEPS};
 pub use critic::{CriticLosses, train_critic};
 pub use latents::EncodedEpisodes;
 pub use learner::{LearnReport, Learner};

@@ -6,17 +6,19 @@ use std::path::Path;
 
 use burn::Dispatch;
 use burn::prelude::Backend;
-use imago_robots::reacher2d::{NAME, Reacher2dConfig};
+use imago_robots::Robot;
+use imago_robots::reacher2d::{NAME, Reacher2d, Reacher2dConfig};
 use imago_worldmodel::TransitionFamily;
 use serde::{Deserialize, Serialize};
 
 use super::config::FinetuneConfig;
 use super::run::{FinetuneStart, RoundReport, finetune};
-use crate::checkpoint::{CheckpointMeta, load_policy, load_world_model, save_policy};
+use crate::checkpoint::{CheckpointMeta, POLICY_KIND, load_policy, load_world_model, save_policy};
 use crate::device::ResolvedDevice;
+use crate::outputs::{Input, OutputKind, OutputPath};
 use crate::replay::{ReplayWriter, ReplayWriterConfig};
 use crate::telemetry::{Telemetry, log_world_model_losses};
-use crate::train::read_training_replay;
+use crate::train::{ReplaySource, read_training_replay};
 use crate::world_model::{
     WindowDataset, WorldModelTrainConfig, reacher2d_world_model, train_world_model,
 };
@@ -38,15 +40,27 @@ pub struct FinetuneRunSummary {
 /// the replay for `config.initial_world_model_steps` steps. Training curves, sampled
 /// rollouts and learning steps go to `telemetry`.
 pub fn finetune_offline(
-    replay: &Path,
+    replay: ReplaySource<'_>,
     init: &Path,
     world_model: Option<&Path>,
-    out: &Path,
+    out: OutputPath<'_>,
     config: &FinetuneConfig,
     device: &ResolvedDevice,
     telemetry: &Telemetry,
 ) -> anyhow::Result<FinetuneRunSummary> {
-    let episodes = read_training_replay(replay)?.episodes;
+    config
+        .validate()
+        .map_err(|e| anyhow::anyhow!("fine-tuning settings: {e}"))?;
+    replay.ensure_exists()?;
+    let mut inputs = replay.inputs_with(Some(init));
+    inputs.extend(world_model.map(|path| Input {
+        flag: "--world-model",
+        path,
+    }));
+    out.check(OutputKind::Checkpoint(POLICY_KIND), &inputs)?;
+    let robot_config = Reacher2dConfig::default();
+    let spec = Reacher2d::new(robot_config.clone()).spec().clone();
+    let episodes = read_training_replay(replay, Some(&spec))?.episodes;
     let episodes_before = episodes.len();
     Dispatch::seed(&device.training, config.seed);
     let (policy, policy_config, meta) = load_policy::<Dispatch>(init, None, &device.training)?;
@@ -85,12 +99,13 @@ pub fn finetune_offline(
             (model, wm_config)
         }
     };
-    let (mut writer, repaired) = ReplayWriter::open(replay, ReplayWriterConfig::default())?;
-    for (segment, bytes) in &repaired.truncated {
-        eprintln!(
-            "warning: replay segment {segment} had a torn tail; {bytes} bytes truncated, every record before kept"
-        );
-    }
+    let (mut writer, repaired) = ReplayWriter::open(
+        replay.dir,
+        ReplayWriterConfig::default(),
+        &spec,
+        "imago train --what finetune",
+    )?;
+    repaired.warn();
     let outcome = finetune(
         FinetuneStart {
             policy: (policy, &policy_config),
@@ -100,7 +115,7 @@ pub fn finetune_offline(
             episodes,
         },
         config,
-        &Reacher2dConfig::default(),
+        &robot_config,
         &mut writer,
         device,
         telemetry,
@@ -111,7 +126,7 @@ pub fn finetune_offline(
         meta.metrics
             .insert("rollout_success_rate".into(), last.rollout_success_rate);
     }
-    save_policy(&outcome.policy, &policy_config, meta, out)?;
+    save_policy(&outcome.policy, &policy_config, meta, out.path)?;
     Ok(FinetuneRunSummary {
         episodes_before,
         rounds: outcome.rounds,

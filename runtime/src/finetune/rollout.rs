@@ -5,6 +5,7 @@
 
 use burn::prelude::*;
 use imago_policies::{PolicyBatch, VlaPolicy, VlaPolicyConfig};
+use imago_robots::bounds::{ConfigError, in_range};
 use imago_robots::reacher2d::{ExpertConfig, NAME, Reacher2d, Reacher2dConfig, ScriptedExpert};
 use imago_robots::{Action, Observation, Robot};
 use rand::SeedableRng;
@@ -20,11 +21,19 @@ use crate::replay::{Episode, EpisodeEnd, EpisodeStart, ReplayWriter, Transition}
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct TakeoverConfig {
-    /// Ticks over which the end effector's progress is measured.
+    /// Ticks over which the end effector's progress is measured. Range: [1, 100000].
     pub window: u32,
     /// The policy has stalled when the end effector moved less than this (metres)
-    /// over the last `window` ticks.
+    /// over the last `window` ticks. Range: [0, 100].
     pub min_progress: f32,
+}
+
+impl TakeoverConfig {
+    /// Checks both values against their documented ranges.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        in_range("window", self.window, 1..=100_000)?;
+        in_range("min_progress", self.min_progress, 0.0..=100.0)
+    }
 }
 
 impl Default for TakeoverConfig {
@@ -41,11 +50,22 @@ impl Default for TakeoverConfig {
 #[serde(default, deny_unknown_fields)]
 pub struct RolloutConfig {
     /// Scale of the exploration noise relative to the policy's own spread (0: act on
-    /// the mean, or the flow integrated from zero noise).
+    /// the mean, or the flow integrated from zero noise). Range: [0, 10].
     pub exploration: f32,
     /// Let the scripted expert take over when the policy stalls; taken-over ticks are
     /// flagged as interventions.
     pub takeover: Option<TakeoverConfig>,
+}
+
+impl RolloutConfig {
+    /// Checks every value against its documented range.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        in_range("exploration", self.exploration, 0.0..=10.0)?;
+        match &self.takeover {
+            Some(takeover) => takeover.validate().map_err(|e| e.within("takeover")),
+            None => Ok(()),
+        }
+    }
 }
 
 impl Default for RolloutConfig {
@@ -383,11 +403,17 @@ mod tests {
     use super::*;
     use crate::replay::{ReplayWriterConfig, read_replay};
 
+    fn writer_in(dir: &std::path::Path) -> ReplayWriter {
+        let spec = Reacher2d::default().spec().clone();
+        ReplayWriter::open(dir, ReplayWriterConfig::default(), &spec, "test")
+            .unwrap()
+            .0
+    }
+
     #[test]
     fn takeover_flags_interventions_and_policy_steps_carry_their_density() {
         let dir = tempfile::tempdir().unwrap();
-        let (mut writer, _) =
-            ReplayWriter::open(dir.path(), ReplayWriterConfig::default()).unwrap();
+        let mut writer = writer_in(dir.path());
         let device = DispatchDevice::NdArray(NdArrayDevice::Cpu);
         let robot = Reacher2dConfig::default();
         let spec = Reacher2d::new(robot.clone()).spec().clone();
@@ -442,8 +468,7 @@ mod tests {
             .unwrap()
             .inference;
         let dir = tempfile::tempdir().unwrap();
-        let (mut writer, _) =
-            ReplayWriter::open(dir.path(), ReplayWriterConfig::default()).unwrap();
+        let mut writer = writer_in(dir.path());
         let robot = Reacher2dConfig {
             max_steps: 3,
             ..Default::default()

@@ -26,6 +26,14 @@ pub enum FrameError {
     Checksum,
 }
 
+impl FrameError {
+    /// Whether the data simply ends inside the frame (a torn tail), rather than
+    /// holding a frame that is wrong.
+    pub fn is_truncation(&self) -> bool {
+        matches!(self, Self::Truncated { .. })
+    }
+}
+
 /// Frames `payload`.
 pub fn encode_frame(payload: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(HEADER + payload.len());
@@ -45,7 +53,9 @@ pub fn decode_frame(data: &[u8]) -> Result<(&[u8], usize), FrameError> {
     }
     let len = u32::from_le_bytes(data[0..4].try_into().expect("4 bytes"));
     let crc = u32::from_le_bytes(data[4..8].try_into().expect("4 bytes"));
-    if len > MAX_PAYLOAD {
+    // No record encodes to zero bytes; a zeroed header (length 0, checksum 0, which
+    // is the checksum of nothing) is damage, not an empty record.
+    if len == 0 || len > MAX_PAYLOAD {
         return Err(FrameError::BadLength(len));
     }
     let end = HEADER + len as usize;
@@ -60,6 +70,28 @@ pub fn decode_frame(data: &[u8]) -> Result<(&[u8], usize), FrameError> {
         return Err(FrameError::Checksum);
     }
     Ok((payload, end))
+}
+
+/// The offset of the first intact frame after damage at `damaged`, for a reader to go
+/// on from: first where the damaged frame's own length says the next one begins (a
+/// flipped payload byte leaves its header intact), else the first byte offset where a
+/// frame with a matching checksum starts. `accept` decides whether a candidate frame's
+/// payload is a record (a checksum match on random bytes is rare, a decodable record
+/// at the same place rarer). `None`: no intact frame follows.
+pub fn resync(data: &[u8], damaged: usize, accept: impl Fn(&[u8]) -> bool) -> Option<usize> {
+    let intact_at = |offset: usize| {
+        data.get(offset..)
+            .and_then(|rest| decode_frame(rest).ok())
+            .is_some_and(|(payload, _)| accept(payload))
+    };
+    if let Some(header) = data.get(damaged..damaged + HEADER) {
+        let len = u32::from_le_bytes(header[0..4].try_into().expect("4 bytes"));
+        let next = damaged + HEADER + len as usize;
+        if len > 0 && len <= MAX_PAYLOAD && next < data.len() && intact_at(next) {
+            return Some(next);
+        }
+    }
+    (damaged + 1..data.len().saturating_sub(HEADER)).find(|&offset| intact_at(offset))
 }
 
 #[cfg(test)]
@@ -80,5 +112,23 @@ mod tests {
         let mut huge = frame;
         huge[3] = 0xff;
         assert!(matches!(decode_frame(&huge), Err(FrameError::BadLength(_))));
+        assert_eq!(decode_frame(&[0u8; 16]), Err(FrameError::BadLength(0)));
+    }
+
+    #[test]
+    fn resync_finds_the_next_intact_frame_after_a_flip_or_a_zeroed_block() {
+        let frames: Vec<Vec<u8>> = (0..4u8).map(|i| encode_frame(&[i; 40])).collect();
+        let data: Vec<u8> = frames.concat();
+        let any = |_: &[u8]| true;
+        // A flipped payload byte: the damaged frame's length leads to the next one.
+        let mut flipped = data.clone();
+        flipped[60] ^= 1;
+        assert_eq!(resync(&flipped, 48, any), Some(96));
+        // A zeroed block over a header: found by scanning.
+        let mut zeroed = data.clone();
+        zeroed[48..60].fill(0);
+        assert_eq!(resync(&zeroed, 48, any), Some(96));
+        // Nothing intact after the damage.
+        assert_eq!(resync(&data[..150], 144, any), None);
     }
 }

@@ -5,23 +5,37 @@
 //!   framed as `[len: u32 LE][crc32: u32 LE][postcard bytes]`;
 //! - `manifest.json`: the closed segments, written atomically (temp file, then rename).
 //!
-//! A crash can leave the last open segment with a torn tail (a partial frame, or a frame
-//! whose checksum does not match). Readers stop at the first bad frame of a segment and
-//! report it; [`ReplayWriter::open`] truncates such a tail, keeping every record before
-//! it, and continues in a fresh segment.
+//! The manifest also carries the [`RobotSpec`] of the robot whose episodes the replay
+//! holds; appending episodes of another spec is an error, and readers validate every
+//! episode against it.
+//!
+//! Episodes are whole or absent: the reader ([`read_replay`]) hands out only episodes
+//! that are structurally whole (a start, steps `0..n` in order, an end whose count
+//! matches, one episode id) and fit the spec (image size, vector lengths, finite
+//! values). Damage is a cut: an episode that spans a damaged frame, a missing segment
+//! or a segment whose length disagrees with the manifest is reported as damaged, never
+//! joined across the damage; intact episodes after the damage are read again. A crash
+//! can leave the last open segment with a torn tail; [`ReplayWriter::open`] truncates
+//! such a tail (only a tail with no intact record after it), keeping every record
+//! before it, and continues in a fresh segment.
 
+mod assemble;
+mod check;
 mod frame;
 mod reader;
 mod record;
 mod writer;
 
+pub use assemble::{DamagedEpisode, EpisodeShape};
+pub use check::{RepairReport, check_replay, repair_replay};
 pub use frame::{FrameError, encode_frame};
-pub use reader::{Corruption, Episode, ReplayContents, read_replay};
+pub use reader::{Corruption, Episode, ReplayContents, SegmentSummary, read_replay};
 pub use record::{EpisodeEnd, EpisodeStart, ReplayRecord, Transition};
 pub use writer::{OpenReport, ReplayWriter, ReplayWriterConfig};
 
 use std::path::{Path, PathBuf};
 
+use imago_robots::RobotSpec;
 use serde::{Deserialize, Serialize};
 
 /// The manifest's file name inside a replay directory.
@@ -40,15 +54,28 @@ pub struct SegmentEntry {
     pub records: u64,
     /// Size in bytes.
     pub bytes: u64,
+    /// The last segment of a writer's session (closed by the writer, or recovered
+    /// after a crash): an episode still open at its end was cut short by a stop or a
+    /// crash, which readers count as unfinished rather than damaged.
+    #[serde(default)]
+    pub ends_session: bool,
 }
 
-/// The list of closed segments.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+/// The list of closed segments and the robot the replay records.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct Manifest {
     /// On-disk format version.
     pub format: u32,
+    /// The robot whose episodes the replay holds; `None` in replays written before
+    /// the spec was recorded (their episodes are checked against the first whole one).
+    #[serde(default)]
+    pub spec: Option<RobotSpec>,
     /// Closed segments, oldest first.
     pub closed: Vec<SegmentEntry>,
+    /// The next unused episode id when the manifest was written, so that ids of
+    /// episodes lost to damage or retention are never given out again.
+    #[serde(default)]
+    pub next_episode: u64,
 }
 
 impl Manifest {
@@ -58,15 +85,18 @@ impl Manifest {
         if !path.exists() {
             return Ok(Self {
                 format: FORMAT_VERSION,
+                spec: None,
                 closed: Vec::new(),
+                next_episode: 0,
             });
         }
-        let text = std::fs::read_to_string(&path)
+        let bytes = std::fs::read(&path)
             .map_err(|e| anyhow::anyhow!("cannot read replay manifest {}: {e}", path.display()))?;
-        let manifest: Self = serde_json::from_str(&text).map_err(|e| {
+        let manifest: Self = serde_json::from_slice(&bytes).map_err(|e| {
             anyhow::anyhow!(
-                "replay manifest {} is malformed ({e}); move it aside to rescan the segments",
-                path.display()
+                "replay manifest {} is malformed ({e}); `imago replay check {}` reads the segments without it, `imago replay repair` writes a clean copy",
+                path.display(),
+                dir.display()
             )
         })?;
         if manifest.format != FORMAT_VERSION {
@@ -86,7 +116,16 @@ impl Manifest {
     }
 }
 
-/// Paths of the segment files of `dir`, in order.
+/// The index of a segment file named `NNNNNN.seg`.
+pub fn segment_index(path: &Path) -> Option<u64> {
+    path.file_name()?
+        .to_str()?
+        .strip_suffix(".seg")?
+        .parse()
+        .ok()
+}
+
+/// Paths of the segment files of `dir` (named `NNNNNN.seg`), in index order.
 pub fn segment_files(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
     let folder = dir.join(SEGMENTS);
     if !folder.exists() {
@@ -98,11 +137,13 @@ pub fn segment_files(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
     let mut files: Vec<PathBuf> = std::fs::read_dir(&folder)
         .map_err(|e| anyhow::anyhow!("cannot list {}: {e}", folder.display()))?
         .filter_map(|entry| entry.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|e| e == "seg"))
+        .filter(|p| segment_index(p).is_some())
         .collect();
-    files.sort();
+    files.sort_by_key(|p| segment_index(p));
     Ok(files)
 }
 
+#[cfg(test)]
+mod damage_tests;
 #[cfg(test)]
 mod tests;

@@ -2,6 +2,7 @@
 
 use std::path::PathBuf;
 
+use imago_robots::bounds::{ConfigError, in_range};
 use serde::{Deserialize, Serialize};
 
 /// The address `--rerun-connect` uses when given no URL: a viewer on this machine.
@@ -23,20 +24,25 @@ pub enum TelemetryTarget {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct TelemetryConfig {
-    /// Events the queue holds before new ones are dropped (and counted).
+    /// Events the queue holds before new ones are dropped (and counted). Range:
+    /// [1, 1048576].
     pub queue: usize,
-    /// A camera frame with every this many control steps of a logged episode.
+    /// A camera frame with every this many control steps of a logged episode. Range:
+    /// [1, 1000000].
     pub frame_every: u32,
-    /// Camera frames are shrunk by this factor in each direction (box filter).
+    /// Camera frames are shrunk by this factor in each direction (box filter). Range:
+    /// [1, 64].
     pub frame_downsample: u32,
-    /// The live control loop logs every this many episodes (1: all).
+    /// The live control loop logs every this many episodes (1: all). Range: at least 1.
     pub episode_every: u64,
     /// Of episodes read back from a replay (demo phases, `imago inspect`), every this
-    /// many are logged step by step.
+    /// many are logged step by step. Range: at least 1.
     pub replay_episode_every: u64,
-    /// Episodes that get imagined rollouts drawn next to what really followed.
+    /// Episodes that get imagined rollouts drawn next to what really followed. Range:
+    /// [0, 1000].
     pub imagined_episodes: usize,
     /// Within such an episode, an imagined rollout starts every this many steps.
+    /// Range: [1, 1000000].
     pub imagine_every: u32,
 }
 
@@ -55,20 +61,18 @@ impl Default for TelemetryConfig {
 }
 
 impl TelemetryConfig {
-    /// Checks that every count and rate is usable.
-    pub fn validate(&self) -> Result<(), String> {
-        for (name, value) in [
-            ("queue", self.queue as u64),
-            ("frame_every", self.frame_every as u64),
-            ("frame_downsample", self.frame_downsample as u64),
-            ("episode_every", self.episode_every),
-            ("replay_episode_every", self.replay_episode_every),
-            ("imagine_every", self.imagine_every as u64),
-        ] {
-            if value == 0 {
-                return Err(format!("{name} must be at least 1"));
-            }
-        }
-        Ok(())
+    /// Checks every value against its documented range; the error names the key.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        in_range("queue", self.queue, 1..=1 << 20)?;
+        in_range("frame_every", self.frame_every, 1..=1_000_000)?;
+        in_range("frame_downsample", self.frame_downsample, 1..=64)?;
+        in_range("episode_every", self.episode_every, 1..=u64::MAX)?;
+        in_range(
+            "replay_episode_every",
+            self.replay_episode_every,
+            1..=u64::MAX,
+        )?;
+        in_range("imagined_episodes", self.imagined_episodes, 0..=1000)?;
+        in_range("imagine_every", self.imagine_every, 1..=1_000_000)
     }
 }

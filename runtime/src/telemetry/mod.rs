@@ -394,8 +394,8 @@ mod tests {
             ..TelemetryConfig::default()
         };
         assert_eq!(
-            config.validate().unwrap_err(),
-            "frame_every must be at least 1"
+            config.validate().unwrap_err().to_string(),
+            "frame_every = 0: must be in [1, 1000000]"
         );
         let error = TelemetrySession::start(
             Some(&TelemetryTarget::File("x.rrd".into())),

@@ -172,6 +172,7 @@ mod tests {
                 ..CollectConfig::default()
             },
             dir.path(),
+            false,
         )
         .unwrap();
         let episodes = read_replay(dir.path()).unwrap().episodes;

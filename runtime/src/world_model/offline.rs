@@ -15,11 +15,12 @@ use super::{
     WindowDataset, WorldModelEvalReport, WorldModelStep, WorldModelTrainConfig,
     evaluate_world_model, split_episodes, train_world_model,
 };
-use crate::checkpoint::{CheckpointMeta, load_world_model, save_world_model};
+use crate::checkpoint::{CheckpointMeta, WORLD_MODEL_KIND, load_world_model, save_world_model};
 use crate::device::ResolvedDevice;
+use crate::outputs::{OutputKind, OutputPath};
 use crate::replay::Episode;
 use crate::telemetry::{Telemetry, TelemetryEvent, log_imagined_windows, log_world_model_losses};
-use crate::train::read_training_replay;
+use crate::train::{ReplaySource, read_training_replay};
 
 /// What an offline world-model run did.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -59,15 +60,21 @@ pub fn mean_loss(history: &[WorldModelStep], term: &str) -> f32 {
 /// `init`, training continues from that checkpoint, whose config must match. Every
 /// loss term's curve goes to `telemetry`.
 pub fn train_world_model_offline(
-    replay: &Path,
-    out: &Path,
+    replay: ReplaySource<'_>,
+    out: OutputPath<'_>,
     init: Option<&Path>,
     family: TransitionFamily,
     train: &WorldModelTrainConfig,
     device: &ResolvedDevice,
     telemetry: &Telemetry,
 ) -> anyhow::Result<WorldModelRunSummary> {
-    let episodes = read_training_replay(replay)?.episodes;
+    replay.ensure_exists()?;
+    out.check(
+        OutputKind::Checkpoint(WORLD_MODEL_KIND),
+        &replay.inputs_with(init),
+    )?;
+    let spec = Reacher2d::new(Reacher2dConfig::default()).spec().clone();
+    let episodes = read_training_replay(replay, Some(&spec))?.episodes;
     let (training, held_out) = split_episodes(&episodes);
     let expected = reacher2d_world_model(family);
     Dispatch::seed(&device.training, train.seed);
@@ -76,7 +83,12 @@ pub fn train_world_model_offline(
             let (model, config, meta) =
                 load_world_model::<Dispatch>(dir, Some(&expected), &device.training)?;
             let parent = Some(dir.display().to_string());
-            (model.freeze_target(), config, meta.version + 1, parent)
+            (
+                model.freeze_target(),
+                config,
+                meta.version.saturating_add(1),
+                parent,
+            )
         }
         None => (expected.init(&device.training), expected, 1, None),
     };
@@ -86,7 +98,7 @@ pub fn train_world_model_offline(
         &training,
         train,
         CheckpointMeta::new(NAME, version, parent),
-        out,
+        out.path,
         device,
     )?;
     let history = &trained.history;
@@ -159,13 +171,13 @@ pub fn train_and_save_world_model(
 /// beside what really followed, go to `telemetry`.
 pub fn evaluate_world_model_checkpoint(
     ckpt: &Path,
-    replay: &Path,
+    replay: ReplaySource<'_>,
     horizon: usize,
     all_episodes: bool,
     device: &ResolvedDevice,
     telemetry: &Telemetry,
 ) -> anyhow::Result<WorldModelEvalReport> {
-    let episodes = read_training_replay(replay)?.episodes;
+    let episodes = read_training_replay(replay, None)?.episodes;
     evaluate_world_model_checkpoint_on(ckpt, &episodes, horizon, all_episodes, device, telemetry)
 }
 

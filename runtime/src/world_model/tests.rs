@@ -20,6 +20,7 @@ fn briefly_trained_world_model_beats_copying_the_last_latent() {
             ..CollectConfig::default()
         },
         dir.path(),
+        false,
     )
     .unwrap();
     let episodes = read_replay(dir.path()).unwrap().episodes;

@@ -1,9 +1,21 @@
-//! Model checkpoints (policies and world models): a directory holding the burn record (`model.mpk`) and
-//! `meta.json` (kind, config, version, parent, metrics). Written to a hidden sibling
-//! directory first and renamed into place, so a crash never leaves half a checkpoint.
+//! Model checkpoints (policies and world models): a directory holding the burn record
+//! (`model.mpk`) and `meta.json` (kind, config, version, parent, metrics, and the size
+//! and CRC-32 of every weight file). Written to a hidden sibling directory first and
+//! renamed into place, so a crash never leaves half a checkpoint. Loading validates the
+//! config's ranges before anything is allocated, checks every weight file against its
+//! checksum, and checks every loaded tensor's shape against the config, naming each
+//! tensor that differs.
+
+mod integrity;
+
+pub use integrity::{
+    FileDigest, parameter_shapes, shape_differences, sign_meta_json, verify_files, verify_meta_json,
+};
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+
+use anyhow::Context;
 
 use burn::prelude::*;
 use burn::record::{FullPrecisionSettings, NamedMpkFileRecorder};
@@ -19,9 +31,11 @@ use crate::atomic;
 pub const POLICY_KIND: &str = "vla-policy";
 /// The `kind` of a world-model checkpoint.
 pub const WORLD_MODEL_KIND: &str = "world-model";
-/// Version of the checkpoint layout.
-pub const CHECKPOINT_FORMAT: u32 = 1;
+/// Version of the checkpoint layout (2: `meta.json` lists the weight files' sizes and
+/// checksums; format 1, without them, still loads).
+pub const CHECKPOINT_FORMAT: u32 = 2;
 const MODEL_STEM: &str = "model";
+const MODEL_FILE: &str = "model.mpk";
 const META: &str = "meta.json";
 
 /// `meta.json` of a checkpoint.
@@ -41,6 +55,13 @@ pub struct CheckpointMeta {
     pub robot: String,
     /// Figures measured when it was saved.
     pub metrics: BTreeMap<String, f64>,
+    /// Size and CRC-32 of every weight file, by name (empty in format 1).
+    #[serde(default)]
+    pub files: BTreeMap<String, FileDigest>,
+    /// CRC-32 of the bytes of `meta.json` before this field (format 2; see
+    /// [`sign_meta_json`]), so that a damaged config, version or file list is caught.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checksum: Option<u32>,
 }
 
 /// Why a checkpoint cannot be loaded.
@@ -93,6 +114,22 @@ pub enum CheckpointError {
         /// The recorder's error.
         reason: String,
     },
+    /// A weight file does not match the size and checksum `meta.json` records.
+    #[error("checkpoint {path} is damaged: {reason}")]
+    Damaged {
+        /// The checkpoint.
+        path: PathBuf,
+        /// Which file, and how it differs.
+        reason: String,
+    },
+    /// Loaded tensors do not have the shapes the stored config gives.
+    #[error("checkpoint {path}: its weights do not fit its config: {differences}")]
+    ShapeMismatch {
+        /// The checkpoint.
+        path: PathBuf,
+        /// One entry per offending tensor, `; `-separated.
+        differences: String,
+    },
     /// Writing failed.
     #[error("cannot write checkpoint {path}: {reason}")]
     Write {
@@ -126,7 +163,7 @@ pub fn load_policy<B: Backend>(
     device: &B::Device,
 ) -> Result<(VlaPolicy<B>, VlaPolicyConfig, CheckpointMeta), CheckpointError> {
     let (config, meta) = read_config(dir, POLICY_KIND, expected, VlaPolicyConfig::validate)?;
-    let policy = load_weights(config.init::<B>(device), dir, device)?;
+    let policy = load_weights(config.init::<B>(device), &meta, dir, device)?;
     Ok((policy, config, meta))
 }
 
@@ -148,7 +185,7 @@ pub fn load_world_model<B: Backend>(
     device: &B::Device,
 ) -> Result<(WorldModel<B>, WorldModelConfig, CheckpointMeta), CheckpointError> {
     let (config, meta) = read_config(dir, WORLD_MODEL_KIND, expected, WorldModelConfig::validate)?;
-    let model = load_weights(config.init::<B>(device), dir, device)?;
+    let model = load_weights(config.init::<B>(device), &meta, dir, device)?;
     Ok((model, config, meta))
 }
 
@@ -177,7 +214,15 @@ fn save_checkpoint<B: Backend, M: Module<B>, C: Serialize>(
         .clone()
         .save_file(staged.join(MODEL_STEM), &recorder())
         .map_err(|e| write_err(e.to_string()))
-        .and_then(|_| serde_json::to_vec_pretty(&meta).map_err(|e| write_err(e.to_string())))
+        .and_then(|_| {
+            let digest =
+                FileDigest::of(&staged.join(MODEL_FILE)).map_err(|e| write_err(e.to_string()))?;
+            meta.files = BTreeMap::from([(MODEL_FILE.to_string(), digest)]);
+            meta.checksum = None;
+            serde_json::to_vec_pretty(&meta)
+                .map(sign_meta_json)
+                .map_err(|e| write_err(e.to_string()))
+        })
         .and_then(|json| {
             atomic::write_file(&staged.join(META), &json).map_err(|e| write_err(format!("{e:#}")))
         })
@@ -186,6 +231,61 @@ fn save_checkpoint<B: Backend, M: Module<B>, C: Serialize>(
         let _ = std::fs::remove_dir_all(&staged);
     }
     result
+}
+
+/// Cleans up after a crash that interrupted a save of the checkpoint `dir`: a save
+/// writes a hidden `.NAME.staged-*` sibling and swaps it in through a hidden
+/// `.NAME.old-*` one. When `dir` is missing (the crash came between the two renames),
+/// the newest whole staged checkpoint, else the old one, is moved into place; every
+/// other leftover is removed. Returns one line per action. Call it only while holding
+/// the lock of the directory that holds `dir` (no save can be under way then).
+pub fn recover_checkpoint(dir: &Path) -> anyhow::Result<Vec<String>> {
+    let (Some(parent), Some(name)) = (dir.parent(), dir.file_name()) else {
+        return Ok(Vec::new());
+    };
+    let Ok(entries) = std::fs::read_dir(parent) else {
+        return Ok(Vec::new());
+    };
+    let name = name.to_string_lossy();
+    let (staged_prefix, old_prefix) = (format!(".{name}.staged-"), format!(".{name}.old-"));
+    let mut leftovers: Vec<(bool, PathBuf)> = entries
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            let file = e.file_name().to_string_lossy().into_owned();
+            let staged = file.starts_with(&staged_prefix);
+            (staged || file.starts_with(&old_prefix)).then(|| (staged, e.path()))
+        })
+        .collect();
+    // Newest first: the names end in the process id and the nanosecond time.
+    let stamp = |p: &Path| {
+        p.file_name()
+            .and_then(|n| n.to_str()?.rsplit('-').next()?.parse::<u128>().ok())
+            .unwrap_or(0)
+    };
+    leftovers.sort_by_key(|(staged, p)| (std::cmp::Reverse(*staged), std::cmp::Reverse(stamp(p))));
+    let mut notes = Vec::new();
+    if !dir.exists() {
+        let whole = |p: &Path| read_meta(p).is_ok_and(|m| verify_files(p, &m.files).is_ok());
+        if let Some(index) = leftovers.iter().position(|(_, p)| whole(p)) {
+            let (_, chosen) = leftovers.remove(index);
+            std::fs::rename(&chosen, dir)
+                .with_context(|| format!("cannot move {} into place", chosen.display()))?;
+            notes.push(format!(
+                "the checkpoint {} was missing after an interrupted save; restored it from {}",
+                dir.display(),
+                chosen.display()
+            ));
+        }
+    }
+    for (_, path) in leftovers {
+        std::fs::remove_dir_all(&path)
+            .with_context(|| format!("cannot remove {}", path.display()))?;
+        notes.push(format!(
+            "removed {}, left by an interrupted checkpoint save",
+            path.display()
+        ));
+    }
+    Ok(notes)
 }
 
 /// Reads a checkpoint's `meta.json`.
@@ -198,10 +298,28 @@ pub fn read_meta(dir: &Path) -> Result<CheckpointMeta, CheckpointError> {
             path: dir.to_path_buf(),
             reason: e.to_string(),
         })?;
-    serde_json::from_str(&text).map_err(|e| CheckpointError::BadMeta {
+    let meta: CheckpointMeta =
+        serde_json::from_str(&text).map_err(|e| CheckpointError::BadMeta {
+            path: dir.to_path_buf(),
+            reason: e.to_string(),
+        })?;
+    let bad = |reason: String| CheckpointError::BadMeta {
         path: dir.to_path_buf(),
-        reason: e.to_string(),
-    })
+        reason,
+    };
+    match meta.format {
+        1 => {}
+        2 if !meta.files.contains_key(MODEL_FILE) => {
+            return Err(bad(format!("it lists no checksum of {MODEL_FILE}")));
+        }
+        2 => verify_meta_json(&text).map_err(bad)?,
+        other => {
+            return Err(bad(format!(
+                "format {other}; this build reads formats 1 and {CHECKPOINT_FORMAT}"
+            )));
+        }
+    }
+    Ok(meta)
 }
 
 /// Reads the meta and config of a checkpoint of `kind`, validates the config and, with
@@ -210,7 +328,7 @@ fn read_config<C: Serialize + DeserializeOwned>(
     dir: &Path,
     kind: &'static str,
     expected: Option<&C>,
-    validate: impl Fn(&C) -> Result<(), String>,
+    validate: impl Fn(&C) -> Result<(), imago_robots::ConfigError>,
 ) -> Result<(C, CheckpointMeta), CheckpointError> {
     let meta = read_meta(dir)?;
     if meta.kind != kind {
@@ -225,7 +343,7 @@ fn read_config<C: Serialize + DeserializeOwned>(
         reason: format!("config: {reason}"),
     };
     let config: C = serde_json::from_value(meta.config.clone()).map_err(|e| bad(e.to_string()))?;
-    validate(&config).map_err(bad)?;
+    validate(&config).map_err(|e| bad(e.to_string()))?;
     if let Some(expected) = expected {
         let differences = config_differences(&meta.config, expected);
         if !differences.is_empty() {
@@ -238,18 +356,34 @@ fn read_config<C: Serialize + DeserializeOwned>(
     Ok((config, meta))
 }
 
-/// Loads the weights of the checkpoint in `dir` into `model`.
+/// Loads the weights of the checkpoint in `dir` (described by `meta`) into `model`,
+/// a fresh model of the checkpoint's config: the weight files are checked against
+/// their checksums first, the loaded tensors' shapes against `model`'s after.
 fn load_weights<B: Backend, M: Module<B>>(
     model: M,
+    meta: &CheckpointMeta,
     dir: &Path,
     device: &B::Device,
 ) -> Result<M, CheckpointError> {
-    model
+    verify_files(dir, &meta.files).map_err(|reason| CheckpointError::Damaged {
+        path: dir.to_path_buf(),
+        reason,
+    })?;
+    let expected = parameter_shapes(&model);
+    let loaded = model
         .load_file(dir.join(MODEL_STEM), &recorder(), device)
         .map_err(|e| CheckpointError::Weights {
             path: dir.to_path_buf(),
             reason: e.to_string(),
-        })
+        })?;
+    let differences = shape_differences(&expected, &parameter_shapes(&loaded));
+    if !differences.is_empty() {
+        return Err(CheckpointError::ShapeMismatch {
+            path: dir.to_path_buf(),
+            differences: differences.join("; "),
+        });
+    }
+    Ok(loaded)
 }
 
 fn config_differences<C: Serialize>(stored: &serde_json::Value, expected: &C) -> Vec<String> {
@@ -281,6 +415,8 @@ impl CheckpointMeta {
             parent,
             robot: robot.to_string(),
             metrics: BTreeMap::new(),
+            files: BTreeMap::new(),
+            checksum: None,
         }
     }
 }
@@ -385,21 +521,117 @@ mod tests {
             Err(CheckpointError::BadMeta { .. })
         ));
 
-        std::fs::write(&meta_path, good_meta.replace(POLICY_KIND, "world-model")).unwrap();
+        // Edited by hand (its checksum recomputed): another kind is refused by name.
+        let resigned = |edit: &dyn Fn(&mut CheckpointMeta)| {
+            let mut meta: CheckpointMeta = serde_json::from_str(&good_meta).unwrap();
+            edit(&mut meta);
+            meta.checksum = None;
+            String::from_utf8(sign_meta_json(serde_json::to_vec_pretty(&meta).unwrap())).unwrap()
+        };
+        std::fs::write(&meta_path, resigned(&|m| m.kind = "world-model".into())).unwrap();
         let err = load_policy::<Dispatch>(&dir, None, &device).unwrap_err();
         assert!(err.to_string().contains("`world-model`"), "{err}");
+        // Edited without recomputing its checksum: refused as damaged.
+        std::fs::write(
+            &meta_path,
+            good_meta.replace("\"version\": 4", "\"version\": 5"),
+        )
+        .unwrap();
+        let err = load_policy::<Dispatch>(&dir, None, &device).unwrap_err();
+        assert!(err.to_string().contains("own checksum"), "{err}");
 
         std::fs::write(&meta_path, &good_meta).unwrap();
         let model = dir.join("model.mpk");
         let bytes = std::fs::read(&model).unwrap();
         std::fs::write(&model, &bytes[..bytes.len() / 2]).unwrap();
         let err = load_policy::<Dispatch>(&dir, None, &device).unwrap_err();
-        assert!(matches!(err, CheckpointError::Weights { .. }), "{err}");
+        assert!(matches!(err, CheckpointError::Damaged { .. }), "{err}");
+        assert!(err.to_string().contains("model.mpk has"), "{err}");
+
+        // One flipped bit anywhere in the weights is caught by the checksum.
+        let mut flipped = bytes.clone();
+        flipped[bytes.len() * 2 / 3] ^= 0x10;
+        std::fs::write(&model, &flipped).unwrap();
+        let err = load_policy::<Dispatch>(&dir, None, &device).unwrap_err();
+        assert!(err.to_string().contains("checksum"), "{err}");
+        std::fs::write(&model, &bytes).unwrap();
+
+        // A config whose sizes the stored tensors do not have: each tensor is named.
+        std::fs::write(
+            &meta_path,
+            resigned(&|m| m.config["stem_channels"] = serde_json::json!(8)),
+        )
+        .unwrap();
+        let err = load_policy::<Dispatch>(&dir, None, &device).unwrap_err();
+        let message = err.to_string();
+        assert!(
+            matches!(err, CheckpointError::ShapeMismatch { .. }),
+            "{message}"
+        );
+        assert!(
+            message.contains("tensor stem.weight: stored [3, 16], the config gives [3, 8]"),
+            "{message}"
+        );
+
+        // A format-2 meta without the checksum of its weights.
+        std::fs::write(&meta_path, resigned(&|m| m.files.clear())).unwrap();
+        let err = load_policy::<Dispatch>(&dir, None, &device).unwrap_err();
+        assert!(err.to_string().contains("no checksum"), "{err}");
 
         std::fs::remove_file(&meta_path).unwrap();
         assert!(matches!(
             load_policy::<Dispatch>(&dir, None, &device),
             Err(CheckpointError::MissingMeta { .. })
         ));
+    }
+
+    #[test]
+    fn damaged_checkpoints_never_load_other_weights_and_never_panic() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("ckpt");
+        let (reference, device) = saved(&dir);
+        let pristine: Vec<(String, Vec<u8>)> = ["model.mpk", META]
+            .iter()
+            .map(|f| (f.to_string(), std::fs::read(dir.join(f)).unwrap()))
+            .collect();
+        let mut cases = 0;
+        let mut refused = 0;
+        for (file, bytes) in &pristine {
+            let len = bytes.len();
+            let mut mutations: Vec<Vec<u8>> = Vec::new();
+            for position in (0..len).step_by((len / 60).max(1)) {
+                let mut flipped = bytes.clone();
+                flipped[position] ^= 1 << (position % 8);
+                mutations.push(flipped);
+            }
+            for cut in [0, 1, len / 3, len / 2, len - 1] {
+                mutations.push(bytes[..cut].to_vec());
+            }
+            for start in (0..len).step_by((len / 8).max(1)) {
+                let mut zeroed = bytes.clone();
+                zeroed[start..(start + 64).min(len)].fill(0);
+                mutations.push(zeroed);
+            }
+            for mutated in mutations {
+                std::fs::write(dir.join(file), &mutated).unwrap();
+                cases += 1;
+                match load_policy::<Dispatch>(&dir, None, &device) {
+                    Ok((policy, config, _)) => {
+                        let actions =
+                            plan(&policy, &config, &device, std::iter::once(&observation()));
+                        assert_eq!(
+                            actions.ok(),
+                            Some(reference.clone()),
+                            "{file}: a damaged checkpoint loaded other weights"
+                        );
+                    }
+                    Err(_) => refused += 1,
+                }
+            }
+            std::fs::write(dir.join(file), bytes).unwrap();
+        }
+        // Every change to either file is refused.
+        assert!(cases > 100, "{cases}");
+        assert_eq!(refused, cases);
     }
 }
