@@ -587,7 +587,7 @@ fn an_absent_live_viewer_is_a_warning_and_the_run_is_kept() {
         "{}",
         stderr(&output)
     );
-    let episodes = imago_runtime::replay::read_replay(&replay)
+    let episodes = imago_runtime::store::replay::read_replay(&replay)
         .unwrap()
         .episodes;
     assert_eq!(episodes.len(), 2);
@@ -946,5 +946,225 @@ fn out_of_range_flags_and_config_values_are_clear_errors() {
             "1e19",
         ],
         "--duration = 1e19",
+    );
+}
+
+/// A copy of the replay `from` at `to` as an older build wrote it: without the robot's
+/// settings in its manifest and, unless `keep_spec`, without the spec.
+fn as_older_replay(from: &std::path::Path, to: &std::path::Path, keep_spec: bool) {
+    std::fs::create_dir_all(to.join("segments")).unwrap();
+    for entry in std::fs::read_dir(from.join("segments")).unwrap() {
+        let entry = entry.unwrap();
+        std::fs::copy(entry.path(), to.join("segments").join(entry.file_name())).unwrap();
+    }
+    let mut manifest: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(from.join("manifest.json")).unwrap()).unwrap();
+    let fields = manifest.as_object_mut().unwrap();
+    fields
+        .remove("robot")
+        .expect("the manifest records the robot's settings");
+    if !keep_spec {
+        fields.insert("spec".into(), serde_json::Value::Null);
+    }
+    std::fs::write(
+        to.join("manifest.json"),
+        serde_json::to_vec_pretty(&manifest).unwrap(),
+    )
+    .unwrap();
+}
+
+#[test]
+fn the_robot_spec_travels_with_replays_and_checkpoints() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = |name: &str| dir.path().join(name).to_str().unwrap().to_string();
+    let (replay, ckpt, small) = (path("replay"), path("ckpt"), path("small.toml"));
+    std::fs::write(&small, "image_size = 32\nmax_steps = 8\n").unwrap();
+    let run = |args: &[&str]| {
+        let output = imago(args);
+        assert!(output.status.success(), "{args:?}: {}", stderr(&output));
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    };
+    // The robot is named once, when data is made; offline commands read it back.
+    run(&[
+        "collect",
+        "--robot",
+        "reacher2d",
+        "--episodes",
+        "20",
+        "--out",
+        &replay,
+    ]);
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.path().join("replay/manifest.json")).unwrap())
+            .unwrap();
+    assert_eq!(manifest["spec"]["camera"]["width"], 48);
+    assert_eq!(manifest["robot"]["reacher2d"]["image_size"], 48);
+    run(&[
+        "--device", "cpu", "train", "--what", "bc", "--replay", &replay, "--out", &ckpt, "--steps",
+        "50",
+    ]);
+    let meta: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.path().join("ckpt/meta.json")).unwrap()).unwrap();
+    assert_eq!(meta["spec"]["camera"]["width"], 48);
+
+    // Another camera: a replay and a checkpoint of their own, shapes from the spec.
+    let (replay32, ckpt32) = (path("replay32"), path("ckpt32"));
+    let collect32 = |out: &str| {
+        imago(&[
+            "collect",
+            "--robot-config",
+            &small,
+            "--episodes",
+            "4",
+            "--out",
+            out,
+        ])
+    };
+    assert!(collect32(&replay32).status.success());
+    run(&[
+        "--device",
+        "cpu",
+        "train",
+        "--replay",
+        &replay32,
+        "--out",
+        &ckpt32,
+        "--steps",
+        "2",
+        "--batch-size",
+        "4",
+    ]);
+    run(&[
+        "--device",
+        "cpu",
+        "eval",
+        "--ckpt",
+        &ckpt32,
+        "--robot-config",
+        &small,
+        "--episodes",
+        "2",
+    ]);
+
+    // Every crossing of specs is one error naming both.
+    let both = "camera: 48x48 vs 32x32";
+    let output = collect32(&replay);
+    assert!(!output.status.success());
+    let error = stderr(&output);
+    assert!(
+        error.contains("reacher2d (camera 48x48, proprioception 8, action 2)")
+            && error.contains("reacher2d (camera 32x32, proprioception 8, action 2)")
+            && error.contains(both),
+        "{error}"
+    );
+    assert_one_line_error(
+        &[
+            "--device",
+            "cpu",
+            "train",
+            "--replay",
+            &replay32,
+            "--init",
+            &ckpt,
+            "--out",
+            &path("crossed"),
+            "--steps",
+            "2",
+        ],
+        both,
+    );
+    assert_one_line_error(
+        &[
+            "--device",
+            "cpu",
+            "eval",
+            "--ckpt",
+            &ckpt,
+            "--robot-config",
+            &small,
+            "--episodes",
+            "2",
+        ],
+        both,
+    );
+    assert_one_line_error(
+        &[
+            "--device",
+            "cpu",
+            "eval",
+            "--ckpt",
+            &ckpt32,
+            "--episodes",
+            "2",
+        ],
+        "camera: 32x32 vs 48x48",
+    );
+    let world_model = dir.path().join("wm");
+    let output = train_tiny_world_model(dir.path().join("replay").as_path(), &world_model, "salt");
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert_one_line_error(
+        &[
+            "--device",
+            "cpu",
+            "wm-eval",
+            "--ckpt",
+            world_model.to_str().unwrap(),
+            "--replay",
+            &replay32,
+            "--all-episodes",
+        ],
+        both,
+    );
+
+    // A camera the pixel stem cannot read, a typo and an unknown robot are config
+    // errors naming them.
+    let odd = path("odd.toml");
+    std::fs::write(&odd, "image_size = 36\n").unwrap();
+    assert_one_line_error(
+        &["collect", "--robot-config", &odd, "--out", &path("odd")],
+        "image_size",
+    );
+    std::fs::write(&odd, "image_sise = 32\n").unwrap();
+    assert_one_line_error(
+        &["collect", "--robot-config", &odd, "--out", &path("odd")],
+        "image_sise",
+    );
+    let output = imago(&["collect", "--robot", "reacher3d", "--out", &path("odd")]);
+    assert!(!output.status.success());
+    assert!(stderr(&output).contains("reacher2d"), "{}", stderr(&output));
+    assert!(!dir.path().join("odd").exists());
+
+    // Replays written before manifests kept the robot's settings, or its spec, still
+    // train (the spec-less one only when its episodes fit the default reacher2d).
+    let older = |from: &str, name: &str, keep_spec: bool| {
+        as_older_replay(&dir.path().join(from), &dir.path().join(name), keep_spec);
+        let (replay, out) = (path(name), path(&format!("{name}-ckpt")));
+        imago(&[
+            "--device",
+            "cpu",
+            "train",
+            "--replay",
+            &replay,
+            "--out",
+            &out,
+            "--steps",
+            "2",
+            "--batch-size",
+            "4",
+        ])
+    };
+    for (from, name, keep_spec) in [
+        ("replay32", "no-settings", true),
+        ("replay", "no-spec", false),
+    ] {
+        let output = older(from, name, keep_spec);
+        assert!(output.status.success(), "{name}: {}", stderr(&output));
+    }
+    let output = older("replay32", "no-spec32", false);
+    assert!(!output.status.success());
+    assert!(
+        stderr(&output).contains("do not fit the default reacher2d"),
+        "{}",
+        stderr(&output)
     );
 }

@@ -10,7 +10,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use common::{imago, stderr};
-use imago_runtime::replay::read_replay;
+use imago_runtime::store::replay::read_replay;
 use imago_runtime::telemetry::{paths, read_recording};
 
 /// Daemons run one at a time: two learners on the same two cores would measure each
@@ -55,7 +55,7 @@ fn exited_cleanly(
     child: std::process::Child,
     json: &Path,
     run: &Path,
-) -> imago_runtime::replay::ReplayContents {
+) -> imago_runtime::store::replay::ReplayContents {
     let output = child.wait_with_output().unwrap();
     assert!(
         output.status.success(),
@@ -315,7 +315,7 @@ fn twenty_sigkills_lose_no_fsynced_episode_and_reuse_no_version() {
     let dir = tempfile::tempdir().unwrap();
     let config = kill_config(dir.path());
     let run = dir.path().join("run");
-    let mut seen: BTreeMap<u64, imago_runtime::replay::Episode> = BTreeMap::new();
+    let mut seen: BTreeMap<u64, imago_runtime::store::replay::Episode> = BTreeMap::new();
     // A fixed pseudo-random sequence of kill moments, 0.4 to 4 s into each run.
     let mut state = 0x9e37_79b9_7f4a_7c15u64;
     let mut next_delay = || {
@@ -336,7 +336,7 @@ fn twenty_sigkills_lose_no_fsynced_episode_and_reuse_no_version() {
             "kill {kill}: {:?}",
             contents.damage_lines()
         );
-        let ids: BTreeMap<u64, &imago_runtime::replay::Episode> = contents
+        let ids: BTreeMap<u64, &imago_runtime::store::replay::Episode> = contents
             .episodes
             .iter()
             .map(|e| (e.start.episode, e))

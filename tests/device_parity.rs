@@ -2,7 +2,8 @@
 //! weights on the same batch. In CI (CI=true) a missing wgpu adapter is a failure.
 
 use imago_runtime::device::{CpuBackend, DeviceSpec, resolve};
-use imago_runtime::device_check::{PARITY_TOLERANCE, compare_training_step};
+use imago_runtime::jobs::device_check::{PARITY_TOLERANCE, compare_training_step};
+use imago_runtime::robot::RobotConfig;
 
 #[test]
 fn wgpu_training_step_matches_cpu() {
@@ -20,7 +21,8 @@ fn wgpu_training_step_matches_cpu() {
         Err(e) => panic!("CI needs a wgpu adapter (install mesa-vulkan-drivers): {e}"),
     };
     let reference = resolve(DeviceSpec::Cpu(CpuBackend::NdArray)).unwrap();
-    let comparison = compare_training_step(&reference, &candidate).unwrap();
+    let comparison =
+        compare_training_step(&RobotConfig::default(), &reference, &candidate).unwrap();
     eprintln!(
         "{} vs {}: {comparison:?}",
         candidate.description, reference.description
@@ -33,6 +35,7 @@ fn wgpu_training_step_matches_cpu() {
 fn flex_training_step_matches_ndarray() {
     let reference = resolve(DeviceSpec::Cpu(CpuBackend::NdArray)).unwrap();
     let candidate = resolve(DeviceSpec::Cpu(CpuBackend::Flex)).unwrap();
-    let comparison = compare_training_step(&reference, &candidate).unwrap();
+    let comparison =
+        compare_training_step(&RobotConfig::default(), &reference, &candidate).unwrap();
     assert!(comparison.agrees(PARITY_TOLERANCE), "{comparison:?}");
 }

@@ -80,16 +80,19 @@ impl VlaPolicyConfig {
     /// behaviour cloning they reveal the previous action, and a policy that can copy
     /// its last command ("copycat" causal confusion) learns to keep moving the way it
     /// moves instead of looking where the target is, and stalls at rest.
-    pub fn for_robot(robot: &RobotSpec) -> Self {
+    /// A camera the pixel stem cannot read (not square, or a side that is not a
+    /// multiple of the patch size within range) is an error naming the camera.
+    pub fn for_robot(robot: &RobotSpec) -> Result<Self, ConfigError> {
         let mut config = Self::new(
             robot.proprio_dim(),
             robot.non_velocity_proprio(),
             robot.action_limit.clone(),
         );
-        if let Some(camera) = robot.camera {
-            config.image_size = camera.width as usize;
+        if let Some(side) = robot.camera_side(config.patch_size as u32, 512)? {
+            config.image_size = side as usize;
         }
-        config
+        config.validate()?;
+        Ok(config)
     }
 
     /// Length of an action.
@@ -507,6 +510,27 @@ mod tests {
         );
         let sampled = flow.act(input, Some(noise));
         assert_eq!(sampled.dims(), [3, 4, 2]);
+    }
+
+    #[test]
+    fn the_camera_comes_from_the_spec_and_unreadable_cameras_are_named() {
+        let spec = |width: u32, height: u32| imago_robots::RobotSpec {
+            name: "test".into(),
+            proprio_names: vec!["x".into(), "x_vel".into()],
+            action_limit: vec![1.0; 3],
+            control_hz: 10.0,
+            max_steps: 10,
+            camera: Some(imago_robots::CameraSpec { width, height }),
+        };
+        let config = VlaPolicyConfig::for_robot(&spec(32, 32)).unwrap();
+        assert_eq!(config.image_size, 32);
+        assert_eq!(config.proprio_inputs, vec![0]);
+        assert_eq!(config.action_dim(), 3);
+        for (width, height) in [(36, 36), (48, 32), (4, 4), (1024, 1024)] {
+            let error = VlaPolicyConfig::for_robot(&spec(width, height)).unwrap_err();
+            assert_eq!(error.key, "camera", "{width}x{height}");
+            assert!(error.to_string().contains(&format!("{width}x{height}")));
+        }
     }
 
     #[test]

@@ -6,12 +6,16 @@
 //! that every build (with or without a GPU) can simulate, render and record.
 
 pub mod bounds;
+pub mod drawing;
+pub mod expert;
 pub mod observation;
 pub mod reacher2d;
 pub mod robot;
 pub mod safety;
 
 pub use bounds::ConfigError;
+pub use drawing::{SceneDrawing, SceneMark};
+pub use expert::ExpertConfig;
 pub use observation::{Action, Image, Observation, Step, StepInfo};
-pub use robot::{CameraSpec, Robot, RobotSpec};
+pub use robot::{CameraSpec, FrameSource, Robot, RobotSpec};
 pub use safety::{HoldReason, SafeCommand, SafetyConfig, SafetyEnvelope, SafetyVerdict};

@@ -2,6 +2,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::bounds::ConfigError;
+use crate::drawing::SceneDrawing;
 use crate::observation::{Action, Observation, Step};
 
 /// The camera a robot carries.
@@ -47,6 +49,51 @@ impl RobotSpec {
             .collect()
     }
 
+    /// The side of the robot's square camera frames, in pixels (`None` without a
+    /// camera). The models' pixel stems read square frames whose side is a multiple of
+    /// `multiple_of` (the policy's patch size) between `multiple_of` and `max`: any
+    /// other camera is a config error naming the camera, not a failure later.
+    pub fn camera_side(&self, multiple_of: u32, max: u32) -> Result<Option<u32>, ConfigError> {
+        let Some(camera) = self.camera else {
+            return Ok(None);
+        };
+        let shown = format!("{}x{}", camera.width, camera.height);
+        if camera.width != camera.height {
+            return Err(ConfigError::new(
+                "camera",
+                shown,
+                "must be square (the models read square frames)",
+            ));
+        }
+        let multiple_of = multiple_of.max(1);
+        if camera.width < multiple_of
+            || camera.width > max
+            || !camera.width.is_multiple_of(multiple_of)
+        {
+            return Err(ConfigError::new(
+                "camera",
+                shown,
+                format!(
+                    "side must be a multiple of {multiple_of} from {multiple_of} to {max} (the models' pixel stem)"
+                ),
+            ));
+        }
+        Ok(Some(camera.width))
+    }
+
+    /// One line naming the spec: robot, camera, proprioception and action sizes.
+    pub fn summary(&self) -> String {
+        let camera = self.camera.map_or("no camera".to_string(), |c| {
+            format!("camera {}x{}", c.width, c.height)
+        });
+        format!(
+            "{} ({camera}, proprioception {}, action {})",
+            self.name,
+            self.proprio_dim(),
+            self.action_dim()
+        )
+    }
+
     /// Length of an action.
     pub fn action_dim(&self) -> usize {
         self.action_limit.len()
@@ -87,6 +134,18 @@ impl RobotSpec {
     }
 }
 
+/// Who draws the camera frame of a simulated robot's observations.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum FrameSource {
+    /// The robot renders each frame on the CPU as it observes.
+    #[default]
+    Robot,
+    /// Observations come without a frame (`image: None`): the caller renders the
+    /// frames of many robots at once (the batched GPU renderer) and fills them in
+    /// before anything reads them.
+    Caller,
+}
+
 /// A robot that can be reset to a seeded initial condition and stepped at its control rate.
 ///
 /// Simulated robots are deterministic: the same seed and the same actions give the same
@@ -104,4 +163,32 @@ pub trait Robot: Send {
     /// Instructions the current scene could have been given that name a different goal.
     /// Used to check that a policy really follows its instruction.
     fn alternative_instructions(&self) -> Vec<String>;
+
+    /// The point whose motion shows the robot's progress and whose path telemetry
+    /// draws (an end effector, a pusher), in world units; `None` for a robot without
+    /// one (then a stalled policy is never taken over).
+    fn tracked_point(&self) -> Option<[f32; 2]> {
+        None
+    }
+
+    /// The parts of the current episode's scene that stay put (targets, goals), as
+    /// telemetry draws them at the episode's start. Default: nothing.
+    fn scene_drawing(&self) -> SceneDrawing {
+        SceneDrawing::default()
+    }
+
+    /// The robot's body as a polyline whose last point is the tracked point, drawn
+    /// from a recorded observation's proprioception (so recorded episodes are drawn
+    /// without re-simulating them). Default: nothing.
+    fn body_from_proprio(&self, proprio: &[f32]) -> Vec<[f32; 2]> {
+        let _ = proprio;
+        Vec::new()
+    }
+
+    /// The path the tracked point would take under `chunk` (robot units, one action
+    /// after another, each held for one tick), from where it is now. Default: none.
+    fn intended_path(&self, chunk: &[f32]) -> Vec<[f32; 2]> {
+        let _ = chunk;
+        Vec::new()
+    }
 }

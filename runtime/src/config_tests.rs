@@ -4,13 +4,11 @@
 //! ranges below are written out from the documentation, apart from the code that
 //! checks them, so that a check that drifts from its documented range fails here.
 
-use imago_robots::reacher2d::Reacher2d;
 use imago_robots::{Action, Robot};
 use imago_worldmodel::{TransitionFamily, WorldModelConfig};
 use proptest::prelude::*;
 
-use crate::daemon::DaemonConfig;
-use crate::toml_file::parse_toml;
+use crate::engine::daemon::DaemonConfig;
 
 /// How a key is written in TOML, and the type it is read into.
 #[derive(Debug, Clone, Copy)]
@@ -195,9 +193,7 @@ proptest! {
     ) {
         let (key, kind, min, max) = KEYS[index];
         let text = format!("robot = \"reacher2d\"\n{key} = {}\n", toml_value(kind, raw));
-        let loaded = parse_toml::<DaemonConfig>(&text).and_then(|config| {
-            config.validate().map(|()| config).map_err(|e| e.to_string())
-        });
+        let loaded = DaemonConfig::parse(&text).map_err(|e| format!("{e:#}"));
         let leaf = key.rsplit('.').next().unwrap();
         match loaded {
             Ok(config) => {
@@ -206,7 +202,7 @@ proptest! {
                     "{text} was accepted outside [{min}, {max}]"
                 );
                 // A robot config that loads runs: construct, reset, step, render.
-                let mut robot = Reacher2d::new(config.actor.robot.clone());
+                let mut robot = config.actor.robot.build();
                 robot.reset(7);
                 for tick in 0..20 {
                     let a = (tick as f32 * 0.7).sin() * 3.0;
@@ -257,9 +253,6 @@ proptest! {
 #[test]
 fn the_retention_limit_depends_on_the_segment_size() {
     let text = "robot = \"reacher2d\"\n[replay]\nsegment_bytes = 65536\nretention_bytes = 1000\n";
-    let error = parse_toml::<DaemonConfig>(text)
-        .unwrap()
-        .validate()
-        .unwrap_err();
-    assert_eq!(error.key, "replay.retention_bytes");
+    let error = format!("{:#}", DaemonConfig::parse(text).unwrap_err());
+    assert!(error.contains("replay.retention_bytes"), "{error}");
 }

@@ -1,37 +1,35 @@
-//! imago's runtime: run-time backend choice, the replay store, checkpoints, the
-//! behaviour-cloning trainer, closed-loop evaluation and the demo.
+//! imago's runtime, in layers (docs/architecture.md draws the map):
+//! - [`store`]: replays, checkpoints, atomic files, locks and output checks;
+//! - [`act`]: running policies, experts and random controllers on robots
+//!   (collection, evaluation, rollouts, action sampling, batched cameras);
+//! - [`learn`]: behaviour cloning, world-model training and evaluation, fine-tuning;
+//! - [`engine`]: the robot-side daemon (actor, writer, learner loop);
+//! - [`jobs`]: what the CLI's commands run (demo, bench, offline training, inspect);
+//! - beside them: [`robot`] (the robot registry), [`device`] (backend choice),
+//!   [`telemetry`] (rerun transport and drawing), and small leaves ([`stats`],
+//!   [`progress`], [`toml_file`]).
+//!
+//! Imports point down: jobs -> engine -> learn -> act -> store; every layer may use
+//! the registry, the device, telemetry and the leaves, which use nothing above them.
 //!
 //! Library crates are generic over the burn backend; this crate is where they are
 //! instantiated, once, with burn's `Dispatch` backend, whose device (chosen by
 //! [`device::resolve`]) decides at run time whether work runs on the CPU, on wgpu or
 //! on CUDA.
 
-pub mod atomic;
-pub mod bc;
-pub mod bench;
-pub mod camera;
-pub mod checkpoint;
-pub mod collect;
-pub mod daemon;
-pub mod demo;
+pub mod act;
 pub mod device;
-pub mod device_check;
 pub mod engine;
-pub mod evaluate;
-pub mod finetune;
-pub mod inspect;
-pub mod lock;
-pub mod outputs;
-pub mod paired;
+pub mod jobs;
+pub mod learn;
 pub mod progress;
-pub mod replay;
-pub mod report;
-pub mod schedule;
+pub mod robot;
 pub mod stats;
+pub mod store;
 pub mod telemetry;
 pub mod toml_file;
-pub mod train;
-pub mod world_model;
 
 #[cfg(test)]
 mod config_tests;
+#[cfg(test)]
+mod layers_tests;

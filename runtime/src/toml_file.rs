@@ -24,6 +24,20 @@ pub fn parse_toml<T: DeserializeOwned>(text: &str) -> Result<T, String> {
     })
 }
 
+/// Reads the settings table `table` (a part of a file already parsed) into `T`; the
+/// error quotes the offending `key = value` (without a line number: the table is
+/// re-written in TOML to find the key, so its lines are not the file's).
+pub fn table_into<T: DeserializeOwned>(table: &toml::Table) -> Result<T, String> {
+    let text = toml::to_string(table).map_err(|e| e.to_string())?;
+    toml::from_str(&text).map_err(|e: toml::de::Error| {
+        let message = e.message().trim().to_string();
+        match e.span().and_then(|span| line_at(&text, span.start)) {
+            Some((_, line)) => format!("`{line}`: {message}"),
+            None => message,
+        }
+    })
+}
+
 /// The 1-based number and the trimmed text of the line holding byte `offset`.
 fn line_at(text: &str, offset: usize) -> Option<(usize, &str)> {
     let offset = offset.min(text.len());
@@ -52,5 +66,14 @@ mod tests {
         assert!(error.contains("batch_size = 1e12"), "{error}");
         let error = parse_toml::<Settings>("batch_sise = 3\n").unwrap_err();
         assert!(error.contains("batch_sise"), "{error}");
+    }
+
+    #[test]
+    fn errors_in_a_table_quote_the_key() {
+        let table: toml::Table = toml::from_str("batch_size = -5").unwrap();
+        let error = table_into::<Settings>(&table).unwrap_err();
+        assert!(error.starts_with("`batch_size = -5`"), "{error}");
+        let table: toml::Table = toml::from_str("batch_size = 5").unwrap();
+        assert_eq!(table_into::<Settings>(&table).unwrap().batch_size, 5);
     }
 }

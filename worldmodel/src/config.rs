@@ -7,6 +7,7 @@ use burn::prelude::*;
 use imago_policies::{
     MAX_PARAMETERS, MAX_VECTOR, VOCABULARY, VlaPolicyConfig, validate_action_limit,
 };
+use imago_robots::RobotSpec;
 use imago_robots::bounds::{ConfigError, in_range};
 use serde::{Deserialize, Serialize};
 
@@ -103,6 +104,19 @@ pub struct WorldModelConfig {
 }
 
 impl WorldModelConfig {
+    /// The default world model for `robot` with transition `family`: its camera's
+    /// size, proprioception and action limits. A camera the pixel stem cannot read is
+    /// an error naming the camera.
+    pub fn for_robot(robot: &RobotSpec, family: TransitionFamily) -> Result<Self, ConfigError> {
+        let mut config = Self::new(robot.proprio_dim(), robot.action_limit.clone());
+        if let Some(side) = robot.camera_side(1, 512)? {
+            config.image_size = side as usize;
+        }
+        let config = config.with_family(family);
+        config.validate()?;
+        Ok(config)
+    }
+
     /// Length of an action.
     pub fn action_dim(&self) -> usize {
         self.action_limit.len()

@@ -2,50 +2,20 @@
 //! elbow, a saturated proportional controller drives the end effector there.
 //!
 //! Demonstrations can be made imperfect on purpose: Gaussian action noise, and a rate of
-//! episodes in which the expert goes to a wrong target.
+//! episodes in which the expert goes to a wrong target (`mistake_rate`).
 
 use nalgebra::Vector2;
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 use rand_distr::{Distribution, Normal};
-use serde::{Deserialize, Serialize};
 
 use super::Reacher2d;
 use super::scene::TargetColour;
-use crate::bounds::{ConfigError, in_range};
+use crate::expert::ExpertConfig;
 use crate::observation::Action;
 
-/// How imperfect the expert is.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct ExpertConfig {
-    /// Standard deviation of the Gaussian noise added to each action, as a fraction of
-    /// the robot's speed limit. Range: [0, 10].
-    pub noise: f32,
-    /// Probability that an episode's demonstration goes to a wrong target. Range: [0, 1].
-    pub wrong_target_rate: f64,
-    /// Proportional gain, 1/s. Range: [0.01, 100].
-    pub gain: f32,
-}
-
-impl ExpertConfig {
-    /// Checks every value against its documented range.
-    pub fn validate(&self) -> Result<(), ConfigError> {
-        in_range("noise", self.noise, 0.0..=10.0)?;
-        in_range("wrong_target_rate", self.wrong_target_rate, 0.0..=1.0)?;
-        in_range("gain", self.gain, 0.01..=100.0)
-    }
-}
-
-impl Default for ExpertConfig {
-    fn default() -> Self {
-        Self {
-            noise: 0.2,
-            wrong_target_rate: 0.15,
-            gain: 2.5,
-        }
-    }
-}
+/// Proportional gain of the expert's end-effector controller, 1/s.
+const GAIN: f32 = 2.5;
 
 /// A scripted controller that reads the robot's privileged state.
 #[derive(Debug)]
@@ -72,7 +42,7 @@ impl ScriptedExpert {
         self.goal = robot.goal();
         if self
             .rng
-            .random_bool(self.config.wrong_target_rate.clamp(0.0, 1.0))
+            .random_bool(self.config.mistake_rate.clamp(0.0, 1.0))
         {
             let others: Vec<TargetColour> = TargetColour::ALL
                 .into_iter()
@@ -93,7 +63,7 @@ impl ScriptedExpert {
         let limit = robot.config().max_speed;
         let goal = scene.arm.reachable(scene.targets[self.goal.index()]);
         let ee = robot.end_effector();
-        let mut v: Vector2<f32> = (goal - ee) * self.config.gain;
+        let mut v: Vector2<f32> = (goal - ee) * GAIN;
         let speed = v.amax();
         if speed > limit {
             v *= limit / speed;
@@ -134,8 +104,7 @@ mod tests {
     fn noiseless_expert_always_succeeds() {
         let config = ExpertConfig {
             noise: 0.0,
-            wrong_target_rate: 0.0,
-            ..ExpertConfig::default()
+            mistake_rate: 0.0,
         };
         assert_eq!(success_rate(config, 200), 1.0);
     }
@@ -144,8 +113,7 @@ mod tests {
     fn wrong_target_rate_lowers_success_by_about_that_rate() {
         let config = ExpertConfig {
             noise: 0.0,
-            wrong_target_rate: 0.5,
-            ..ExpertConfig::default()
+            mistake_rate: 0.5,
         };
         let rate = success_rate(config, 400);
         assert!((0.38..=0.62).contains(&rate), "{rate}");
@@ -155,7 +123,7 @@ mod tests {
     fn noisy_expert_still_mostly_succeeds() {
         let rate = success_rate(
             ExpertConfig {
-                wrong_target_rate: 0.0,
+                mistake_rate: 0.0,
                 ..ExpertConfig::default()
             },
             200,

@@ -18,7 +18,7 @@ mod kinematics;
 pub mod render;
 mod scene;
 
-pub use expert::{ExpertConfig, ScriptedExpert};
+pub use expert::ScriptedExpert;
 pub use kinematics::{TwoLinkArm, wrap_angle};
 pub use render::render;
 pub use scene::{INSTRUCTION_TEMPLATES, Scene, TargetColour, instruction};
@@ -29,8 +29,9 @@ use rand::{RngExt, SeedableRng};
 use serde::{Deserialize, Serialize};
 
 use crate::bounds::{ConfigError, all_in_range, in_range};
+use crate::drawing::{SceneDrawing, SceneMark};
 use crate::observation::{Action, Observation, Step, StepInfo};
-use crate::robot::{CameraSpec, Robot, RobotSpec};
+use crate::robot::{CameraSpec, FrameSource, Robot, RobotSpec};
 use crate::safety::{SafetyConfig, SafetyEnvelope};
 
 /// The robot's name in configs and on the command line.
@@ -116,18 +117,6 @@ impl Reacher2dConfig {
         in_range("elbow_limit", self.elbow_limit, 0.1..=std::f32::consts::PI)?;
         self.safety.validate().map_err(|e| e.within("safety"))
     }
-}
-
-/// Who draws the camera frame of a [`Reacher2d`]'s observations.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum FrameSource {
-    /// The robot renders each frame on the CPU ([`render`]) as it observes.
-    #[default]
-    Robot,
-    /// Observations come without a frame (`image: None`): the caller renders the
-    /// frames of many robots at once from their [`Reacher2d::scene`]s (the batched
-    /// GPU renderer) and fills them in before anything reads them.
-    Caller,
 }
 
 /// The simulated planar reacher; see the module documentation.
@@ -348,6 +337,56 @@ impl Robot for Reacher2d {
             .map(|c| instruction(self.template, c))
             .collect()
     }
+
+    fn tracked_point(&self) -> Option<[f32; 2]> {
+        let ee = self.end_effector();
+        Some([ee.x, ee.y])
+    }
+
+    fn scene_drawing(&self) -> SceneDrawing {
+        SceneDrawing {
+            marks: TargetColour::ALL
+                .iter()
+                .map(|&colour| SceneMark {
+                    position: [
+                        self.targets[colour.index()].x,
+                        self.targets[colour.index()].y,
+                    ],
+                    radius: self.config.target_radius,
+                    rgb: colour.rgb(),
+                    label: colour.name().to_string(),
+                    instructed: colour == self.goal,
+                })
+                .collect(),
+        }
+    }
+
+    /// Base, elbow and end effector from `[cos q1, sin q1, cos q2, sin q2, qd1, qd2,
+    /// ee_x, ee_y]`.
+    fn body_from_proprio(&self, proprio: &[f32]) -> Vec<[f32; 2]> {
+        if proprio.len() < 8 {
+            return Vec::new();
+        }
+        let upper = self.arm.upper;
+        vec![
+            [0.0, 0.0],
+            [upper * proprio[0], upper * proprio[1]],
+            [proprio[6], proprio[7]],
+        ]
+    }
+
+    /// The end effector integrated under the commanded velocities, one tick each.
+    fn intended_path(&self, chunk: &[f32]) -> Vec<[f32; 2]> {
+        let dt = 1.0 / self.config.control_hz;
+        let ee = self.end_effector();
+        let mut at = [ee.x, ee.y];
+        let mut path = vec![at];
+        for velocity in chunk.chunks_exact(2) {
+            at = [at[0] + velocity[0] * dt, at[1] + velocity[1] * dt];
+            path.push(at);
+        }
+        path
+    }
 }
 
 #[cfg(test)]
@@ -367,6 +406,29 @@ mod tests {
         let size = robot.config().image_size;
         let expected = render(&robot.scene(), size, robot.config().view_half_extent);
         assert_eq!(step.observation.image, Some(expected));
+    }
+
+    #[test]
+    fn the_body_drawn_from_proprioception_is_the_live_arm() {
+        let mut robot = Reacher2d::default();
+        let observation = robot.reset(7);
+        let scene = robot.scene();
+        let live = [
+            [0.0, 0.0],
+            [scene.arm.elbow(scene.q).x, scene.arm.elbow(scene.q).y],
+            robot.tracked_point().expect("end effector"),
+        ];
+        let drawn = robot.body_from_proprio(&observation.proprio);
+        assert_eq!(drawn.len(), 3);
+        for (a, b) in live.iter().zip(&drawn) {
+            assert!((a[0] - b[0]).abs() < 1e-5 && (a[1] - b[1]).abs() < 1e-5);
+        }
+        let marks = robot.scene_drawing().marks;
+        assert_eq!(marks.len(), 3);
+        assert_eq!(marks.iter().filter(|m| m.instructed).count(), 1);
+        let path = robot.intended_path(&[1.0, 0.0, 1.0, 0.0]);
+        assert_eq!(path.len(), 3);
+        assert!((path[2][0] - path[0][0] - 2.0 / robot.config().control_hz).abs() < 1e-5);
     }
 
     fn rollout(seed: u64, actions: &[[f32; 2]]) -> Vec<Observation> {

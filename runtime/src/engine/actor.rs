@@ -11,27 +11,28 @@ use crossbeam_channel::{Sender, TrySendError};
 use imago_policies::{PolicyBatch, VlaPolicyConfig};
 use imago_robots::Robot;
 use imago_robots::bounds::{ConfigError, in_range};
-use imago_robots::reacher2d::{NAME, Reacher2d, Reacher2dConfig};
 use serde::{Deserialize, Serialize};
 
 use super::clock::DeadlineClock;
 use super::snapshot::{PolicySnapshot, SnapshotMailbox};
 use super::stats::ControlStats;
 use super::status::LiveCounters;
-use crate::finetune::{
-    TakeoverConfig, TakeoverWatch, exploration_rng, sample_first_actions, to_robot_units,
-};
-use crate::replay::{EpisodeEnd, EpisodeStart, ReplayRecord, Transition};
+use crate::act::rollout::{TakeoverConfig, TakeoverWatch};
+use crate::act::sampling::{exploration_rng, sample_first_actions, to_robot_units};
+use crate::robot::RobotConfig;
+use crate::store::replay::{EpisodeEnd, EpisodeStart, ReplayRecord, Transition};
 use crate::telemetry::{
     EpisodeEndEvent, Telemetry, TelemetryEvent, TickTiming, control_step_event, episode_start_event,
 };
 
-/// How the actor drives the robot.
+/// How the actor drives the robot. `R` is the robot: a [`RobotConfig`] when running,
+/// the raw `[actor.robot]` table in a daemon config file (resolved against the file's
+/// `robot = "NAME"` by [`ActorConfig::resolve`]).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
-pub struct ActorConfig {
-    /// The robot's settings (its `control_hz` is the loop's rate).
-    pub robot: Reacher2dConfig,
+pub struct ActorConfig<R = RobotConfig> {
+    /// The robot and its settings (its control rate is the loop's rate).
+    pub robot: R,
     /// Exploration noise relative to the policy's own spread (0: act on the mean).
     /// Range: [0, 10].
     pub exploration: f32,
@@ -39,6 +40,22 @@ pub struct ActorConfig {
     pub takeover: Option<TakeoverConfig>,
     /// Seed of the first episode; each next episode takes the next seed. Any value.
     pub first_seed: u64,
+}
+
+impl ActorConfig<toml::Table> {
+    /// The settings with the robot called `name` configured by the `robot` table; an
+    /// unknown robot or key is an error naming it. Ranges are checked by
+    /// [`ActorConfig::validate`].
+    pub fn resolve(&self, name: &str) -> anyhow::Result<ActorConfig> {
+        let robot = RobotConfig::read_table(name, &self.robot)
+            .map_err(|e| anyhow::anyhow!("[actor.robot]: {e:#}"))?;
+        Ok(ActorConfig {
+            robot,
+            exploration: self.exploration,
+            takeover: self.takeover.clone(),
+            first_seed: self.first_seed,
+        })
+    }
 }
 
 impl ActorConfig {
@@ -53,10 +70,10 @@ impl ActorConfig {
     }
 }
 
-impl Default for ActorConfig {
+impl<R: Default> Default for ActorConfig<R> {
     fn default() -> Self {
         Self {
-            robot: Reacher2dConfig::default(),
+            robot: R::default(),
             exploration: 1.0,
             takeover: Some(TakeoverConfig::default()),
             first_seed: 0,
@@ -112,10 +129,10 @@ pub fn run_actor(
     stop: &AtomicBool,
 ) -> anyhow::Result<ControlStats> {
     let frame_downsample = telemetry.config().frame_downsample;
-    let mut robot = Reacher2d::new(config.robot.clone());
+    let mut robot = config.robot.build();
     let limits = policy_config.action_limit.clone();
     let mut clock = DeadlineClock::new(Duration::from_secs_f64(
-        1.0 / config.robot.control_hz as f64,
+        1.0 / robot.spec().control_hz as f64,
     ));
     let mut stats = ControlStats::default();
     let mut current = initial;
@@ -138,7 +155,7 @@ pub fn run_actor(
         sent.offer(
             ReplayRecord::EpisodeStart(EpisodeStart {
                 episode,
-                robot: NAME.to_string(),
+                robot: config.robot.name().to_string(),
                 seed,
                 instruction: observation.instruction.clone(),
             }),
@@ -156,9 +173,8 @@ pub fn run_actor(
                 .store(current.version, Ordering::Relaxed);
             live.deadline_misses
                 .store(clock.misses(), Ordering::Relaxed);
-            let (action, log_prob, intended, intervention) = match takeover.rescuer() {
-                Some(expert) => {
-                    let action = expert.act(&robot);
+            let (action, log_prob, intended, intervention) = match robot.expert_action() {
+                Some(action) => {
                     let intended = logged.then(|| action.0.clone());
                     (action, None, intended, true)
                 }
@@ -186,12 +202,16 @@ pub fn run_actor(
             };
             let latency_ms = due.elapsed().as_secs_f64() * 1e3;
             stats.tick_latency_ms.push(latency_ms);
-            let scene = logged.then(|| robot.scene());
+            let drawn = intended.map(|intended| {
+                let path = robot.intended_path(&intended);
+                (intended, path)
+            });
             let outcome = robot.step(&action);
-            if let (Some(scene), Some(intended)) = (scene, intended) {
+            if let Some((intended, path)) = drawn {
                 telemetry.offer(control_step_event(
-                    &scene,
-                    config.robot.control_hz,
+                    &robot,
+                    &observation.proprio,
+                    &path,
                     episode,
                     step,
                     &intended,
@@ -231,7 +251,7 @@ pub fn run_actor(
                 })),
                 &mut stats,
             );
-            takeover.observe(&robot, seed, outcome.done);
+            takeover.observe(&mut robot, seed, outcome.done);
             if outcome.done {
                 sent.offer(
                     ReplayRecord::EpisodeEnd(Box::new(EpisodeEnd {
@@ -272,12 +292,11 @@ mod tests {
     #[test]
     fn an_episode_that_lost_a_record_to_a_full_queue_is_never_sent_whole() {
         let device = DispatchDevice::NdArray(NdArrayDevice::Cpu);
-        let config = ActorConfig {
+        let config: ActorConfig = ActorConfig {
             takeover: None,
             ..ActorConfig::default()
         };
-        let spec = Reacher2d::new(config.robot.clone()).spec().clone();
-        let policy_config = VlaPolicyConfig::for_robot(&spec);
+        let policy_config = VlaPolicyConfig::for_robot(&config.robot.spec()).unwrap();
         let initial = Arc::new(PolicySnapshot {
             version: 1,
             policy: policy_config.init::<Dispatch>(&device),

@@ -1,10 +1,11 @@
 //! The robot-side engine: an actor thread running the control loop at the robot's
 //! rate, a replay writer thread and a status (telemetry) thread, connected by a
 //! bounded queue and relaxed atomic counters, with policy hot-swap through a snapshot
-//! mailbox. The learner runs on the calling thread (see [`crate::daemon`]).
+//! mailbox. The learner runs on the calling thread (see [`crate::engine::daemon`]).
 
 mod actor;
 mod clock;
+pub mod daemon;
 mod snapshot;
 mod stats;
 mod status;
@@ -16,8 +17,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use burn::Dispatch;
 use imago_policies::VlaPolicyConfig;
-use imago_robots::Robot;
-use imago_robots::reacher2d::Reacher2d;
 
 pub use actor::{ActorConfig, run_actor};
 pub use clock::DeadlineClock;
@@ -26,9 +25,9 @@ pub use stats::{ControlReport, ControlStats, LatencySummary};
 pub use status::{LiveCounters, run_status};
 pub use writer::{WriterReport, run_writer};
 
-pub use crate::replay::ReplayWriterConfig;
+pub use crate::store::replay::ReplayWriterConfig;
 
-use crate::replay::ReplayWriter;
+use crate::store::replay::ReplayWriter;
 use crate::telemetry::Telemetry;
 
 /// Records the actor's queue holds before it drops (about 50 s at 20 Hz).
@@ -70,9 +69,12 @@ pub fn run_control_loop(
     config
         .validate()
         .map_err(|e| anyhow::anyhow!("actor settings: {e}"))?;
-    let spec = Reacher2d::new(config.robot.clone()).spec().clone();
-    let (mut writer, repaired) =
-        ReplayWriter::open(recording.dir, recording.config, &spec, recording.purpose)?;
+    let (mut writer, repaired) = ReplayWriter::open(
+        recording.dir,
+        recording.config,
+        &config.robot,
+        recording.purpose,
+    )?;
     repaired.warn();
     let first_episode = writer.next_episode_id();
     let (sender, receiver) = crossbeam_channel::bounded(RECORD_QUEUE);
@@ -174,7 +176,7 @@ mod tests {
     use burn::backend::ndarray::NdArrayDevice;
 
     use super::*;
-    use crate::replay::read_replay;
+    use crate::store::replay::read_replay;
 
     /// Recording into `dir` with no status lines and no telemetry.
     fn quiet_recording(dir: &Path) -> Recording<'_> {
@@ -201,12 +203,11 @@ mod tests {
         let device = DispatchDevice::NdArray(NdArrayDevice::Cpu);
         // No takeover: every tick is the policy's, so every published version acts
         // (a takeover can span the whole second a version is current).
-        let config = ActorConfig {
+        let config: ActorConfig = ActorConfig {
             takeover: None,
             ..ActorConfig::default()
         };
-        let spec = Reacher2d::new(config.robot.clone()).spec().clone();
-        let policy_config = VlaPolicyConfig::for_robot(&spec);
+        let policy_config = VlaPolicyConfig::for_robot(&config.robot.spec()).unwrap();
         let snapshot = |version| PolicySnapshot {
             version,
             policy: policy_config.init::<Dispatch>(&device),
@@ -240,12 +241,13 @@ mod tests {
         assert_eq!(report.queue_drops, 0);
         assert_eq!(report.policy_versions, vec![1, 2, 3]);
         assert_eq!(report.transitions_written, report.actor_transitions);
-        // The actor never waits for a publication (they come a second apart, so one
-        // blocked tick would take ~1 s). The bound is two periods, not one: unit
-        // tests share two cores with CPU-heavy neighbours (a 66 ms p99 was seen in
-        // CI while a world model trained beside it); the daemon tests, run one at a
+        // The actor never waits for a publication: they come a second apart, so a
+        // tick blocked on one would take about a second. The bound is half that, not
+        // the 50 ms period: unit tests share two cores with CPU-heavy neighbours (a
+        // 66 ms p99 was seen in CI, and 114 ms ticks on a slow day of the dev VM,
+        // while a world model trained beside it); the daemon tests, run one at a
         // time, hold the loop to its period.
-        assert!(report.tick_latency_ms.p99 < 100.0, "{report:?}");
+        assert!(report.tick_latency_ms.max < 500.0, "{report:?}");
         let contents = read_replay(dir.path()).unwrap();
         assert_eq!(contents.records, report.replay_records);
         let complete: usize = contents.episodes.iter().map(|e| e.transitions.len()).sum();
@@ -265,10 +267,11 @@ mod tests {
     fn a_dead_actor_stops_the_caller_and_is_an_error_naming_the_cause() {
         let dir = tempfile::tempdir().unwrap();
         let device = DispatchDevice::NdArray(NdArrayDevice::Cpu);
-        let config = ActorConfig::default();
-        let spec = Reacher2d::new(config.robot.clone()).spec().clone();
+        let config: ActorConfig = ActorConfig::default();
         // A policy for another camera: the actor's first tick fails.
-        let policy_config = VlaPolicyConfig::for_robot(&spec).with_image_size(32);
+        let policy_config = VlaPolicyConfig::for_robot(&config.robot.spec())
+            .unwrap()
+            .with_image_size(32);
         let snapshot = fresh_policy(&policy_config, &device);
         let stop = AtomicBool::new(false);
         let started = Instant::now();
@@ -306,9 +309,8 @@ mod tests {
     fn a_panicking_caller_stops_the_actor_and_is_an_error() {
         let dir = tempfile::tempdir().unwrap();
         let device = DispatchDevice::NdArray(NdArrayDevice::Cpu);
-        let config = ActorConfig::default();
-        let spec = Reacher2d::new(config.robot.clone()).spec().clone();
-        let policy_config = VlaPolicyConfig::for_robot(&spec);
+        let config: ActorConfig = ActorConfig::default();
+        let policy_config = VlaPolicyConfig::for_robot(&config.robot.spec()).unwrap();
         let snapshot = fresh_policy(&policy_config, &device);
         let stop = AtomicBool::new(false);
         let error = run_control_loop(

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use crossbeam_channel::Receiver;
 use serde::{Deserialize, Serialize};
 
-use crate::replay::{ReplayRecord, ReplayWriter};
+use crate::store::replay::{ReplayRecord, ReplayWriter};
 
 /// What the writer thread did.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -73,9 +73,8 @@ pub fn run_writer(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::replay::{EpisodeStart, ReplayWriterConfig};
-    use imago_robots::Robot;
-    use imago_robots::reacher2d::Reacher2d;
+    use crate::robot::RobotConfig;
+    use crate::store::replay::{EpisodeStart, ReplayWriterConfig};
 
     #[test]
     fn a_failing_disk_stops_recording_with_a_reason_and_counts_what_was_lost() {
@@ -83,7 +82,7 @@ mod tests {
         let (writer, _) = ReplayWriter::open(
             dir.path(),
             ReplayWriterConfig::default(),
-            Reacher2d::default().spec(),
+            &RobotConfig::default(),
             "test",
         )
         .unwrap();

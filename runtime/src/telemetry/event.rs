@@ -1,19 +1,6 @@
 //! What producers tell the logger: plain data, cheap to build on the control path.
 
-use imago_robots::Image;
-
-/// A target drawn in the world view.
-#[derive(Debug, Clone, PartialEq)]
-pub struct TargetMark {
-    /// Centre, metres.
-    pub position: [f32; 2],
-    /// Colour.
-    pub rgb: [u8; 3],
-    /// Label (the colour's word).
-    pub label: String,
-    /// Whether the instruction names it.
-    pub instructed: bool,
-}
+use imago_robots::{Image, SceneMark};
 
 /// An episode begins.
 #[derive(Debug, Clone, PartialEq)]
@@ -22,10 +9,8 @@ pub struct EpisodeStartEvent {
     pub episode: u64,
     /// The instruction in words.
     pub instruction: String,
-    /// The scene's targets (empty when unknown).
-    pub targets: Vec<TargetMark>,
-    /// Drawn radius of a target, metres.
-    pub target_radius: f32,
+    /// The scene's marks: targets, goals (empty when unknown).
+    pub targets: Vec<SceneMark>,
 }
 
 /// Timing of a live control tick.
@@ -44,10 +29,10 @@ pub struct ControlStepEvent {
     pub episode: u64,
     /// Step within the episode.
     pub step: u32,
-    /// The arm as points from the base through each joint to the end effector, before
-    /// the step's action.
+    /// The robot's body as a polyline ending at its tracked point (reacher2d: base,
+    /// elbow, end effector), before the step's action; empty when unknown.
     pub arm: Vec<[f32; 2]>,
-    /// Where the intended chunk would take the end effector (empty when unknown).
+    /// Where the intended chunk would take the tracked point (empty when unknown).
     pub intended_path: Vec<[f32; 2]>,
     /// The first intended action (robot units).
     pub intended: Vec<f32>,

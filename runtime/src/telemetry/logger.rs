@@ -110,7 +110,7 @@ impl Logger {
                 .with_radii(
                     targets
                         .iter()
-                        .map(|t| event.target_radius * if t.instructed { 1.5 } else { 1.0 }),
+                        .map(|t| t.radius * if t.instructed { 1.5 } else { 1.0 }),
                 )
                 .with_labels(targets.iter().map(|t| {
                     if t.instructed {

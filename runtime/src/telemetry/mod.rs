@@ -10,11 +10,10 @@
 
 mod blueprint;
 mod config;
+mod episodes;
 mod event;
-mod imagined;
 mod logger;
 pub mod paths;
-mod reacher;
 mod read;
 mod scalars;
 
@@ -25,12 +24,11 @@ use std::thread::JoinHandle;
 use crossbeam_channel::{Sender, TrySendError};
 
 pub use config::{DEFAULT_VIEWER_URL, TelemetryConfig, TelemetryTarget};
+pub use episodes::{control_step_event, episode_start_event, log_episode, log_replay_episodes};
 pub use event::{
-    ControlStepEvent, EpisodeEndEvent, EpisodeStartEvent, ImaginedWindowEvent, TargetMark,
-    TelemetryEvent, TickTiming,
+    ControlStepEvent, EpisodeEndEvent, EpisodeStartEvent, ImaginedWindowEvent, TelemetryEvent,
+    TickTiming,
 };
-pub use imagined::{ImaginedWindows, log_imagined_windows};
-pub use reacher::{control_step_event, episode_start_event, log_replay_episodes};
 pub use read::{RecordingSummary, read_recording};
 pub use scalars::scalars_of;
 
@@ -119,24 +117,6 @@ impl Telemetry {
         self.channel
             .as_ref()
             .map_or(0, |c| c.dropped.load(Ordering::Relaxed))
-    }
-}
-
-/// Sends every loss term of a world-model training run as a curve
-/// (`train/world_model/<term>`).
-pub fn log_world_model_losses(
-    telemetry: &Telemetry,
-    history: &[crate::world_model::WorldModelStep],
-) {
-    if !telemetry.is_on() {
-        return;
-    }
-    for (i, term) in imago_worldmodel::LOSS_PARTS.iter().enumerate() {
-        telemetry.send(TelemetryEvent::LossCurve {
-            run: "world_model".into(),
-            term: term.to_string(),
-            values: history.iter().map(|step| step.losses[i]).collect(),
-        });
     }
 }
 
@@ -236,23 +216,25 @@ impl Drop for TelemetrySession {
 #[cfg(test)]
 mod tests {
     use imago_robots::Robot;
-    use imago_robots::reacher2d::Reacher2d;
 
     use super::*;
+    use crate::robot::RobotConfig;
 
     /// One event of every kind, as producers build them.
     fn every_event() -> Vec<TelemetryEvent> {
-        let mut robot = Reacher2d::default();
+        let mut robot = RobotConfig::default().build();
         let observation = robot.reset(3);
+        let chunk = [0.1, 0.2, 0.3, 0.4];
         vec![
             TelemetryEvent::Note("phase".into()),
             episode_start_event(&robot, 0, &observation.instruction),
             control_step_event(
-                &robot.scene(),
-                20.0,
+                &robot,
+                &observation.proprio,
+                &robot.intended_path(&chunk),
                 0,
                 0,
-                &[0.1, 0.2, 0.3, 0.4],
+                &chunk,
                 &[0.1, 0.2],
                 observation.image.as_ref(),
                 2,

@@ -1,0 +1,165 @@
+//! Recording scripted demonstrations into a replay directory.
+
+use std::path::Path;
+
+use imago_robots::bounds::{ConfigError, in_range};
+use imago_robots::{ExpertConfig, Observation, Robot};
+use serde::{Deserialize, Serialize};
+
+use crate::progress;
+use crate::robot::RobotConfig;
+use crate::store::atomic;
+use crate::store::outputs::{OutputKind, check_output};
+use crate::store::replay::{
+    EpisodeEnd, EpisodeStart, ReplayRecord, ReplayWriter, ReplayWriterConfig, Transition,
+};
+
+/// What to collect.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CollectConfig {
+    /// The robot and its settings.
+    pub robot: RobotConfig,
+    /// How imperfect the demonstrations are.
+    pub expert: ExpertConfig,
+    /// Number of episodes.
+    pub episodes: usize,
+    /// Seed of the first episode; episode `i` uses `first_seed + i`.
+    pub first_seed: u64,
+}
+
+impl Default for CollectConfig {
+    fn default() -> Self {
+        Self {
+            robot: RobotConfig::default(),
+            expert: ExpertConfig::default(),
+            episodes: 100,
+            first_seed: 0,
+        }
+    }
+}
+
+/// What was collected.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CollectSummary {
+    /// Episodes recorded.
+    pub episodes: usize,
+    /// Transitions recorded.
+    pub transitions: usize,
+    /// Episodes that reached the instructed target.
+    pub successes: usize,
+}
+
+impl CollectSummary {
+    /// Fraction of successful episodes.
+    pub fn success_rate(&self) -> f64 {
+        self.successes as f64 / self.episodes.max(1) as f64
+    }
+}
+
+impl CollectConfig {
+    /// Checks every value against its documented range; the error names the key.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        self.robot.validate().map_err(|e| e.within("robot"))?;
+        self.expert.validate().map_err(|e| e.within("expert"))?;
+        in_range("episodes", self.episodes, 1..=MAX_EPISODES)
+    }
+}
+
+/// Largest number of episodes one command may collect or evaluate.
+pub const MAX_EPISODES: usize = 100_000;
+
+/// Runs the scripted expert for `config.episodes` episodes and appends them to the
+/// replay at `out` (created if needed; a replay of another robot spec is an error).
+/// Each episode is flushed to disk when it ends. `out` holding something other than a
+/// replay is refused unless `force`, and then replaced only once the new replay is
+/// complete.
+pub fn collect_demonstrations(
+    config: &CollectConfig,
+    out: &Path,
+    force: bool,
+) -> anyhow::Result<CollectSummary> {
+    config.validate()?;
+    anyhow::ensure!(
+        config.robot.has_expert(),
+        "robot {} has no scripted expert to collect demonstrations with",
+        config.robot.name()
+    );
+    let plan = check_output("--out", out, OutputKind::Replay, &[], force)?;
+    if !plan.forced {
+        return collect_into(config, out);
+    }
+    let staged = atomic::sibling_temp(out, "staged");
+    let summary = collect_into(config, &staged)
+        .and_then(|summary| atomic::replace_dir(&staged, out).map(|()| summary));
+    if summary.is_err() {
+        let _ = std::fs::remove_dir_all(&staged);
+    }
+    summary
+}
+
+fn collect_into(config: &CollectConfig, out: &Path) -> anyhow::Result<CollectSummary> {
+    let mut robot = config.robot.build();
+    let (mut writer, repaired) = ReplayWriter::open(
+        out,
+        ReplayWriterConfig::default(),
+        &config.robot,
+        "imago collect",
+    )?;
+    repaired.warn();
+    let mut summary = CollectSummary {
+        episodes: 0,
+        transitions: 0,
+        successes: 0,
+    };
+    let bar = progress::bar("collect", config.episodes as u64);
+    for i in 0..config.episodes {
+        let seed = config.first_seed.wrapping_add(i as u64);
+        let mut observation: Observation = robot.reset(seed);
+        robot.start_expert(&config.expert, seed);
+        let episode = writer.next_episode_id();
+        writer.append(&ReplayRecord::EpisodeStart(EpisodeStart {
+            episode,
+            robot: config.robot.name().to_string(),
+            seed,
+            instruction: observation.instruction.clone(),
+        }))?;
+        for step in 0.. {
+            let action = robot
+                .expert_action()
+                .ok_or_else(|| anyhow::anyhow!("the expert stopped"))?;
+            let outcome = robot.step(&action);
+            writer.append(&ReplayRecord::Transition(Box::new(Transition {
+                episode,
+                step,
+                observation,
+                action,
+                executed: outcome.info.executed.clone(),
+                reward: outcome.reward,
+                done: outcome.done,
+                success: outcome.success,
+                policy_version: 0,
+                intervention: false,
+                behaviour_log_prob: None,
+            })))?;
+            summary.transitions += 1;
+            observation = outcome.observation;
+            if outcome.done {
+                writer.append(&ReplayRecord::EpisodeEnd(Box::new(EpisodeEnd {
+                    episode,
+                    steps: step + 1,
+                    success: outcome.success,
+                    final_observation: observation,
+                })))?;
+                summary.successes += outcome.success as usize;
+                break;
+            }
+        }
+        writer.flush()?;
+        summary.episodes += 1;
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+    writer.close()?;
+    Ok(summary)
+}

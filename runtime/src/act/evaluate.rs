@@ -1,0 +1,332 @@
+//! Closed-loop evaluation over paired seeds: every controller meets the same initial
+//! conditions, and all episodes of one evaluation run in lock-step so that the policy
+//! sees them as one batch per tick.
+
+use std::collections::VecDeque;
+use std::time::Instant;
+
+use burn::prelude::*;
+use imago_policies::{VlaPolicy, VlaPolicyConfig};
+use imago_robots::{Action, ExpertConfig, Observation, Robot};
+use rand::rngs::StdRng;
+use rand::{RngExt, SeedableRng};
+use serde::{Deserialize, Serialize};
+
+use crate::act::camera::BatchCamera;
+use crate::act::sampling::plan;
+use crate::progress;
+use crate::robot::{RobotConfig, SimRobot};
+use crate::stats::{quantile, wilson_interval};
+use crate::store::checkpoint::{ensure_trained_for, load_policy};
+
+/// What drives the robot during an evaluation.
+pub enum Controller<'a, B: Backend> {
+    /// A VLA policy, acting on the mean of its action chunks.
+    Policy {
+        /// The policy.
+        policy: &'a VlaPolicy<B>,
+        /// Its config.
+        config: &'a VlaPolicyConfig,
+        /// Where it runs.
+        device: &'a B::Device,
+        /// Give the policy one of the robot's alternative instructions, naming another
+        /// goal than the robot's (success still means the robot's goal).
+        wrong_instruction: bool,
+        /// Actions of each chunk executed before re-planning (1..=K).
+        execute_steps: usize,
+    },
+    /// Uniformly random actions within the limits.
+    Random,
+    /// The robot's scripted expert with the given imperfections.
+    Expert(ExpertConfig),
+}
+
+/// Per-episode outcomes of one evaluation, in seed order.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EvalOutcome {
+    /// Whether each episode succeeded.
+    pub success: Vec<bool>,
+    /// Ticks each episode took.
+    pub length: Vec<u32>,
+}
+
+impl EvalOutcome {
+    /// Number of episodes.
+    pub fn episodes(&self) -> usize {
+        self.success.len()
+    }
+
+    /// Number of successes.
+    pub fn successes(&self) -> usize {
+        self.success.iter().filter(|&&s| s).count()
+    }
+
+    /// Success rate.
+    pub fn success_rate(&self) -> f64 {
+        self.successes() as f64 / self.episodes().max(1) as f64
+    }
+
+    /// 95% Wilson interval of the success rate.
+    pub fn interval(&self) -> (f64, f64) {
+        wilson_interval(self.successes(), self.episodes())
+    }
+
+    /// Mean episode length in ticks.
+    pub fn mean_length(&self) -> f64 {
+        self.length.iter().map(|&l| l as f64).sum::<f64>() / self.episodes().max(1) as f64
+    }
+}
+
+/// Runs one episode per seed with `controller` and reports the outcomes. A policy on
+/// a wgpu GPU sees frames rendered for the whole batch in one dispatch when the batch
+/// is large ([`BatchCamera::for_device`]).
+pub fn evaluate<B: Backend>(
+    controller: &Controller<'_, B>,
+    robot: &RobotConfig,
+    seeds: &[u64],
+    label: &str,
+) -> anyhow::Result<EvalOutcome> {
+    let camera = match controller {
+        Controller::Policy { device, .. } => {
+            BatchCamera::for_device::<B>(device, robot, seeds.len())
+        }
+        _ => BatchCamera::PerRobot,
+    };
+    evaluate_with_camera(controller, robot, seeds, label, &camera)
+}
+
+/// [`evaluate`] with the camera chosen by the caller. An expert controller on a robot
+/// without an expert is an error.
+pub fn evaluate_with_camera<B: Backend>(
+    controller: &Controller<'_, B>,
+    robot_config: &RobotConfig,
+    seeds: &[u64],
+    label: &str,
+    camera: &BatchCamera,
+) -> anyhow::Result<EvalOutcome> {
+    let n = seeds.len();
+    let spec = robot_config.spec();
+    if let Controller::Policy { config, .. } = controller {
+        anyhow::ensure!(
+            config.action_limit == spec.action_limit,
+            "the policy acts in another action space ({:?}) than {} ({:?})",
+            config.action_limit,
+            spec.summary(),
+            spec.action_limit
+        );
+    }
+    let mut robots: Vec<SimRobot> = (0..n)
+        .map(|_| {
+            let mut robot = robot_config.build();
+            robot.set_frame_source(camera.frame_source());
+            robot
+        })
+        .collect();
+    let mut observations: Vec<Observation> = robots
+        .iter_mut()
+        .zip(seeds)
+        .map(|(r, &s)| r.reset(s))
+        .collect();
+    camera.fill(robots.iter().zip(observations.iter_mut()))?;
+    if let Controller::Expert(config) = controller {
+        for (robot, &seed) in robots.iter_mut().zip(seeds) {
+            anyhow::ensure!(
+                robot.start_expert(config, seed),
+                "robot {} has no scripted expert",
+                robot_config.name()
+            );
+        }
+    }
+    if let Controller::Policy {
+        wrong_instruction: true,
+        ..
+    } = controller
+    {
+        for ((robot, obs), &seed) in robots.iter().zip(observations.iter_mut()).zip(seeds) {
+            let alternatives = robot.alternative_instructions();
+            if !alternatives.is_empty() {
+                obs.instruction = alternatives[seed as usize % alternatives.len()].clone();
+            }
+        }
+    }
+    let mut rngs: Vec<StdRng> = seeds
+        .iter()
+        .map(|&s| StdRng::seed_from_u64(s ^ 0x5eed))
+        .collect();
+    let mut queues: Vec<VecDeque<Action>> = vec![VecDeque::new(); n];
+    let mut outcome = EvalOutcome {
+        success: vec![false; n],
+        length: vec![0; n],
+    };
+    let mut active: Vec<bool> = vec![true; n];
+    let bar = progress::bar(label, spec.max_steps as u64);
+    while active.iter().any(|&a| a) {
+        if let Controller::Policy {
+            policy,
+            config,
+            device,
+            execute_steps,
+            ..
+        } = controller
+        {
+            let planning: Vec<usize> = (0..n)
+                .filter(|&i| active[i] && queues[i].is_empty())
+                .collect();
+            if !planning.is_empty() {
+                let chunks = plan(
+                    policy,
+                    config,
+                    device,
+                    planning.iter().map(|&i| &observations[i]),
+                )?;
+                for (&i, chunk) in planning.iter().zip(chunks) {
+                    queues[i].extend(
+                        chunk
+                            .into_iter()
+                            .take((*execute_steps).clamp(1, config.chunk_len)),
+                    );
+                }
+            }
+        }
+        let stepping: Vec<usize> = (0..n).filter(|&i| active[i]).collect();
+        for i in stepping {
+            let action = match controller {
+                Controller::Policy { .. } => queues[i].pop_front().expect("planned"),
+                Controller::Random => Action(
+                    spec.action_limit
+                        .iter()
+                        .map(|&limit| rngs[i].random_range(-limit..=limit))
+                        .collect(),
+                ),
+                Controller::Expert(_) => robots[i].expert_action().expect("started above"),
+            };
+            let step = robots[i].step(&action);
+            let instruction = std::mem::take(&mut observations[i].instruction);
+            observations[i] = step.observation;
+            observations[i].instruction = instruction;
+            if step.done {
+                active[i] = false;
+                outcome.success[i] = step.success;
+                outcome.length[i] = robots[i].steps();
+            }
+        }
+        camera.fill(
+            robots
+                .iter()
+                .zip(observations.iter_mut())
+                .zip(&active)
+                .filter(|(_, running)| **running)
+                .map(|(pair, _)| pair),
+        )?;
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+    Ok(outcome)
+}
+
+/// Policy latency at batch 1 (observation to action chunk on the host), in milliseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Latency {
+    /// Median.
+    pub p50: f64,
+    /// 99th percentile.
+    pub p99: f64,
+}
+
+/// Times `repeats` batch-1 inferences on `observation` after a few warm-up calls.
+pub fn measure_latency<B: Backend>(
+    policy: &VlaPolicy<B>,
+    config: &VlaPolicyConfig,
+    device: &B::Device,
+    observation: &Observation,
+    repeats: usize,
+) -> anyhow::Result<Latency> {
+    for _ in 0..5 {
+        plan(policy, config, device, std::iter::once(observation))?;
+    }
+    let mut times = Vec::with_capacity(repeats);
+    for _ in 0..repeats {
+        let start = Instant::now();
+        plan(policy, config, device, std::iter::once(observation))?;
+        times.push(start.elapsed().as_secs_f64() * 1e3);
+    }
+    Ok(Latency {
+        p50: quantile(&times, 0.5),
+        p99: quantile(&times, 0.99),
+    })
+}
+
+/// Evaluates the policy checkpoint at `dir` on `robot` on `episodes` seeds from
+/// `first_seed`; a checkpoint trained for a robot of another spec is an error naming
+/// both.
+pub fn evaluate_checkpoint(
+    dir: &std::path::Path,
+    robot: &RobotConfig,
+    episodes: usize,
+    first_seed: u64,
+    device: &crate::device::ResolvedDevice,
+) -> anyhow::Result<EvalOutcome> {
+    ensure_trained_for(dir, &robot.spec())?;
+    let (policy, config, _) = load_policy::<burn::Dispatch>(dir, None, &device.inference)?;
+    let seeds: Vec<u64> = (0..episodes as u64)
+        .map(|i| first_seed.wrapping_add(i))
+        .collect();
+    let controller = Controller::Policy {
+        policy: &policy,
+        config: &config,
+        device: &device.inference,
+        wrong_instruction: false,
+        execute_steps: 1,
+    };
+    // Episodes are independent: running them in bounded batches keeps memory flat for
+    // any number of them and gives the same outcomes.
+    let mut outcome = EvalOutcome {
+        success: Vec::with_capacity(episodes),
+        length: Vec::with_capacity(episodes),
+    };
+    for batch in seeds.chunks(EVAL_BATCH) {
+        let part = evaluate(&controller, robot, batch, "eval")?;
+        outcome.success.extend(part.success);
+        outcome.length.extend(part.length);
+    }
+    Ok(outcome)
+}
+
+/// Episodes one lock-step evaluation of a checkpoint runs at once.
+pub const EVAL_BATCH: usize = 1024;
+
+#[cfg(test)]
+mod tests {
+    use burn::backend::ndarray::NdArrayDevice;
+    use burn::{Dispatch, DispatchDevice};
+
+    use super::*;
+    use crate::act::camera::tests::batched;
+
+    #[test]
+    fn a_policy_evaluates_the_same_on_batched_frames() {
+        let Some(camera) = batched() else { return };
+        let device = DispatchDevice::NdArray(NdArrayDevice::Cpu);
+        Dispatch::seed(&device, 5);
+        let robot = crate::robot::reacher2d_with("max_steps = 6");
+        let config = VlaPolicyConfig::for_robot(&robot.spec())
+            .unwrap()
+            .with_d_model(32)
+            .with_d_ff(64)
+            .with_n_layers(1);
+        let policy = config.init::<Dispatch>(&device);
+        let controller = Controller::Policy {
+            policy: &policy,
+            config: &config,
+            device: &device,
+            wrong_instruction: false,
+            execute_steps: 2,
+        };
+        let seeds: Vec<u64> = (0..6).collect();
+        let own = evaluate_with_camera(&controller, &robot, &seeds, "own", &BatchCamera::PerRobot)
+            .unwrap();
+        let batched = evaluate_with_camera(&controller, &robot, &seeds, "batched", &camera)
+            .expect("every observation the policy reads has its frame");
+        assert_eq!(own, batched);
+    }
+}

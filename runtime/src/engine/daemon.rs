@@ -1,0 +1,648 @@
+//! `imago daemon`: the robot-side process. The actor runs the control loop and the
+//! replay writer records every transition (see [`crate::engine`]); on the calling
+//! thread the learner fine-tunes the policy on the replay and publishes each new
+//! version to the actor; checkpoints are written on a schedule and at shutdown.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use burn::Dispatch;
+use burn::prelude::Backend;
+use imago_policies::VlaPolicyConfig;
+use imago_robots::RobotSpec;
+use imago_robots::bounds::{ConfigError, in_range};
+use imago_worldmodel::{TransitionFamily, WorldModelConfig};
+use serde::{Deserialize, Serialize};
+
+use crate::device::{DeviceSpec, ResolvedDevice};
+use crate::engine::{
+    ActorConfig, ControlReport, PolicySnapshot, Recording, ReplayWriterConfig, SnapshotMailbox,
+    run_control_loop,
+};
+use crate::learn::finetune::{FinetuneConfig, Learner};
+use crate::learn::world_model::WorldModelTrainConfig;
+use crate::store::checkpoint::{
+    CheckpointMeta, ensure_trained_for, load_policy, load_world_model, read_meta,
+    recover_checkpoint, save_policy,
+};
+use crate::store::lock::DirLock;
+use crate::store::outputs::{
+    Holding, Input, OutputKind, check_output, holding, mark_run_directory,
+};
+use crate::store::replay::read_replay;
+use crate::telemetry::{Telemetry, TelemetryConfig};
+use crate::toml_file::parse_toml;
+
+/// The learner thread's settings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LearnerConfig {
+    /// Train at all (off: the daemon only runs and records).
+    pub enabled: bool,
+    /// Complete episodes recorded within the staleness bound that a learning step
+    /// waits for. Range: [1, 100000].
+    pub min_episodes: usize,
+    /// The learning step's settings (rollout and round fields are not used: the actor
+    /// collects).
+    pub finetune: FinetuneConfig,
+}
+
+impl Default for LearnerConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            min_episodes: 8,
+            finetune: FinetuneConfig {
+                policy_steps: 100,
+                world_model_steps: 50,
+                critic_steps: 50,
+                ..FinetuneConfig::default()
+            },
+        }
+    }
+}
+
+/// `robot.toml`: everything the daemon needs; every field but the robot has a default.
+/// `A` is the actor's settings: resolved ([`ActorConfig`], the default) once loaded,
+/// with the raw `[actor.robot]` table as the file holds it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DaemonConfig<A = ActorConfig> {
+    /// Which robot (`robot = "NAME"`, a name of the robot registry: reacher2d); its
+    /// settings are the `[actor.robot]` table.
+    pub robot: String,
+    /// Where models run: auto, cpu, cpu:flex, wgpu[:N], cuda[:N].
+    #[serde(default = "default_device")]
+    pub device: String,
+    /// Where the replay and checkpoints go (`--run-dir` overrides).
+    #[serde(default = "default_run_dir")]
+    pub run_dir: PathBuf,
+    /// The policy checkpoint to start from; none: a freshly initialised policy.
+    #[serde(default)]
+    pub policy: Option<PathBuf>,
+    /// The world-model checkpoint to start from; none: a fresh SALT world model.
+    #[serde(default)]
+    pub world_model: Option<PathBuf>,
+    /// The control loop: robot settings (rate, safety limits), exploration, takeover.
+    #[serde(default)]
+    pub actor: A,
+    /// The learner.
+    #[serde(default)]
+    pub learner: LearnerConfig,
+    /// Replay segment size and retention limit (`retention_bytes`, oldest closed
+    /// segments deleted first).
+    #[serde(default)]
+    pub replay: ReplayWriterConfig,
+    /// Seconds between scheduled checkpoints. Range: [0.1, 1000000].
+    #[serde(default = "default_checkpoint_seconds")]
+    pub checkpoint_every_seconds: f64,
+    /// Seconds between status lines on standard error. Range: [0.1, 86400].
+    #[serde(default = "default_status_seconds")]
+    pub status_every_seconds: f64,
+    /// How much the rerun telemetry logs (used with `--rerun*`).
+    #[serde(default)]
+    pub telemetry: TelemetryConfig,
+}
+
+fn default_status_seconds() -> f64 {
+    10.0
+}
+
+fn default_device() -> String {
+    "auto".into()
+}
+
+fn default_run_dir() -> PathBuf {
+    PathBuf::from("imago-runs/daemon")
+}
+
+fn default_checkpoint_seconds() -> f64 {
+    60.0
+}
+
+impl DaemonConfig {
+    /// Reads and checks `path`; errors name the file, the key and the problem.
+    pub fn load(path: &Path) -> anyhow::Result<Self> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?;
+        Self::parse(&text).map_err(|e| anyhow::anyhow!("{}: {e:#}", path.display()))
+    }
+
+    /// Parses and checks a config file's text: the robot named by `robot` with the
+    /// settings of `[actor.robot]`, every other key against its range.
+    pub fn parse(text: &str) -> anyhow::Result<Self> {
+        let file: DaemonConfig<ActorConfig<toml::Table>> =
+            parse_toml(text).map_err(anyhow::Error::msg)?;
+        let actor = file.actor.resolve(&file.robot)?;
+        let config = DaemonConfig {
+            robot: file.robot,
+            device: file.device,
+            run_dir: file.run_dir,
+            policy: file.policy,
+            world_model: file.world_model,
+            actor,
+            learner: file.learner,
+            replay: file.replay,
+            checkpoint_every_seconds: file.checkpoint_every_seconds,
+            status_every_seconds: file.status_every_seconds,
+            telemetry: file.telemetry,
+        };
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// The spec of the robot the daemon drives.
+    pub fn spec(&self) -> RobotSpec {
+        self.actor.robot.spec()
+    }
+
+    /// Checks every value against its documented range; the error names the key.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.robot != self.actor.robot.name() {
+            return Err(ConfigError::new(
+                "robot",
+                &self.robot,
+                format!("the actor's robot is {}", self.actor.robot.name()),
+            ));
+        }
+        if let Err(e) = self.device.parse::<DeviceSpec>() {
+            return Err(ConfigError::new("device", &self.device, e.to_string()));
+        }
+        self.actor.validate().map_err(|e| e.within("actor"))?;
+        self.replay.validate().map_err(|e| e.within("replay"))?;
+        in_range(
+            "checkpoint_every_seconds",
+            self.checkpoint_every_seconds,
+            0.1..=1e6,
+        )?;
+        in_range(
+            "status_every_seconds",
+            self.status_every_seconds,
+            0.1..=86_400.0,
+        )?;
+        self.telemetry
+            .validate()
+            .map_err(|e| e.within("telemetry"))?;
+        in_range(
+            "learner.min_episodes",
+            self.learner.min_episodes,
+            1..=100_000,
+        )?;
+        self.learner
+            .finetune
+            .validate()
+            .map_err(|e| e.within("learner.finetune"))
+    }
+}
+
+/// Options from the command line.
+#[derive(Debug, Clone, Default)]
+pub struct DaemonOptions {
+    /// Overrides the config's run directory.
+    pub run_dir: Option<PathBuf>,
+    /// Stop as on SIGTERM after this long.
+    pub duration: Option<Duration>,
+    /// Continue from the newest checkpoint in the run directory and its replay.
+    pub resume: bool,
+    /// Move an existing run directory aside (never deleted) and start a new run.
+    pub fresh: bool,
+    /// Stop after this many learning steps (benchmarks).
+    pub max_learning_steps: Option<u64>,
+    /// Where the control loop and the learner log (off: [`Telemetry::off`]).
+    pub telemetry: Telemetry,
+}
+
+/// The daemon's final status.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DaemonReport {
+    /// The control loop and the recording.
+    #[serde(flatten)]
+    pub control: ControlReport,
+    /// Learning steps completed.
+    pub learning_steps: u64,
+    /// The policy version at shutdown.
+    pub final_policy_version: u64,
+    /// Wall time from the first tick to shutdown, seconds.
+    pub seconds: f64,
+    /// The checkpoint written at shutdown.
+    pub checkpoint: String,
+}
+
+/// Where the daemon's policy checkpoint lives in `run_dir`.
+pub fn policy_checkpoint(run_dir: &Path) -> PathBuf {
+    run_dir.join("checkpoints").join("policy")
+}
+
+/// What the daemon starts from: the learner (policy, world model, critic), where it
+/// records, and the run directory's lock (held until the daemon ends).
+struct Prepared {
+    learner: Learner,
+    replay: PathBuf,
+    checkpoint: PathBuf,
+    _lock: DirLock,
+}
+
+/// The run directory, locked, in the state `--resume` or `--fresh` asks for: a new
+/// run gets an empty, marked directory (an existing run or anything else there is an
+/// error naming both ways out, or with `--fresh` is moved aside, never deleted);
+/// `--resume` needs a daemon run with a checkpoint.
+fn open_run_dir(run_dir: &Path, options: &DaemonOptions) -> anyhow::Result<DirLock> {
+    let lock = DirLock::acquire(run_dir, "imago daemon")?;
+    let found = holding(run_dir);
+    let is_run = found == Holding::RunDirectory("daemon".into());
+    if options.resume {
+        anyhow::ensure!(
+            is_run,
+            "--resume: {} holds {found}, not a daemon run to resume; start without --resume",
+            run_dir.display()
+        );
+        return Ok(lock);
+    }
+    if found == Holding::EmptyDirectory {
+        mark_run_directory(run_dir, "daemon")?;
+        return Ok(lock);
+    }
+    if !options.fresh {
+        let what = if is_run {
+            format!(
+                "the daemon run {} exists (checkpoint version {})",
+                run_dir.display(),
+                read_meta(&policy_checkpoint(run_dir))
+                    .map_or("unreadable".into(), |m| m.version.to_string())
+            )
+        } else {
+            format!("{} holds {found}", run_dir.display())
+        };
+        anyhow::bail!(
+            "{what}; pass --resume to continue it, or --fresh to move it aside (kept, renamed) and start a new run"
+        );
+    }
+    let aside = aside_name(run_dir);
+    // The lock moves with the directory (it is held on the file, not the name).
+    std::fs::rename(run_dir, &aside).with_context(|| {
+        format!(
+            "cannot move {} aside to {}",
+            run_dir.display(),
+            aside.display()
+        )
+    })?;
+    drop(lock);
+    eprintln!(
+        "--fresh: moved the previous contents of {} to {}",
+        run_dir.display(),
+        aside.display()
+    );
+    let lock = DirLock::acquire(run_dir, "imago daemon")?;
+    mark_run_directory(run_dir, "daemon")?;
+    Ok(lock)
+}
+
+/// A visible sibling name for moving `dir` aside: `DIR.previous-<unix seconds>`.
+fn aside_name(dir: &Path) -> PathBuf {
+    let seconds = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let name = dir
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "run".into());
+    let mut candidate = dir.with_file_name(format!("{name}.previous-{seconds}"));
+    let mut n = 1;
+    while candidate.exists() {
+        candidate = dir.with_file_name(format!("{name}.previous-{seconds}-{n}"));
+        n += 1;
+    }
+    candidate
+}
+
+/// Loads or initialises the models (from the run's checkpoint with `--resume`) and
+/// writes a first checkpoint, so that a crash at any time leaves one to resume.
+fn prepare(
+    config: &DaemonConfig,
+    options: &DaemonOptions,
+    device: &ResolvedDevice,
+) -> anyhow::Result<Prepared> {
+    let run_dir = options.run_dir.clone().unwrap_or(config.run_dir.clone());
+    anyhow::ensure!(
+        !(options.resume && options.fresh),
+        "--resume and --fresh exclude each other"
+    );
+    // A new run must not bury the models it starts from (`--fresh` would move them
+    // aside with the old run).
+    let sources = [
+        ("policy", &config.policy),
+        ("world_model", &config.world_model),
+    ];
+    for (key, path) in sources.iter().filter(|_| !options.resume) {
+        if let Some(path) = path {
+            check_output(
+                "--run-dir",
+                &run_dir,
+                OutputKind::RunDirectory("daemon"),
+                &[Input { flag: key, path }],
+                true,
+            )?;
+        }
+    }
+    let lock = open_run_dir(&run_dir, options)?;
+    let checkpoint = policy_checkpoint(&run_dir);
+    let replay = run_dir.join("replay");
+    for note in recover_checkpoint(&checkpoint)? {
+        eprintln!("{note}");
+    }
+    let spec = config.spec();
+    let expected = VlaPolicyConfig::for_robot(&spec)
+        .map_err(|e| anyhow::anyhow!("the policy for {}: {e}", spec.summary()))?;
+    let start_from = if options.resume {
+        Some(checkpoint.clone())
+    } else {
+        config.policy.clone()
+    };
+    Dispatch::seed(&device.training, config.learner.finetune.seed);
+    let (policy, policy_config, mut version) = match &start_from {
+        Some(dir) => {
+            ensure_trained_for(dir, &spec)
+                .with_context(|| format!("cannot start from {}", dir.display()))?;
+            let (policy, config, meta) =
+                load_policy::<Dispatch>(dir, Some(&expected), &device.training)
+                    .with_context(|| format!("cannot start from {}", dir.display()))?;
+            (policy, config, meta.version)
+        }
+        None => (expected.init(&device.training), expected, 1),
+    };
+    if options.resume && replay.join(crate::store::replay::SEGMENTS).exists() {
+        // Versions the learner published after the last checkpoint acted (and were
+        // recorded) before a crash; their weights are lost. The checkpoint's weights
+        // continue under a new number, so that no version names two sets of weights.
+        let recorded = read_replay(&replay)?.max_policy_version;
+        if recorded > version {
+            eprintln!(
+                "--resume: the replay holds policy versions up to {recorded}, newer than the checkpoint's {version} (lost in a crash); its weights continue as version {}",
+                recorded + 1
+            );
+            version = recorded.saturating_add(1);
+        }
+    }
+    let (world_model, wm_config) = match &config.world_model {
+        Some(dir) => {
+            ensure_trained_for(dir, &spec)?;
+            let (model, config, _) = load_world_model::<Dispatch>(dir, None, &device.training)?;
+            (model.freeze_target(), config)
+        }
+        None => {
+            let config = WorldModelConfig::for_robot(&spec, TransitionFamily::Salt)
+                .map_err(|e| anyhow::anyhow!("the world model for {}: {e}", spec.summary()))?;
+            (config.init(&device.training), config)
+        }
+    };
+    let learner = Learner::new(
+        (policy, policy_config),
+        version,
+        (world_model, wm_config),
+        WorldModelTrainConfig::default(),
+        &config.learner.finetune,
+        device,
+    )
+    .with_telemetry(options.telemetry.clone());
+    save(&learner, &config.spec(), &checkpoint)?;
+    Ok(Prepared {
+        learner,
+        replay,
+        checkpoint,
+        _lock: lock,
+    })
+}
+
+/// Episodes the next learning step may train on (recorded by a version within the
+/// staleness bound of the one it produces), or `None` while there are too few.
+fn fresh_replay(
+    replay: &Path,
+    learner: &Learner,
+    config: &LearnerConfig,
+) -> anyhow::Result<Option<Vec<crate::store::replay::Episode>>> {
+    let episodes = match read_replay(replay) {
+        Ok(contents) => contents.episodes,
+        Err(_) if !replay.join("segments").exists() => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let next = learner.version() + 1;
+    let fresh = episodes
+        .iter()
+        .filter(|e| {
+            e.transitions
+                .iter()
+                .any(|t| config.finetune.within_staleness(t.policy_version, next))
+        })
+        .count();
+    Ok((fresh >= config.min_episodes).then_some(episodes))
+}
+
+/// Runs the daemon until `stop` is set (by a signal), `options.duration` passes or
+/// `options.max_learning_steps` are done: the actor and the learner overlap.
+pub fn run_daemon(
+    config: &DaemonConfig,
+    options: &DaemonOptions,
+    device: &ResolvedDevice,
+    stop: &AtomicBool,
+) -> anyhow::Result<DaemonReport> {
+    let Prepared {
+        mut learner,
+        replay,
+        checkpoint,
+        _lock,
+    } = prepare(config, options, device)?;
+    let finetune = &config.learner.finetune;
+    let mailbox = SnapshotMailbox::default();
+    let started = Instant::now();
+    let deadline = options.duration.map(|d| started + d);
+    let mut learning_steps = 0u64;
+    let mut learner_error: Option<anyhow::Error> = None;
+    let mut last_checkpoint = Instant::now();
+    let initial = snapshot(&learner);
+    let policy_config = learner.policy_config().clone();
+    let out_of_time = || deadline.is_some_and(|d| Instant::now() >= d);
+    let control = run_control_loop(
+        &config.actor,
+        &policy_config,
+        initial,
+        &device.inference,
+        Recording {
+            dir: &replay,
+            config: config.replay.clone(),
+            status_every: Some(Duration::from_secs_f64(config.status_every_seconds)),
+            telemetry: options.telemetry.clone(),
+            purpose: "imago daemon",
+        },
+        &mailbox,
+        stop,
+        || {
+            let learnt_enough =
+                |steps: u64| options.max_learning_steps.is_some_and(|max| steps >= max);
+            while !stop.load(Ordering::Relaxed) && !out_of_time() && !learnt_enough(learning_steps)
+            {
+                if !config.learner.enabled {
+                    std::thread::sleep(Duration::from_millis(50));
+                    continue;
+                }
+                let step = (|| -> anyhow::Result<bool> {
+                    let Some(episodes) = fresh_replay(&replay, &learner, &config.learner)? else {
+                        return Ok(false);
+                    };
+                    learner.learn(&episodes, finetune, device)?;
+                    mailbox.publish(snapshot(&learner));
+                    Ok(true)
+                })();
+                match step {
+                    Ok(true) => learning_steps += 1,
+                    Ok(false) => std::thread::sleep(Duration::from_millis(200)),
+                    Err(error) => {
+                        learner_error = Some(error);
+                        break;
+                    }
+                }
+                if last_checkpoint.elapsed().as_secs_f64() >= config.checkpoint_every_seconds {
+                    if let Err(error) = save(&learner, &config.spec(), &checkpoint) {
+                        eprintln!("warning: scheduled checkpoint failed: {error:#}");
+                    }
+                    last_checkpoint = Instant::now();
+                }
+            }
+            while !stop.load(Ordering::Relaxed) && !out_of_time() && !learnt_enough(learning_steps)
+            {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            stop.store(true, Ordering::Relaxed);
+        },
+    );
+    // Whatever stopped the control loop, the learner's weights are whole: keep them.
+    let saved = save(&learner, &config.spec(), &checkpoint);
+    let control = match (control, saved) {
+        (Ok(control), Ok(())) => control,
+        (Ok(_), Err(error)) => return Err(error.context("the final checkpoint failed")),
+        (Err(error), Ok(())) => {
+            return Err(error.context(format!(
+                "the daemon stopped; policy version {} checkpointed in {}",
+                learner.version(),
+                checkpoint.display()
+            )));
+        }
+        (Err(error), Err(save_error)) => {
+            return Err(error.context(format!(
+                "the daemon stopped, and its checkpoint failed too ({save_error:#})"
+            )));
+        }
+    };
+    if let Some(error) = learner_error {
+        eprintln!("warning: the learner stopped: {error:#}");
+    }
+    Ok(DaemonReport {
+        control,
+        learning_steps,
+        final_policy_version: learner.version(),
+        seconds: started.elapsed().as_secs_f64(),
+        checkpoint: checkpoint.display().to_string(),
+    })
+}
+
+/// The same work as [`run_daemon`] with `max_learning_steps`, done in turns instead
+/// of overlapped: the actor records until enough fresh episodes exist, stops, the
+/// learner takes one step, and so on. The baseline of the daemon benchmark.
+pub fn run_in_turns(
+    config: &DaemonConfig,
+    options: &DaemonOptions,
+    device: &ResolvedDevice,
+    steps: u64,
+) -> anyhow::Result<DaemonReport> {
+    let Prepared {
+        mut learner,
+        replay,
+        checkpoint,
+        _lock,
+    } = prepare(config, options, device)?;
+    let started = Instant::now();
+    let mut control: Option<ControlReport> = None;
+    for _ in 0..steps {
+        let stop = AtomicBool::new(false);
+        let mut episodes = None;
+        let policy_config = learner.policy_config().clone();
+        let turn = run_control_loop(
+            &config.actor,
+            &policy_config,
+            snapshot(&learner),
+            &device.inference,
+            Recording {
+                dir: &replay,
+                config: config.replay.clone(),
+                status_every: None,
+                telemetry: options.telemetry.clone(),
+                purpose: "imago bench (daemon in turns)",
+            },
+            &SnapshotMailbox::default(),
+            &stop,
+            || {
+                while episodes.is_none() {
+                    std::thread::sleep(Duration::from_millis(100));
+                    match fresh_replay(&replay, &learner, &config.learner) {
+                        Ok(found) => episodes = found,
+                        Err(error) => {
+                            eprintln!("warning: {error:#}");
+                            break;
+                        }
+                    }
+                }
+                stop.store(true, Ordering::Relaxed);
+            },
+        )?;
+        control = Some(match control {
+            None => turn,
+            Some(total) => total.merged(turn),
+        });
+        let episodes = episodes.ok_or_else(|| anyhow::anyhow!("the replay could not be read"))?;
+        learner.learn(&episodes, &config.learner.finetune, device)?;
+    }
+    save(&learner, &config.spec(), &checkpoint)?;
+    Ok(DaemonReport {
+        control: control.ok_or_else(|| anyhow::anyhow!("no turn was run"))?,
+        learning_steps: steps,
+        final_policy_version: learner.version(),
+        seconds: started.elapsed().as_secs_f64(),
+        checkpoint: checkpoint.display().to_string(),
+    })
+}
+
+/// The learner's current policy, ready for the actor.
+fn snapshot(learner: &Learner) -> PolicySnapshot {
+    PolicySnapshot {
+        version: learner.version(),
+        policy: learner.policy(),
+    }
+}
+
+fn save(learner: &Learner, spec: &RobotSpec, dir: &Path) -> anyhow::Result<()> {
+    save_policy(
+        &learner.policy(),
+        learner.policy_config(),
+        CheckpointMeta::new(spec, learner.version(), None),
+        dir,
+    )?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_example_config_loads() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/reacher2d-daemon.toml");
+        let config = DaemonConfig::load(&path).unwrap();
+        assert_eq!(config.robot, "reacher2d");
+        assert_eq!(config.spec().control_hz, 20.0);
+        assert_eq!(config.replay.retention_bytes, Some(8 << 30));
+        assert_eq!(config.learner.finetune.policy_steps, 100);
+        assert_eq!(config.telemetry.frame_every, 5);
+    }
+}

@@ -1,0 +1,144 @@
+//! `imago train --what finetune`: advantage-weighted fine-tuning of a policy
+//! checkpoint from a replay directory that the collected episodes are appended to,
+//! with a given world-model checkpoint or one trained on the replay first.
+
+use std::path::Path;
+
+use burn::Dispatch;
+use burn::prelude::Backend;
+use imago_worldmodel::{TransitionFamily, WorldModelConfig};
+use serde::{Deserialize, Serialize};
+
+use crate::device::ResolvedDevice;
+use crate::learn::finetune::{FinetuneConfig, FinetuneStart, RoundReport, finetune};
+use crate::learn::world_model::{
+    WindowDataset, WorldModelTrainConfig, log_world_model_losses, train_world_model,
+};
+use crate::store::checkpoint::{
+    CheckpointMeta, POLICY_KIND, ensure_trained_for, load_policy, load_world_model, save_policy,
+};
+use crate::store::outputs::{Input, OutputKind, OutputPath};
+use crate::store::replay::{ReplaySource, ReplayWriter, ReplayWriterConfig, read_training_replay};
+use crate::telemetry::Telemetry;
+
+/// What an offline fine-tuning run did.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FinetuneRunSummary {
+    /// Episodes in the replay before the run.
+    pub episodes_before: usize,
+    /// Every round.
+    pub rounds: Vec<RoundReport>,
+    /// Version of the written checkpoint.
+    pub version: u64,
+}
+
+/// Fine-tunes the policy checkpoint `init` on the replay at `replay` (collected episodes
+/// are appended to it) and writes the policy to `out`. Imagination runs in the world
+/// model checkpoint `world_model`; without one, a SALT world model is first trained on
+/// the replay for `config.initial_world_model_steps` steps. Training curves, sampled
+/// rollouts and learning steps go to `telemetry`. Episodes are collected on the robot
+/// the replay records (its spec and settings); checkpoints of another spec are an
+/// error naming both.
+pub fn finetune_offline(
+    replay: ReplaySource<'_>,
+    init: &Path,
+    world_model: Option<&Path>,
+    out: OutputPath<'_>,
+    config: &FinetuneConfig,
+    device: &ResolvedDevice,
+    telemetry: &Telemetry,
+) -> anyhow::Result<FinetuneRunSummary> {
+    config
+        .validate()
+        .map_err(|e| anyhow::anyhow!("fine-tuning settings: {e}"))?;
+    replay.ensure_exists()?;
+    let mut inputs = replay.inputs_with(Some(init));
+    inputs.extend(world_model.map(|path| Input {
+        flag: "--world-model",
+        path,
+    }));
+    out.check(OutputKind::Checkpoint(POLICY_KIND), &inputs)?;
+    let read = read_training_replay(replay)?;
+    let spec = read.spec.clone();
+    let robot_config = read.robot.clone().ok_or_else(|| {
+        anyhow::anyhow!(
+            "replay {} records {} but not its settings in a form this build reads; fine-tuning collects new episodes on that robot, so it needs them",
+            replay.dir.display(),
+            spec.summary()
+        )
+    })?;
+    let episodes = read.contents.episodes;
+    let episodes_before = episodes.len();
+    Dispatch::seed(&device.training, config.seed);
+    ensure_trained_for(init, &spec)?;
+    let (policy, policy_config, meta) = load_policy::<Dispatch>(init, None, &device.training)?;
+    let (model, wm_config) = match world_model {
+        Some(dir) => {
+            ensure_trained_for(dir, &spec)?;
+            let (model, config, _) = load_world_model::<Dispatch>(dir, None, &device.training)?;
+            (model.freeze_target(), config)
+        }
+        None => {
+            let wm_config = WorldModelConfig::for_robot(&spec, TransitionFamily::Salt)?;
+            let defaults = WorldModelTrainConfig::default();
+            let steps = config.initial_world_model_steps;
+            let train = WorldModelTrainConfig {
+                steps,
+                warmup_steps: defaults.warmup_steps.min(steps / 2),
+                seed: config.seed,
+                ..defaults
+            };
+            eprintln!(
+                "no --world-model given: training a salt world model on the replay first ({steps} steps)"
+            );
+            let data = WindowDataset::new(
+                &episodes,
+                train.horizon,
+                &wm_config.action_limit,
+                train.discount,
+            );
+            let (model, history) = train_world_model::<Dispatch>(
+                wm_config.init(&device.training),
+                &wm_config,
+                &data,
+                &train,
+                &device.training,
+            )?;
+            log_world_model_losses(telemetry, &history);
+            (model, wm_config)
+        }
+    };
+    let (mut writer, repaired) = ReplayWriter::open(
+        replay.dir,
+        ReplayWriterConfig::default(),
+        &robot_config,
+        "imago train --what finetune",
+    )?;
+    repaired.warn();
+    let outcome = finetune(
+        FinetuneStart {
+            policy: (policy, &policy_config),
+            version: meta.version,
+            world_model: (model, &wm_config),
+            world_model_training: WorldModelTrainConfig::default(),
+            episodes,
+        },
+        config,
+        &robot_config,
+        &mut writer,
+        device,
+        telemetry,
+    )?;
+    writer.close()?;
+    let mut meta = CheckpointMeta::new(&spec, outcome.version, Some(init.display().to_string()));
+    if let Some(last) = outcome.rounds.last() {
+        meta.metrics
+            .insert("rollout_success_rate".into(), last.rollout_success_rate);
+    }
+    save_policy(&outcome.policy, &policy_config, meta, out.path)?;
+    Ok(FinetuneRunSummary {
+        episodes_before,
+        rounds: outcome.rounds,
+        version: outcome.version,
+    })
+}

@@ -1,0 +1,13 @@
+//! What the command line's commands run, each from its inputs to its outputs: the
+//! demo, benchmarks, offline training from a replay (policy, world model,
+//! fine-tuning), world-model scoring, replay inspection, the device check, and the
+//! tables they print.
+
+pub mod bench;
+pub mod demo;
+pub mod device_check;
+pub mod finetune;
+pub mod inspect;
+pub mod report;
+pub mod train;
+pub mod train_world_model;

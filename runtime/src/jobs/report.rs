@@ -1,0 +1,301 @@
+//! The demo's report: printed as a table, written as JSON.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::act::evaluate::{EvalOutcome, Latency};
+use crate::act::paired::PairedCounts;
+use crate::learn::finetune::RoundReport;
+use crate::learn::world_model::WorldModelEvalReport;
+
+/// One evaluated controller.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ControllerRow {
+    /// What was evaluated.
+    pub name: String,
+    /// Episodes.
+    pub episodes: usize,
+    /// Success rate.
+    pub success_rate: f64,
+    /// 95% Wilson interval.
+    pub interval: [f64; 2],
+    /// Mean episode length, ticks.
+    pub mean_length: f64,
+}
+
+impl ControllerRow {
+    /// The header line of a table of rows.
+    pub fn table_header() -> String {
+        format!(
+            "{:<28} {:>8} {:>9} {:>17} {:>11}\n",
+            "controller", "episodes", "success", "95% interval", "mean steps"
+        )
+    }
+
+    /// This row as a table line.
+    pub fn table_line(&self) -> String {
+        format!(
+            "{:<28} {:>8} {:>8.1}% {:>7.1}% - {:>5.1}% {:>11.1}\n",
+            self.name,
+            self.episodes,
+            100.0 * self.success_rate,
+            100.0 * self.interval[0],
+            100.0 * self.interval[1],
+            self.mean_length
+        )
+    }
+
+    /// A row for `outcome`.
+    pub fn new(name: &str, outcome: &EvalOutcome) -> Self {
+        let (lo, hi) = outcome.interval();
+        Self {
+            name: name.to_string(),
+            episodes: outcome.episodes(),
+            success_rate: outcome.success_rate(),
+            interval: [lo, hi],
+            mean_length: outcome.mean_length(),
+        }
+    }
+}
+
+/// Everything `imago demo` measured.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DemoReport {
+    /// The device the models ran on.
+    pub device: String,
+    /// Whether this was the reduced (`--quick`) demo.
+    pub quick: bool,
+    /// Evaluation episodes per controller (paired seeds).
+    pub episodes: usize,
+    /// Demonstration episodes collected.
+    pub demonstrations: usize,
+    /// Success rate of the (imperfect) demonstrations.
+    pub demonstration_success_rate: f64,
+    /// Success rate of the behaviour-cloned policy.
+    pub bc_success_rate: f64,
+    /// The same policy given an instruction naming another target.
+    pub wrong_instruction_success_rate: f64,
+    /// Uniformly random actions.
+    pub random_success_rate: f64,
+    /// Every evaluated controller.
+    pub controllers: Vec<ControllerRow>,
+    /// Behaviour-cloning loss at the first and last step.
+    pub bc_loss: BTreeMap<String, f64>,
+    /// Wall time per phase, seconds.
+    pub phases: BTreeMap<String, f64>,
+    /// Policy latency at batch 1, milliseconds.
+    pub policy_latency_ms: Latency,
+    /// The world model trained on the demonstrations, scored on held-out ones.
+    pub world_model: WorldModelEvalReport,
+    /// Success rate of the fine-tuned policy on the same seeds.
+    pub finetuned_success_rate: f64,
+    /// The behaviour-cloned and the fine-tuned policy, episode by episode.
+    pub paired: DemoPairedCounts,
+    /// Fine-tuned minus behaviour-cloned success rate, and its 95% interval (paired).
+    pub improvement: Improvement,
+    /// The fine-tuning method.
+    pub finetune_method: String,
+    /// Every fine-tuning round.
+    pub finetune_rounds: Vec<RoundReport>,
+    /// Where the replay and checkpoint were written.
+    pub run_dir: String,
+}
+
+/// Paired outcomes of the behaviour-cloned and the fine-tuned policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DemoPairedCounts {
+    /// Both succeeded.
+    pub both: usize,
+    /// Only the behaviour-cloned policy succeeded.
+    pub only_bc: usize,
+    /// Only the fine-tuned policy succeeded.
+    pub only_finetuned: usize,
+    /// Neither succeeded.
+    pub neither: usize,
+}
+
+impl From<PairedCounts> for DemoPairedCounts {
+    fn from(counts: PairedCounts) -> Self {
+        Self {
+            both: counts.both,
+            only_bc: counts.only_baseline,
+            only_finetuned: counts.only_candidate,
+            neither: counts.neither,
+        }
+    }
+}
+
+/// A paired difference of success rates with its 95% interval.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Improvement {
+    /// Candidate minus baseline.
+    pub difference: f64,
+    /// 95% interval of the difference.
+    pub interval: [f64; 2],
+}
+
+impl From<PairedCounts> for Improvement {
+    fn from(counts: PairedCounts) -> Self {
+        let (lo, hi) = counts.difference_interval();
+        Self {
+            difference: counts.difference(),
+            interval: [lo, hi],
+        }
+    }
+}
+
+impl DemoReport {
+    /// The report as a plain-text table.
+    pub fn table(&self) -> String {
+        let mut out = String::new();
+        out.push_str(&format!(
+            "imago demo{} on {}: {} demonstrations ({:.0}% successful), {} paired evaluation episodes\n\n",
+            if self.quick { " --quick" } else { "" },
+            self.device,
+            self.demonstrations,
+            100.0 * self.demonstration_success_rate,
+            self.episodes
+        ));
+        out.push_str(&ControllerRow::table_header());
+        for row in &self.controllers {
+            out.push_str(&row.table_line());
+        }
+        out.push_str(&format!(
+            "\nfine-tuned ({}, {} rounds) vs behaviour-cloned on the same seeds: {:+.1} points [{:+.1}, {:+.1}]; both {}, only bc {}, only fine-tuned {}, neither {}\n",
+            self.finetune_method,
+            self.finetune_rounds.len(),
+            100.0 * self.improvement.difference,
+            100.0 * self.improvement.interval[0],
+            100.0 * self.improvement.interval[1],
+            self.paired.both,
+            self.paired.only_bc,
+            self.paired.only_finetuned,
+            self.paired.neither
+        ));
+        out.push_str(&format!(
+            "\npolicy latency (batch 1): p50 {:.2} ms, p99 {:.2} ms\n",
+            self.policy_latency_ms.p50, self.policy_latency_ms.p99
+        ));
+        if let (Some(first), Some(last)) = (self.bc_loss.get("first"), self.bc_loss.get("last")) {
+            out.push_str(&format!(
+                "behaviour-cloning loss: {first:.3} -> {last:.3}\n"
+            ));
+        }
+        out.push_str(&format!(
+            "\nworld model ({}), open-loop on {} held-out episodes:\n",
+            self.world_model.family, self.world_model.episodes
+        ));
+        let h = self.world_model.horizon;
+        let mut rows = vec![1, 5.min(h), h];
+        rows.dedup();
+        out.push_str(&world_model_rows(&self.world_model, &rows));
+        out.push('\n');
+        out.push_str("wall time:");
+        for (phase, seconds) in &self.phases {
+            out.push_str(&format!(" {phase} {seconds:.1}s,"));
+        }
+        out.pop();
+        out.push_str(&format!("\nreplay and checkpoint: {}\n", self.run_dir));
+        out
+    }
+}
+
+/// The rows of a world-model evaluation for `horizons` (from 1), then the rank
+/// correlations.
+fn world_model_rows(report: &WorldModelEvalReport, horizons: &[usize]) -> String {
+    let mut out = format!(
+        "{:>7} {:>8} {:>10} {:>9} {:>9} {:>9} {:>9}\n",
+        "horizon", "error", "copy-last", "1σ raw", "1σ own", "1σ cal", "2σ cal"
+    );
+    for &h in horizons {
+        let i = h - 1;
+        out.push_str(&format!(
+            "{:>7} {:>8.3} {:>10.3} {:>9.3} {:>9.3} {:>9.3} {:>9.3}\n",
+            h,
+            report.horizon_error[i],
+            report.copy_last_error[i],
+            report.coverage_1sigma.raw[i],
+            report.coverage_1sigma.own_rollout[i],
+            report.coverage_1sigma.calibrated[i],
+            report.coverage_2sigma.calibrated[i],
+        ));
+    }
+    let show = |v: Option<f64>| v.map_or("n/a".to_string(), |v| format!("{v:.2}"));
+    out.push_str(&format!(
+        "disagreement-error Spearman: across windows {} (mean over horizons), within trajectories {}, pooled {}\n",
+        show(report.spearman.across_dataset),
+        show(report.spearman.within_trajectory),
+        show(report.spearman.pooled)
+    ));
+    out
+}
+
+/// A world-model evaluation as a text table, every horizon (errors are normalised
+/// by the target latents' variance; coverage of 1σ/2σ intervals, Gaussian 0.683/0.954).
+pub fn world_model_table(report: &WorldModelEvalReport) -> String {
+    let horizons: Vec<usize> = (1..=report.horizon).collect();
+    let mut out = format!(
+        "{} world model, {} windows of {} held-out episodes\n",
+        report.family, report.windows, report.episodes
+    );
+    out.push_str(&world_model_rows(report, &horizons));
+    if let Some(split) = &report.salt_error_split {
+        out.push_str(&format!(
+            "SALT error split at horizon {}: total {:.3} = injected {:.3} + propagated {:.3} (as vectors; largest identity residual {:.1e})\n",
+            report.horizon,
+            split.total[report.horizon - 1],
+            split.injected[report.horizon - 1],
+            split.propagated[report.horizon - 1],
+            split.max_identity_residual
+        ));
+    }
+    out
+}
+
+/// `imago eval --paired-with`: both checkpoints, their paired counts and the
+/// difference of their success rates.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PairedReport {
+    /// The baseline (`--paired-with`).
+    pub baseline: ControllerRow,
+    /// The candidate (`--ckpt`).
+    pub candidate: ControllerRow,
+    /// Who solved what.
+    pub paired: PairedCounts,
+    /// Candidate minus baseline success rate.
+    pub difference: f64,
+    /// Its 95% interval.
+    pub difference_interval: [f64; 2],
+}
+
+impl PairedReport {
+    /// The report of `baseline` and `candidate` with their paired `counts`.
+    pub fn new(baseline: ControllerRow, candidate: ControllerRow, counts: PairedCounts) -> Self {
+        let (lo, hi) = counts.difference_interval();
+        Self {
+            baseline,
+            candidate,
+            paired: counts,
+            difference: counts.difference(),
+            difference_interval: [lo, hi],
+        }
+    }
+
+    /// The report as a plain-text table.
+    pub fn table(&self) -> String {
+        format!(
+            "{}{}{}\ncandidate - baseline: {:+.1} points, 95% interval [{:+.1}, {:+.1}]\nboth solved {}, only baseline {}, only candidate {}, neither {}\n",
+            ControllerRow::table_header(),
+            self.baseline.table_line(),
+            self.candidate.table_line(),
+            100.0 * self.difference,
+            100.0 * self.difference_interval[0],
+            100.0 * self.difference_interval[1],
+            self.paired.both,
+            self.paired.only_baseline,
+            self.paired.only_candidate,
+            self.paired.neither
+        )
+    }
+}

@@ -1,0 +1,101 @@
+//! Offline behaviour cloning from a replay directory (`imago train --what bc`): the
+//! policy's shapes come from the robot spec the replay records.
+
+use std::path::Path;
+
+use burn::Dispatch;
+use burn::module::AutodiffModule;
+use burn::prelude::Backend;
+use imago_policies::{ActionHeadKind, VlaPolicyConfig};
+use serde::{Deserialize, Serialize};
+
+use crate::device::ResolvedDevice;
+use crate::learn::bc::{BcConfig, ImitationDataset, train_bc};
+use crate::store::checkpoint::{
+    CheckpointMeta, POLICY_KIND, ensure_trained_for, load_policy, read_meta, save_policy,
+};
+use crate::store::outputs::{OutputKind, OutputPath};
+use crate::store::replay::{ReplaySource, read_training_replay};
+use crate::telemetry::{Telemetry, TelemetryEvent};
+
+/// What an offline behaviour-cloning run did.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BcRunSummary {
+    /// Episodes trained on.
+    pub episodes: usize,
+    /// Transitions trained on.
+    pub transitions: usize,
+    /// Episodes left out because they were unfinished (a stop or a crash cut them).
+    pub unfinished_episodes: u64,
+    /// Episodes left out as damaged.
+    pub damaged_episodes: usize,
+    /// Loss at the first step.
+    pub first_loss: f32,
+    /// Loss at the last step.
+    pub last_loss: f32,
+    /// Version of the written checkpoint.
+    pub version: u64,
+}
+
+/// Trains a VLA policy by behaviour cloning on the replay at `replay` and writes the
+/// checkpoint to `out`. With `init`, training continues from that checkpoint, whose
+/// config must match the policy config with `head` for the replay's robot (a
+/// checkpoint for a robot of another spec is an error naming both). The loss curve
+/// goes to `telemetry`.
+pub fn train_bc_offline(
+    replay: ReplaySource<'_>,
+    out: OutputPath<'_>,
+    init: Option<&Path>,
+    head: ActionHeadKind,
+    bc: &BcConfig,
+    device: &ResolvedDevice,
+    telemetry: &Telemetry,
+) -> anyhow::Result<BcRunSummary> {
+    replay.ensure_exists()?;
+    out.check(
+        OutputKind::Checkpoint(POLICY_KIND),
+        &replay.inputs_with(init),
+    )?;
+    let read = read_training_replay(replay)?;
+    let (spec, contents) = (read.spec, read.contents);
+    let expected = VlaPolicyConfig::for_robot(&spec)
+        .map_err(|e| anyhow::anyhow!("the policy for {}: {e}", spec.summary()))?
+        .with_head(head);
+    Dispatch::seed(&device.training, bc.seed);
+    let (policy, config, version, parent) = match init {
+        Some(dir) => {
+            ensure_trained_for(dir, &spec)?;
+            let (policy, config, meta) =
+                load_policy::<Dispatch>(dir, Some(&expected), &device.training)?;
+            (
+                policy,
+                config,
+                meta.version.saturating_add(1),
+                Some(dir.display().to_string()),
+            )
+        }
+        None => (expected.init(&device.training), expected, 1, None),
+    };
+    let dataset = ImitationDataset::new(&contents.episodes, &config);
+    let (policy, losses) = train_bc::<Dispatch>(policy, &config, &dataset, bc, &device.training)?;
+    telemetry.send(TelemetryEvent::LossCurve {
+        run: "bc".into(),
+        term: "loss".into(),
+        values: losses.clone(),
+    });
+    let first_loss = *losses.first().unwrap_or(&f32::NAN);
+    let last_loss = *losses.last().unwrap_or(&f32::NAN);
+    let mut meta = CheckpointMeta::new(&spec, version, parent);
+    meta.metrics.insert("bc_loss".into(), last_loss as f64);
+    save_policy(&policy.valid(), &config, meta, out.path)?;
+    read_meta(out.path)?;
+    Ok(BcRunSummary {
+        episodes: contents.episodes.len(),
+        transitions: dataset.len(),
+        unfinished_episodes: contents.unfinished_episodes,
+        damaged_episodes: contents.damaged.len(),
+        first_loss,
+        last_loss,
+        version,
+    })
+}

@@ -1,0 +1,213 @@
+//! Behaviour cloning of a VLA policy from recorded episodes.
+
+use burn::optim::{AdamConfig, GradientsParams, Optimizer};
+use burn::prelude::*;
+use burn::tensor::backend::AutodiffBackend;
+use imago_policies::{ImitationTargets, PolicyBatch, VlaPolicy, VlaPolicyConfig, imitation_loss};
+use rand::rngs::StdRng;
+use rand::{RngExt, SeedableRng};
+use serde::{Deserialize, Serialize};
+
+use crate::learn::schedule::warmup_cosine;
+use crate::progress;
+use crate::store::replay::Episode;
+
+/// Behaviour-cloning settings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct BcConfig {
+    /// Optimiser steps.
+    pub steps: usize,
+    /// Transitions per step.
+    pub batch_size: usize,
+    /// Peak learning rate (Adam).
+    pub learning_rate: f64,
+    /// Steps of linear warm-up before the cosine decay.
+    pub warmup_steps: usize,
+    /// Gradient norm clip.
+    pub grad_clip: f32,
+    /// Seed of the batch sampler and the initial weights.
+    pub seed: u64,
+}
+
+impl Default for BcConfig {
+    fn default() -> Self {
+        Self {
+            steps: 1500,
+            batch_size: 64,
+            learning_rate: 1e-3,
+            warmup_steps: 50,
+            grad_clip: 1.0,
+            seed: 0,
+        }
+    }
+}
+
+impl BcConfig {
+    /// Learning rate at `step`: linear warm-up, then cosine decay to a tenth.
+    pub fn learning_rate_at(&self, step: usize) -> f64 {
+        warmup_cosine(step, self.steps, self.warmup_steps, self.learning_rate)
+    }
+}
+
+/// Transitions of recorded episodes, each paired with the chunk of `K` actions that
+/// followed it (steps past the episode's end are masked out): what behaviour cloning
+/// and advantage-weighted fine-tuning fit.
+pub struct ImitationDataset<'a> {
+    episodes: &'a [Episode],
+    samples: Vec<(usize, usize)>,
+    chunk_len: usize,
+    action_limit: Vec<f32>,
+}
+
+impl<'a> ImitationDataset<'a> {
+    /// Every transition of `episodes`, for a policy with `config`.
+    pub fn new(episodes: &'a [Episode], config: &VlaPolicyConfig) -> Self {
+        let samples = episodes
+            .iter()
+            .enumerate()
+            .flat_map(|(e, ep)| (0..ep.transitions.len()).map(move |t| (e, t)))
+            .collect();
+        Self {
+            episodes,
+            samples,
+            chunk_len: config.chunk_len,
+            action_limit: config.action_limit.clone(),
+        }
+    }
+
+    /// Number of transitions.
+    pub fn len(&self) -> usize {
+        self.samples.len()
+    }
+
+    /// Whether there is no transition.
+    pub fn is_empty(&self) -> bool {
+        self.samples.is_empty()
+    }
+
+    /// The episode and step index of transition `i`.
+    pub fn sample(&self, i: usize) -> (usize, usize) {
+        self.samples[i]
+    }
+
+    /// The episodes the transitions come from.
+    pub fn episodes(&self) -> &'a [Episode] {
+        self.episodes
+    }
+
+    /// Fills `batch` with the observations of `indices` and returns their action-chunk
+    /// targets on `device`, each transition weighted by `weights` if given.
+    pub fn targets<B: Backend>(
+        &self,
+        indices: &[usize],
+        weights: Option<Vec<f32>>,
+        batch: &mut PolicyBatch,
+        device: &B::Device,
+    ) -> anyhow::Result<ImitationTargets<B>> {
+        let (actions, mask) = self.fill(indices, batch)?;
+        let (n, k, a) = (indices.len(), self.chunk_len, self.action_limit.len());
+        Ok(ImitationTargets {
+            actions: Tensor::from_data(TensorData::new(actions, [n, k, a]), device),
+            mask: Tensor::from_data(TensorData::new(mask, [n, k]), device),
+            weights: weights.map(|w| Tensor::from_data(TensorData::new(w, [n]), device)),
+        })
+    }
+
+    /// Fills `batch` with the observations of `indices` and returns the normalised
+    /// action chunks `[n, K, A]` and their validity mask `[n, K]`, flattened.
+    fn fill(
+        &self,
+        indices: &[usize],
+        batch: &mut PolicyBatch,
+    ) -> anyhow::Result<(Vec<f32>, Vec<f32>)> {
+        batch.clear();
+        let a = self.action_limit.len();
+        let mut targets = Vec::with_capacity(indices.len() * self.chunk_len * a);
+        let mut mask = Vec::with_capacity(indices.len() * self.chunk_len);
+        for &i in indices {
+            let (e, t) = self.samples[i];
+            let episode = &self.episodes[e].transitions;
+            batch.push(&episode[t].observation).map_err(|err| {
+                anyhow::anyhow!("episode {} step {t}: {err}", self.episodes[e].start.episode)
+            })?;
+            for k in 0..self.chunk_len {
+                match episode.get(t + k) {
+                    Some(next) => {
+                        mask.push(1.0);
+                        targets.extend(
+                            next.action
+                                .0
+                                .iter()
+                                .zip(&self.action_limit)
+                                .map(|(v, l)| (v / l).clamp(-1.0, 1.0)),
+                        );
+                    }
+                    None => {
+                        mask.push(0.0);
+                        targets.extend(std::iter::repeat_n(0.0, a));
+                    }
+                }
+            }
+        }
+        Ok((targets, mask))
+    }
+}
+
+/// Trains `policy` by behaviour cloning on `data`; returns it with the loss of every step.
+pub fn train_bc<B: AutodiffBackend>(
+    mut policy: VlaPolicy<B>,
+    policy_config: &VlaPolicyConfig,
+    data: &ImitationDataset,
+    config: &BcConfig,
+    device: &B::Device,
+) -> anyhow::Result<(VlaPolicy<B>, Vec<f32>)> {
+    anyhow::ensure!(!data.is_empty(), "no transitions to train on");
+    let mut optimizer = AdamConfig::new()
+        .with_grad_clipping(Some(burn::grad_clipping::GradientClippingConfig::Norm(
+            config.grad_clip,
+        )))
+        .init();
+    let mut rng = StdRng::seed_from_u64(config.seed);
+    let mut batch = PolicyBatch::new(policy_config);
+    let mut losses = Vec::with_capacity(config.steps);
+    let bar = progress::bar("train bc", config.steps as u64);
+    for step in 0..config.steps {
+        let indices: Vec<usize> = (0..config.batch_size)
+            .map(|_| rng.random_range(0..data.len()))
+            .collect();
+        let targets = data.targets::<B>(&indices, None, &mut batch, device)?;
+        let loss = imitation_loss(&policy, batch.to_input(device), &targets, None);
+        let value: f32 = loss.clone().into_scalar().elem();
+        anyhow::ensure!(
+            value.is_finite(),
+            "behaviour-cloning loss became {value} at step {step}"
+        );
+        losses.push(value);
+        let grads = GradientsParams::from_grads(loss.backward(), &policy);
+        policy = optimizer.step(config.learning_rate_at(step), policy, grads);
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+    Ok((policy, losses))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn learning_rate_warms_up_then_decays_to_a_tenth() {
+        let config = BcConfig {
+            steps: 100,
+            warmup_steps: 10,
+            learning_rate: 1.0,
+            ..BcConfig::default()
+        };
+        assert!((config.learning_rate_at(0) - 0.1).abs() < 1e-9);
+        assert!((config.learning_rate_at(9) - 1.0).abs() < 1e-9);
+        assert!((config.learning_rate_at(10) - 1.0).abs() < 1e-9);
+        assert!((config.learning_rate_at(100) - 0.1).abs() < 1e-9);
+        assert!(config.learning_rate_at(50) < config.learning_rate_at(20));
+    }
+}

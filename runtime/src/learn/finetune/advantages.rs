@@ -1,0 +1,220 @@
+//! Per-transition weights of an advantage-weighted update, for each method.
+
+use std::collections::BTreeMap;
+
+use burn::Dispatch;
+use burn::prelude::*;
+use imago_policies::{awr_weights, effective_sample_size, generalised_advantages, segment_credit};
+use imago_worldmodel::LatentCritic;
+use serde::{Deserialize, Serialize};
+
+use super::config::{FinetuneConfig, FinetuneMethod};
+use super::latents::EncodedEpisodes;
+use crate::store::replay::Episode;
+
+/// What a round's weights look like.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct AdvantageSummary {
+    /// Transitions weighted by their advantage.
+    pub weighted: usize,
+    /// Transitions kept at weight 1 (interventions, under HABC).
+    pub unweighted: usize,
+    /// Mean AWR weight of the weighted transitions.
+    pub mean_weight: f32,
+    /// Fraction of weighted transitions at the clip.
+    pub clipped_fraction: f32,
+    /// Effective sample size of the AWR weights, as a fraction of their count.
+    pub ess_fraction: f32,
+}
+
+/// Every transition's normalised advantage and AWR weight, `[episode][step]`.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TransitionWeights {
+    /// Normalised advantages; `None` for transitions that keep weight 1.
+    pub advantages: Vec<Vec<Option<f32>>>,
+    /// AWR weights.
+    pub weights: Vec<Vec<f32>>,
+}
+
+impl TransitionWeights {
+    /// `(advantage, weight)` of at most `count` weighted transitions, the newest
+    /// episodes' last, in replay order.
+    pub fn newest(&self, count: usize) -> Vec<(f32, f32)> {
+        let mut newest: Vec<(f32, f32)> = self
+            .advantages
+            .iter()
+            .zip(&self.weights)
+            .rev()
+            .flat_map(|(a, w)| {
+                a.iter()
+                    .zip(w)
+                    .rev()
+                    .filter_map(|(a, w)| a.map(|a| (a, *w)))
+            })
+            .take(count)
+            .collect();
+        newest.reverse();
+        newest
+    }
+}
+
+/// Whether an episode was recorded by a scripted demonstrator (no policy version).
+fn is_demonstration(episode: &Episode) -> bool {
+    episode.transitions.iter().all(|t| t.policy_version == 0)
+}
+
+fn read(values: Tensor<Dispatch, 1>) -> anyhow::Result<Vec<f32>> {
+    values
+        .into_data()
+        .convert::<f32>()
+        .to_vec()
+        .map_err(|e| anyhow::anyhow!("cannot read critic output: {e:?}"))
+}
+
+/// The AWR weight of every transition of every episode (`weights[e][t]`), from
+/// `critic` (inference) over `encoded`, by `config.method`:
+/// - `awr-returns`: each episode's return, normalised among episodes that share an
+///   initial state (demonstrations, one per state, form one group), for every one of
+///   its transitions;
+/// - `awr-imagination` and `advantage-flow`: generalised advantages of the real
+///   rewards under the critic's imagination-trained values, normalised over all
+///   transitions;
+/// - `habc`: the gated mix of the viability advantage (segment outcome minus the
+///   viability head) and the efficiency advantage (`gamma^steps` to the goal, 0 for a
+///   failed segment, minus the efficiency head) of policy-executed transitions,
+///   normalised over them; intervened transitions keep weight 1.
+pub fn transition_weights(
+    episodes: &[Episode],
+    encoded: &EncodedEpisodes,
+    critic: &LatentCritic<Dispatch>,
+    config: &FinetuneConfig,
+) -> anyhow::Result<(TransitionWeights, AdvantageSummary)> {
+    // Raw advantages; `None` marks a transition that keeps weight 1.
+    let mut raw: Vec<Vec<Option<f32>>> = Vec::with_capacity(episodes.len());
+    let mut groups: BTreeMap<Option<u64>, Vec<(usize, usize)>> = BTreeMap::new();
+    match config.method {
+        FinetuneMethod::AwrReturns => {
+            // One advantage per episode; normalised among its group's episodes.
+            let mut returns: BTreeMap<Option<u64>, Vec<(usize, f32)>> = BTreeMap::new();
+            for (e, episode) in episodes.iter().enumerate() {
+                let key = (!is_demonstration(episode)).then_some(episode.start.seed);
+                let total = episode.transitions.iter().map(|t| t.reward).sum();
+                returns.entry(key).or_default().push((e, total));
+                raw.push(vec![None; episode.transitions.len()]);
+            }
+            for group in returns.values() {
+                let mut values: Vec<f32> = group.iter().map(|(_, r)| *r).collect();
+                config.normaliser.normalise(&mut values);
+                for (&(e, _), a) in group.iter().zip(values) {
+                    raw[e].iter_mut().for_each(|slot| *slot = Some(a));
+                }
+            }
+            return Ok(finish(raw, config));
+        }
+        FinetuneMethod::AwrImagination | FinetuneMethod::AdvantageFlow => {
+            let values = read(critic.value(encoded.latents.clone()))?;
+            for (e, episode) in episodes.iter().enumerate() {
+                let rewards: Vec<f32> = episode.transitions.iter().map(|t| t.reward).collect();
+                let continues: Vec<f32> = episode
+                    .transitions
+                    .iter()
+                    .map(|t| if t.done && t.success { 0.0 } else { 1.0 })
+                    .collect();
+                let start = encoded.row(e, 0);
+                let advantages = generalised_advantages(
+                    &rewards,
+                    &continues,
+                    &values[start..start + rewards.len() + 1],
+                    config.discount,
+                    config.lambda,
+                );
+                raw.push(advantages.into_iter().map(Some).collect());
+                groups
+                    .entry(None)
+                    .or_default()
+                    .extend((0..rewards.len()).map(|t| (e, t)));
+            }
+        }
+        FinetuneMethod::Habc => {
+            let viability = read(critic.viability(encoded.latents.clone()))?;
+            let efficiency = read(critic.efficiency(encoded.latents.clone()))?;
+            for (e, episode) in episodes.iter().enumerate() {
+                let interventions: Vec<bool> =
+                    episode.transitions.iter().map(|t| t.intervention).collect();
+                let credit = segment_credit(&interventions, episode.end.success);
+                let mut advantages = Vec::with_capacity(credit.len());
+                for (t, credit) in credit.into_iter().enumerate() {
+                    let Some(credit) = credit else {
+                        advantages.push(None);
+                        continue;
+                    };
+                    // Outcome credit: the segment's own outcome against the heads'
+                    // expectations (Monte Carlo, so a poorly fitted head is only a
+                    // baseline, never the signal).
+                    let row = encoded.row(e, t);
+                    let outcome = credit.success as u8 as f32;
+                    let discounted = outcome * config.discount.powi(credit.steps_to_end as i32 - 1);
+                    advantages.push(Some(config.gate.combine(
+                        viability[row],
+                        outcome - viability[row],
+                        discounted - efficiency[row],
+                    )));
+                    groups.entry(None).or_default().push((e, t));
+                }
+                raw.push(advantages);
+            }
+        }
+    }
+    for members in groups.values() {
+        let mut values: Vec<f32> = members
+            .iter()
+            .map(|&(e, t)| raw[e][t].expect("grouped transitions have advantages"))
+            .collect();
+        config.normaliser.normalise(&mut values);
+        for (&(e, t), a) in members.iter().zip(values) {
+            raw[e][t] = Some(a);
+        }
+    }
+    Ok(finish(raw, config))
+}
+
+/// Turns normalised advantages into clipped AWR weights and summarises them.
+fn finish(
+    normalised: Vec<Vec<Option<f32>>>,
+    config: &FinetuneConfig,
+) -> (TransitionWeights, AdvantageSummary) {
+    let advantages: Vec<f32> = normalised.iter().flatten().flatten().copied().collect();
+    let all = awr_weights(&advantages, config.beta, config.max_weight);
+    let mut next = all.iter();
+    let mut unweighted = 0;
+    let weights = normalised
+        .iter()
+        .map(|episode| {
+            episode
+                .iter()
+                .map(|a| match a {
+                    Some(_) => *next.next().expect("one weight per advantage"),
+                    None => {
+                        unweighted += 1;
+                        1.0
+                    }
+                })
+                .collect()
+        })
+        .collect();
+    let count = all.len().max(1) as f32;
+    let summary = AdvantageSummary {
+        weighted: all.len(),
+        unweighted,
+        mean_weight: all.iter().sum::<f32>() / count,
+        clipped_fraction: all.iter().filter(|&&w| w >= config.max_weight).count() as f32 / count,
+        ess_fraction: effective_sample_size(&all) / count,
+    };
+    (
+        TransitionWeights {
+            advantages: normalised,
+            weights,
+        },
+        summary,
+    )
+}

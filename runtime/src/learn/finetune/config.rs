@@ -1,0 +1,244 @@
+//! Settings of advantage-weighted fine-tuning.
+
+use std::fmt;
+use std::str::FromStr;
+
+use imago_policies::{AdvantageNormaliser, HabcGate};
+use imago_robots::bounds::{ConfigError, in_range};
+use imago_worldmodel::ImaginationConfig;
+use serde::{Deserialize, Serialize};
+
+use crate::act::rollout::RolloutConfig;
+
+/// Where advantages come from and which loss the policy is updated with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FinetuneMethod {
+    /// AWR with each episode's real return as every one of its transitions'
+    /// advantage, normalised within groups of episodes from the same initial state.
+    AwrReturns,
+    /// AWR with generalised advantage estimates on real transitions from a critic
+    /// trained on imagined lambda-returns; the default.
+    AwrImagination,
+    /// HABC: viability and efficiency heads, the state-adaptive gate, credit only
+    /// within policy-executed segments.
+    Habc,
+    /// AdvantageFlow: the imagination advantages with a flow-matching head, plus a
+    /// regulariser toward the behaviour policy.
+    AdvantageFlow,
+}
+
+impl FinetuneMethod {
+    /// Every method, in a fixed order.
+    pub const ALL: [Self; 4] = [
+        Self::AwrReturns,
+        Self::AwrImagination,
+        Self::Habc,
+        Self::AdvantageFlow,
+    ];
+
+    /// The name used in configs and on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::AwrReturns => "awr-returns",
+            Self::AwrImagination => "awr-imagination",
+            Self::Habc => "habc",
+            Self::AdvantageFlow => "advantage-flow",
+        }
+    }
+
+    /// Whether the method trains the critic's value head in imagination.
+    pub fn uses_imagination(self) -> bool {
+        matches!(self, Self::AwrImagination | Self::AdvantageFlow)
+    }
+}
+
+impl fmt::Display for FinetuneMethod {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for FinetuneMethod {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::ALL
+            .into_iter()
+            .find(|m| m.name() == s)
+            .ok_or_else(|| {
+                format!(
+                    "unknown fine-tuning method `{s}`; use one of {}",
+                    Self::ALL.map(Self::name).join(", ")
+                )
+            })
+    }
+}
+
+/// Everything a fine-tuning run needs to know; every field has a default.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct FinetuneConfig {
+    /// Advantage source and policy loss.
+    pub method: FinetuneMethod,
+    /// Collect-update rounds; each bumps the policy version. Range: [1, 10000].
+    pub rounds: usize,
+    /// Policy episodes collected per round. Range: [1, 10000].
+    pub episodes_per_round: usize,
+    /// Episodes per initial state (the group of return normalisation). Range: [1, 1024].
+    pub group_size: usize,
+    /// How episodes are collected (exploration, takeover).
+    pub rollout: RolloutConfig,
+    /// Policy optimiser steps per round. Range: [0, 10000000].
+    pub policy_steps: usize,
+    /// Transitions per policy step. Range: [1, 4096].
+    pub batch_size: usize,
+    /// Policy learning rate (Adam, constant). Range: [1e-9, 1].
+    pub learning_rate: f64,
+    /// AWR temperature: weights are `exp(A / beta)`. Range: [1e-6, 1e6].
+    pub beta: f32,
+    /// Largest AWR weight. Range: [1, 1e9].
+    pub max_weight: f32,
+    /// How raw advantages are normalised.
+    pub normaliser: AdvantageNormaliser,
+    /// Discount of returns and advantages. Range: [0, 1].
+    pub discount: f32,
+    /// Lambda of lambda-returns and generalised advantages. Range: [0, 1].
+    pub lambda: f32,
+    /// World-model steps per round, on all replay so far. Range: [0, 10000000].
+    pub world_model_steps: usize,
+    /// Offline fine-tuning without a world-model checkpoint: steps of the world model
+    /// trained on the replay before the first round. Range: [1, 10000000].
+    pub initial_world_model_steps: usize,
+    /// Critic steps per round. Range: [0, 10000000].
+    pub critic_steps: usize,
+    /// Imagined start states per critic step. Range: [1, 65536].
+    pub critic_batch: usize,
+    /// Critic learning rate (Adam). Range: [1e-9, 1].
+    pub critic_learning_rate: f64,
+    /// Horizon and uncertainty penalty of imagination.
+    pub imagination: ImaginationConfig,
+    /// Policy transitions older than this many versions are not trained on. Range:
+    /// [0, 1000000].
+    pub max_staleness: u64,
+    /// Truncation bound of importance weights. Range: [1, 1e6].
+    pub max_importance_ratio: f32,
+    /// AdvantageFlow: weight of the pull toward the behaviour policy. Range: [0, 1000].
+    pub flow_regulariser: f64,
+    /// HABC: the gate between viability and efficiency.
+    pub gate: HabcGate,
+    /// Seed of sampling and initial weights. Any value.
+    pub seed: u64,
+}
+
+impl Default for FinetuneConfig {
+    fn default() -> Self {
+        Self {
+            method: FinetuneMethod::AwrImagination,
+            rounds: 3,
+            episodes_per_round: 100,
+            group_size: 4,
+            rollout: RolloutConfig::default(),
+            policy_steps: 400,
+            batch_size: 32,
+            learning_rate: 1e-3,
+            beta: 1.0,
+            max_weight: 20.0,
+            normaliser: AdvantageNormaliser::MeanStd,
+            discount: 0.95,
+            lambda: 0.95,
+            world_model_steps: 150,
+            initial_world_model_steps: 1000,
+            critic_steps: 150,
+            critic_batch: 128,
+            critic_learning_rate: 1e-3,
+            imagination: ImaginationConfig::default(),
+            max_staleness: 2,
+            max_importance_ratio: 2.0,
+            flow_regulariser: 0.5,
+            gate: HabcGate::default(),
+            seed: 0,
+        }
+    }
+}
+
+impl FinetuneConfig {
+    /// Whether data recorded by policy version `recorded` is fresh enough to train
+    /// the policy version `next` (at most `max_staleness` versions older).
+    pub fn within_staleness(&self, recorded: u64, next: u64) -> bool {
+        recorded + self.max_staleness >= next
+    }
+
+    /// Checks every value against its documented range; the error names the key.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        in_range("rounds", self.rounds, 1..=10_000)?;
+        in_range("episodes_per_round", self.episodes_per_round, 1..=10_000)?;
+        in_range("group_size", self.group_size, 1..=1024)?;
+        self.rollout.validate().map_err(|e| e.within("rollout"))?;
+        in_range("policy_steps", self.policy_steps, 0..=MAX_STEPS)?;
+        in_range("batch_size", self.batch_size, 1..=MAX_BATCH)?;
+        in_range("learning_rate", self.learning_rate, 1e-9..=1.0)?;
+        in_range("beta", self.beta, 1e-6..=1e6)?;
+        in_range("max_weight", self.max_weight, 1.0..=1e9)?;
+        self.normaliser
+            .validate()
+            .map_err(|e| e.within("normaliser"))?;
+        in_range("discount", self.discount, 0.0..=1.0)?;
+        in_range("lambda", self.lambda, 0.0..=1.0)?;
+        in_range("world_model_steps", self.world_model_steps, 0..=MAX_STEPS)?;
+        in_range(
+            "initial_world_model_steps",
+            self.initial_world_model_steps,
+            1..=MAX_STEPS,
+        )?;
+        in_range("critic_steps", self.critic_steps, 0..=MAX_STEPS)?;
+        in_range("critic_batch", self.critic_batch, 1..=65_536)?;
+        in_range(
+            "critic_learning_rate",
+            self.critic_learning_rate,
+            1e-9..=1.0,
+        )?;
+        self.imagination
+            .validate()
+            .map_err(|e| e.within("imagination"))?;
+        in_range("max_staleness", self.max_staleness, 0..=1_000_000)?;
+        in_range("max_importance_ratio", self.max_importance_ratio, 1.0..=1e6)?;
+        in_range("flow_regulariser", self.flow_regulariser, 0.0..=1000.0)?;
+        self.gate.validate().map_err(|e| e.within("gate"))
+    }
+}
+
+/// Largest number of optimiser steps any config or flag may ask for.
+pub const MAX_STEPS: usize = 10_000_000;
+/// Largest training batch (transitions or windows) any config or flag may ask for.
+pub const MAX_BATCH: usize = 4096;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn method_names_round_trip_and_configs_validate() {
+        for method in FinetuneMethod::ALL {
+            assert_eq!(method.name().parse::<FinetuneMethod>(), Ok(method));
+        }
+        assert!(
+            "ppo"
+                .parse::<FinetuneMethod>()
+                .unwrap_err()
+                .contains("awr-returns")
+        );
+        assert_eq!(FinetuneConfig::default().validate(), Ok(()));
+        let bad = FinetuneConfig {
+            group_size: 0,
+            ..FinetuneConfig::default()
+        };
+        assert_eq!(bad.validate().unwrap_err().key, "group_size");
+        let parsed: FinetuneConfig =
+            toml::from_str("method = \"habc\"\nnormaliser = { kind = \"constant\", k = 60.0 }")
+                .unwrap();
+        assert_eq!(parsed.method, FinetuneMethod::Habc);
+        assert_eq!(parsed.normaliser, AdvantageNormaliser::Constant { k: 60.0 });
+        assert!(toml::from_str::<FinetuneConfig>("betta = 1.0").is_err());
+    }
+}

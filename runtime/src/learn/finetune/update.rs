@@ -1,0 +1,163 @@
+//! The policy update of a fine-tuning round: advantage-weighted imitation of recorded
+//! transitions, corrected by truncated importance weights for data from older policy
+//! versions.
+
+use burn::Dispatch;
+use burn::optim::{AdamConfig, GradientsParams, Optimizer};
+use burn::prelude::*;
+use imago_policies::{
+    ActionHead, BehaviourAnchor, PolicyBatch, VlaPolicy, VlaPolicyConfig, effective_sample_size,
+    gaussian_nll, imitation_loss, truncated_importance_weights,
+};
+use rand::RngExt;
+use rand::rngs::StdRng;
+use serde::{Deserialize, Serialize};
+
+use super::config::{FinetuneConfig, FinetuneMethod};
+use crate::device::ResolvedDevice;
+use crate::learn::bc::ImitationDataset;
+use crate::progress;
+
+/// What a round's policy update did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct PolicyUpdateReport {
+    /// Transitions eligible for training (demonstrations, and policy data no staler
+    /// than the bound).
+    pub eligible: usize,
+    /// Policy transitions left out as too stale.
+    pub stale: usize,
+    /// Mean loss over the first 20 steps.
+    pub first_loss: f32,
+    /// Mean loss over the last 20 steps.
+    pub last_loss: f32,
+    /// Mean over steps of the importance weights' effective sample size, as a fraction
+    /// of the policy transitions in the batch (1 when there were none).
+    pub importance_ess_fraction: f32,
+    /// Fraction of importance weights at the truncation bound.
+    pub truncated_fraction: f32,
+}
+
+/// Updates `policy` (training device) for `config.policy_steps` steps on `data`, each
+/// transition `(e, t)` weighted by `weights[e][t]` times its truncated importance
+/// weight `min(pi(a|s) / pi_behaviour(a|s), max_ratio)` when a behaviour density was
+/// recorded (Gaussian heads; demonstrations and flow-head data get 1). With
+/// AdvantageFlow, `behaviour` anchors the flow head.
+#[allow(clippy::too_many_arguments)]
+pub fn update_policy(
+    mut policy: VlaPolicy<Dispatch>,
+    policy_config: &VlaPolicyConfig,
+    data: &ImitationDataset,
+    weights: &[Vec<f32>],
+    behaviour: Option<&VlaPolicy<Dispatch>>,
+    version: u64,
+    config: &FinetuneConfig,
+    device: &ResolvedDevice,
+    rng: &mut StdRng,
+) -> anyhow::Result<(VlaPolicy<Dispatch>, PolicyUpdateReport)> {
+    let episodes = data.episodes();
+    let (eligible, stale): (Vec<usize>, Vec<usize>) = (0..data.len()).partition(|&i| {
+        let (e, t) = data.sample(i);
+        let v = episodes[e].transitions[t].policy_version;
+        v == 0 || config.within_staleness(v, version)
+    });
+    anyhow::ensure!(
+        !eligible.is_empty(),
+        "no transition fresh enough to train on"
+    );
+    let anchor = match (config.method, behaviour) {
+        (FinetuneMethod::AdvantageFlow, Some(policy)) => Some(BehaviourAnchor {
+            policy,
+            weight: config.flow_regulariser,
+        }),
+        _ => None,
+    };
+    let mut optimizer = AdamConfig::new()
+        .with_grad_clipping(Some(burn::grad_clipping::GradientClippingConfig::Norm(1.0)))
+        .init();
+    let mut batch = PolicyBatch::new(policy_config);
+    let (mut losses, mut ess, mut truncated, mut ratios) = (vec![], vec![], 0usize, 0usize);
+    let bar = progress::bar("fine-tune policy", config.policy_steps as u64);
+    for step in 0..config.policy_steps {
+        let indices: Vec<usize> = (0..config.batch_size)
+            .map(|_| eligible[rng.random_range(0..eligible.len())])
+            .collect();
+        let awr: Vec<f32> = indices
+            .iter()
+            .map(|&i| {
+                let (e, t) = data.sample(i);
+                weights[e][t]
+            })
+            .collect();
+        let n = indices.len();
+        let loss = match policy.head() {
+            ActionHead::Gaussian(head) => {
+                let mut targets =
+                    data.targets::<Dispatch>(&indices, None, &mut batch, &device.training)?;
+                let chunk = head.forward(policy.summary(batch.to_input(&device.training)));
+                let log_probs: Vec<f32> = chunk
+                    .log_prob(targets.actions.clone())
+                    .narrow(1, 0, 1)
+                    .reshape([n])
+                    .detach()
+                    .into_data()
+                    .convert::<f32>()
+                    .to_vec()
+                    .map_err(|e| anyhow::anyhow!("cannot read log-densities: {e:?}"))?;
+                let mut combined = awr.clone();
+                let mut batch_ratios = Vec::new();
+                for (slot, (&i, now)) in indices.iter().zip(&log_probs).enumerate() {
+                    let (e, t) = data.sample(i);
+                    if let Some(behaviour) = episodes[e].transitions[t].behaviour_log_prob {
+                        let ratio = truncated_importance_weights(
+                            &[now - behaviour],
+                            config.max_importance_ratio,
+                        )[0];
+                        truncated += (ratio >= config.max_importance_ratio) as usize;
+                        combined[slot] *= ratio;
+                        batch_ratios.push(ratio);
+                    }
+                }
+                ratios += batch_ratios.len();
+                ess.push(if batch_ratios.is_empty() {
+                    1.0
+                } else {
+                    effective_sample_size(&batch_ratios) / batch_ratios.len() as f32
+                });
+                let weights = Tensor::<Dispatch, 1>::from_data(
+                    TensorData::new(combined, [n]),
+                    &device.training,
+                );
+                targets.mask = targets.mask * weights.unsqueeze_dim::<2>(1);
+                gaussian_nll(&chunk, targets.actions, targets.mask)
+            }
+            ActionHead::Flow(_) => {
+                let targets =
+                    data.targets::<Dispatch>(&indices, Some(awr), &mut batch, &device.training)?;
+                ess.push(1.0);
+                imitation_loss(&policy, batch.to_input(&device.training), &targets, anchor)
+            }
+        };
+        let value: f32 = loss.clone().into_scalar().elem();
+        anyhow::ensure!(
+            value.is_finite(),
+            "fine-tuning loss became {value} at step {step}"
+        );
+        losses.push(value);
+        let grads = GradientsParams::from_grads(loss.backward(), &policy);
+        policy = optimizer.step(config.learning_rate, policy, grads);
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+    let mean = |xs: &[f32]| xs.iter().sum::<f32>() / xs.len().max(1) as f32;
+    Ok((
+        policy,
+        PolicyUpdateReport {
+            eligible: eligible.len(),
+            stale: stale.len(),
+            first_loss: mean(&losses[..losses.len().min(20)]),
+            last_loss: mean(&losses[losses.len().saturating_sub(20)..]),
+            importance_ess_fraction: mean(&ess),
+            truncated_fraction: truncated as f32 / ratios.max(1) as f32,
+        },
+    ))
+}

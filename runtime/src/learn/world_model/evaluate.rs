@@ -1,0 +1,423 @@
+//! Rollout-error evaluation of a world model on held-out episodes (`imago wm-eval`).
+
+use burn::prelude::*;
+use imago_policies::PolicyBatch;
+use imago_worldmodel::metrics::{
+    coverage, fit_interval_scale, leave_one_out_coverage, spearman, standardised_error,
+};
+use imago_worldmodel::{TransitionFamily, TransitionMember, WorldModel, WorldModelConfig};
+use serde::{Deserialize, Serialize};
+
+use super::dataset::{observation_at, window_actions};
+use crate::stats::quantile;
+use crate::store::replay::Episode;
+
+/// Coverage of intervals of one width, at every horizon `1..H`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CoverageReport {
+    /// The ensemble rolled as one model (members predict from the shared mean), with
+    /// the members' spread about each step as the standard deviation.
+    pub raw: Vec<f64>,
+    /// Every member rolled on its own predictions; the spread of their end points.
+    pub own_rollout: Vec<f64>,
+    /// Own rollouts with intervals `mean +- k c s`: `s` the window's disagreement
+    /// (member std averaged over latent dimensions), `c` a scale per horizon and
+    /// latent dimension fitted leave-one-episode-out.
+    pub calibrated: Vec<f64>,
+}
+
+/// Rank correlation between ensemble disagreement (mean member standard deviation
+/// over latent dimensions, own rollouts) and realised error (norm of the ensemble
+/// mean's error), over windows.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SpearmanReport {
+    /// Mean over horizons of `per_horizon`: across the data set, at a fixed horizon,
+    /// do the windows the ensemble disagrees on most have the largest errors?
+    pub across_dataset: Option<f64>,
+    /// Across the data set, at each horizon `1..H`.
+    pub per_horizon: Vec<Option<f64>>,
+    /// At horizon `H`, within each episode across its start steps, averaged over
+    /// episodes with at least five windows.
+    pub within_trajectory: Option<f64>,
+    /// Over all windows and horizons together; inflated by both quantities growing
+    /// with the horizon, reported for comparison with published figures.
+    pub pooled: Option<f64>,
+}
+
+/// SALT's rollout error split into injected and propagated parts, mean norms per
+/// horizon, averaged over members.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SaltSplitReport {
+    /// Mean norm of the whole error at each horizon.
+    pub total: Vec<f64>,
+    /// Mean norm of the error the step at that horizon injected.
+    pub injected: Vec<f64>,
+    /// Mean norm of the earlier error that step propagated.
+    pub propagated: Vec<f64>,
+    /// Largest `|total - (injected + propagated)|` of any entry (float rounding only).
+    pub max_identity_residual: f64,
+}
+
+/// What `imago wm-eval` reports.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WorldModelEvalReport {
+    /// The transition family.
+    pub family: TransitionFamily,
+    /// Horizon `H`.
+    pub horizon: usize,
+    /// Episodes evaluated.
+    pub episodes: usize,
+    /// Windows evaluated (each gives one error per horizon).
+    pub windows: usize,
+    /// Open-loop latent error of the ensemble mean at each horizon `1..H`: mean
+    /// squared error per latent dimension divided by the target latents' variance
+    /// (0 = perfect, 1 = no better than predicting the mean latent).
+    pub horizon_error: Vec<f64>,
+    /// The same error for the copy-last-latent baseline (predict no change).
+    pub copy_last_error: Vec<f64>,
+    /// Mean per-dimension variance of the target latents the errors are divided by.
+    pub latent_variance: f64,
+    /// Disagreement-error rank correlation.
+    pub spearman: SpearmanReport,
+    /// Coverage of one-standard-deviation intervals (Gaussian: 0.683).
+    pub coverage_1sigma: CoverageReport,
+    /// Coverage of two-standard-deviation intervals (Gaussian: 0.954).
+    pub coverage_2sigma: CoverageReport,
+    /// The calibration scale `c` fitted on all episodes, per horizon: the median over
+    /// latent dimensions (how far the disagreement understates the error).
+    pub calibration_scale: Vec<f64>,
+    /// For SALT, the exact split of the error.
+    pub salt_error_split: Option<SaltSplitReport>,
+}
+
+/// Per-window, per-horizon quantities collected over all episodes.
+struct Collected {
+    horizon: usize,
+    /// Squared error sums per horizon (model, copy-last), and their count of entries.
+    model_sq: Vec<f64>,
+    copy_sq: Vec<f64>,
+    entries: Vec<usize>,
+    /// Per horizon: (episode index, disagreement, error) of every window.
+    ranked: Vec<Vec<(usize, f64, f64)>>,
+    /// Per horizon: standardised errors of own rollouts (each dimension's member std).
+    own_ratios: Vec<Vec<f64>>,
+    /// Per horizon, per latent dimension, per episode: errors of own rollouts divided
+    /// by the window's disagreement (member std averaged over dimensions).
+    spread_ratios: Vec<Vec<Vec<Vec<f64>>>>,
+    /// Per horizon: standardised errors of the raw ensemble.
+    raw_ratios: Vec<Vec<f64>>,
+    /// Sums and squared sums of target latents per dimension, and their count.
+    latent_sum: Vec<f64>,
+    latent_sq: Vec<f64>,
+    latents: usize,
+    salt: Option<SaltSums>,
+}
+
+struct SaltSums {
+    total: Vec<f64>,
+    injected: Vec<f64>,
+    propagated: Vec<f64>,
+    count: Vec<usize>,
+    max_residual: f64,
+}
+
+/// Rolls the ensemble open loop from every window start of `episodes` (recorded
+/// actions) and scores the predictions against the target encoder's latents of what
+/// really followed.
+pub fn evaluate_world_model<B: Backend>(
+    model: &WorldModel<B>,
+    config: &WorldModelConfig,
+    episodes: &[Episode],
+    horizon: usize,
+    device: &B::Device,
+) -> anyhow::Result<WorldModelEvalReport> {
+    anyhow::ensure!(horizon > 0, "the horizon must be at least 1");
+    let usable: Vec<&Episode> = episodes
+        .iter()
+        .filter(|e| e.transitions.len() >= horizon)
+        .collect();
+    anyhow::ensure!(
+        usable.len() >= 2,
+        "need at least two episodes of {horizon} or more steps to evaluate (leave-one-episode-out calibration), found {}",
+        usable.len()
+    );
+    let d = config.latent_dim;
+    let family = model.family();
+    let mut collected = Collected {
+        horizon,
+        model_sq: vec![0.0; horizon],
+        copy_sq: vec![0.0; horizon],
+        entries: vec![0; horizon],
+        ranked: vec![Vec::new(); horizon],
+        own_ratios: vec![Vec::new(); horizon],
+        spread_ratios: vec![vec![vec![Vec::new(); usable.len()]; d]; horizon],
+        raw_ratios: vec![Vec::new(); horizon],
+        latent_sum: vec![0.0; d],
+        latent_sq: vec![0.0; d],
+        latents: 0,
+        salt: (family == TransitionFamily::Salt).then(|| SaltSums {
+            total: vec![0.0; horizon],
+            injected: vec![0.0; horizon],
+            propagated: vec![0.0; horizon],
+            count: vec![0; horizon],
+            max_residual: 0.0,
+        }),
+    };
+    let mut batch = PolicyBatch::new(&config.input_config());
+    for (index, episode) in usable.iter().enumerate() {
+        evaluate_episode(
+            model,
+            config,
+            episode,
+            index,
+            &mut batch,
+            &mut collected,
+            device,
+        )?;
+    }
+    Ok(summarise(collected, family, usable.len()))
+}
+
+/// A tensor's values on the host, row-major.
+pub(crate) fn host<B: Backend, const D: usize>(tensor: Tensor<B, D>) -> anyhow::Result<Vec<f32>> {
+    tensor
+        .into_data()
+        .convert::<f32>()
+        .to_vec()
+        .map_err(|e| anyhow::anyhow!("cannot read tensors back: {e:?}"))
+}
+
+fn evaluate_episode<B: Backend>(
+    model: &WorldModel<B>,
+    config: &WorldModelConfig,
+    episode: &Episode,
+    index: usize,
+    batch: &mut PolicyBatch,
+    out: &mut Collected,
+    device: &B::Device,
+) -> anyhow::Result<()> {
+    let h = out.horizon;
+    let len = episode.transitions.len();
+    let windows = len + 1 - h;
+    let (d, a) = (config.latent_dim, config.action_dim());
+    batch.clear();
+    for k in 0..=len {
+        batch
+            .push(observation_at(episode, k))
+            .map_err(|err| anyhow::anyhow!("episode {} step {k}: {err}", episode.start.episode))?;
+    }
+    let input = batch.to_input::<B>(device);
+    let target = model.encode_target(&input);
+    let start_ids: Vec<i64> = (0..windows as i64).collect();
+    // Rollouts start from the online encoder's latent, as in training (members learn
+    // to map online latents to the target encoder's next latents); predictions are
+    // scored in the target encoder's space.
+    let starts = model.encode(&input).select(
+        0,
+        Tensor::from_data(TensorData::new(start_ids, [windows]), device),
+    );
+    let truth_ids: Vec<i64> = (0..windows)
+        .flat_map(|t| (t..=t + h).map(|k| k as i64))
+        .collect();
+    let truth = target
+        .clone()
+        .select(
+            0,
+            Tensor::from_data(TensorData::new(truth_ids, [windows * (h + 1)]), device),
+        )
+        .reshape([windows, h + 1, d]);
+    let actions = window_actions(episode, 0..windows, h, &config.action_limit);
+    let actions = Tensor::<B, 3>::from_data(TensorData::new(actions, [windows, h, a]), device);
+
+    let own = host(
+        model
+            .rollout_members(starts.clone(), actions.clone())
+            .members,
+    )?;
+    let raw = host(
+        model
+            .rollout_shared(starts.clone(), actions.clone())
+            .members,
+    )?;
+    let truth_host = host(truth.clone().unsqueeze_dim::<4>(0))?;
+    let n = config.ensemble_size;
+    let member = |values: &[f32], m: usize, w: usize, k: usize, j: usize| {
+        values[((m * windows + w) * h + k) * d + j] as f64
+    };
+    let true_at = |w: usize, k: usize, j: usize| truth_host[(w * (h + 1) + k) * d + j] as f64;
+    let mean_std = |values: &[f32], w: usize, k: usize, j: usize| {
+        let mean = (0..n).map(|m| member(values, m, w, k, j)).sum::<f64>() / n as f64;
+        let var = (0..n)
+            .map(|m| (member(values, m, w, k, j) - mean).powi(2))
+            .sum::<f64>()
+            / (n.max(2) - 1) as f64;
+        (mean, var.sqrt())
+    };
+
+    for latent in host(target.clone().unsqueeze::<4>())?.chunks(d) {
+        for (j, &v) in latent.iter().enumerate() {
+            out.latent_sum[j] += v as f64;
+            out.latent_sq[j] += (v as f64).powi(2);
+        }
+    }
+    out.latents += len + 1;
+    for w in 0..windows {
+        for k in 0..h {
+            let own_stats: Vec<(f64, f64)> = (0..d).map(|j| mean_std(&own, w, k, j)).collect();
+            let spread = own_stats.iter().map(|(_, std)| std).sum::<f64>() / d as f64;
+            let (mut sq, mut copy_sq) = (0.0, 0.0);
+            for (j, &(mean, std)) in own_stats.iter().enumerate() {
+                let truth = true_at(w, k + 1, j);
+                let (raw_mean, raw_std) = mean_std(&raw, w, k, j);
+                sq += (mean - truth).powi(2);
+                copy_sq += (true_at(w, 0, j) - truth).powi(2);
+                out.own_ratios[k].push(standardised_error(mean - truth, std));
+                out.raw_ratios[k].push(standardised_error(raw_mean - truth, raw_std));
+                out.spread_ratios[k][j][index].push(standardised_error(mean - truth, spread));
+            }
+            out.model_sq[k] += sq;
+            out.copy_sq[k] += copy_sq;
+            out.entries[k] += d;
+            out.ranked[k].push((index, spread, sq.sqrt()));
+        }
+    }
+
+    if let Some(salt) = out.salt.as_mut() {
+        for m in model.members() {
+            let TransitionMember::Salt(member) = m else {
+                continue;
+            };
+            let split = member.split_error(truth.clone(), actions.clone(), starts.clone());
+            let parts = [split.total, split.injected, split.propagated]
+                .map(|t| host(t.unsqueeze_dim::<4>(0)));
+            let [total, injected, propagated] = parts;
+            let (total, injected, propagated) = (total?, injected?, propagated?);
+            for w in 0..windows {
+                for k in 0..h {
+                    let at = |v: &[f32], j: usize| v[(w * h + k) * d + j] as f64;
+                    let norm = |v: &[f32]| (0..d).map(|j| at(v, j).powi(2)).sum::<f64>().sqrt();
+                    salt.total[k] += norm(&total);
+                    salt.injected[k] += norm(&injected);
+                    salt.propagated[k] += norm(&propagated);
+                    salt.count[k] += 1;
+                    for j in 0..d {
+                        let residual =
+                            (at(&total, j) - at(&injected, j) - at(&propagated, j)).abs();
+                        salt.max_residual = salt.max_residual.max(residual);
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn summarise(c: Collected, family: TransitionFamily, episodes: usize) -> WorldModelEvalReport {
+    let h = c.horizon;
+    let d = c.latent_sum.len();
+    let count = c.latents.max(1) as f64;
+    let latent_variance = (0..d)
+        .map(|j| c.latent_sq[j] / count - (c.latent_sum[j] / count).powi(2))
+        .sum::<f64>()
+        / d as f64;
+    let normalise = |sums: &[f64]| -> Vec<f64> {
+        sums.iter()
+            .zip(&c.entries)
+            .map(|(s, &e)| s / e.max(1) as f64 / latent_variance)
+            .collect()
+    };
+    let per_horizon: Vec<Option<f64>> = c
+        .ranked
+        .iter()
+        .map(|r| {
+            let (x, y): (Vec<f64>, Vec<f64>) = r.iter().map(|&(_, s, e)| (s, e)).unzip();
+            spearman(&x, &y)
+        })
+        .collect();
+    let defined: Vec<f64> = per_horizon.iter().flatten().copied().collect();
+    let across_dataset =
+        (!defined.is_empty()).then(|| defined.iter().sum::<f64>() / defined.len() as f64);
+    let (px, py): (Vec<f64>, Vec<f64>) = c.ranked.iter().flatten().map(|&(_, s, e)| (s, e)).unzip();
+    let within: Vec<f64> = (0..episodes)
+        .filter_map(|ep| {
+            let (x, y): (Vec<f64>, Vec<f64>) = c.ranked[h - 1]
+                .iter()
+                .filter(|r| r.0 == ep)
+                .map(|&(_, s, e)| (s, e))
+                .unzip();
+            if x.len() >= 5 { spearman(&x, &y) } else { None }
+        })
+        .collect();
+    let within_trajectory =
+        (!within.is_empty()).then(|| within.iter().sum::<f64>() / within.len() as f64);
+
+    // The calibrated interval of dimension j at horizon h is mu_j +- k c_hj s, with s
+    // the window's disagreement (member std averaged over dimensions) and c_hj fitted
+    // leave-one-episode-out. A per-dimension std from five members is itself a noisy
+    // estimate (four degrees of freedom), which gives errors over it Student-t tails
+    // that no single scale maps onto both the 1- and 2-sigma Gaussian masses; the
+    // average over dimensions is a far steadier measure of how unsure the ensemble is,
+    // and c_hj carries each dimension's own scale. Every dimension has the same number
+    // of errors, so the pooled coverage is the mean over dimensions.
+    let calibrated: Vec<Vec<f64>> = c
+        .spread_ratios
+        .iter()
+        .map(|dims| {
+            let per_dim: Vec<Vec<f64>> = dims
+                .iter()
+                .map(|groups| leave_one_out_coverage(groups, &[1.0, 2.0]))
+                .collect();
+            (0..2)
+                .map(|i| per_dim.iter().map(|v| v[i]).sum::<f64>() / per_dim.len() as f64)
+                .collect()
+        })
+        .collect();
+    let level = |width: f64, index: usize| CoverageReport {
+        raw: c.raw_ratios.iter().map(|r| coverage(r, width)).collect(),
+        own_rollout: c.own_ratios.iter().map(|r| coverage(r, width)).collect(),
+        calibrated: calibrated.iter().map(|v| v[index]).collect(),
+    };
+    let salt_error_split = c.salt.map(|s| {
+        let mean = |v: &[f64]| -> Vec<f64> {
+            v.iter()
+                .zip(&s.count)
+                .map(|(x, &n)| x / n.max(1) as f64)
+                .collect()
+        };
+        SaltSplitReport {
+            total: mean(&s.total),
+            injected: mean(&s.injected),
+            propagated: mean(&s.propagated),
+            max_identity_residual: s.max_residual,
+        }
+    });
+    WorldModelEvalReport {
+        family,
+        horizon: h,
+        episodes,
+        windows: c.ranked[0].len(),
+        horizon_error: normalise(&c.model_sq),
+        copy_last_error: normalise(&c.copy_sq),
+        latent_variance,
+        spearman: SpearmanReport {
+            across_dataset,
+            per_horizon,
+            within_trajectory,
+            pooled: spearman(&px, &py),
+        },
+        coverage_1sigma: level(1.0, 0),
+        coverage_2sigma: level(2.0, 1),
+        calibration_scale: c
+            .spread_ratios
+            .iter()
+            .map(|dims| {
+                let scales: Vec<f64> = dims
+                    .iter()
+                    .map(|groups| fit_interval_scale(&groups.concat()))
+                    .collect();
+                quantile(&scales, 0.5)
+            })
+            .collect(),
+        salt_error_split,
+    }
+}

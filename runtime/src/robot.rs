@@ -1,0 +1,365 @@
+//! The robot registry: the one place in the runtime and the CLI that names concrete
+//! robots. A robot is chosen by name (`--robot NAME`, `robot = "NAME"`) with a TOML
+//! table of its settings (`--robot-config FILE`, `[actor.robot]`); everything else
+//! works on what this module hands out:
+//! - [`RobotConfig`]: a built-in robot's validated settings, its [`RobotSpec`], and
+//!   the JSON form a replay's manifest records;
+//! - [`SimRobot`]: a simulated robot behind the [`Robot`] trait (drawing hooks
+//!   included), with its scripted expert where the robot has one and a switch for who
+//!   draws its camera frames;
+//! - [`BatchRenderer`]: the robot's batched GPU camera, where it has one.
+//!
+//! Adding a robot means a variant here and its crate module in `imago-robots`; no
+//! other runtime or CLI file changes (docs/architecture.md).
+
+use imago_robots::reacher2d::{self, Reacher2d, Reacher2dConfig, ScriptedExpert};
+use imago_robots::{
+    Action, ConfigError, ExpertConfig, FrameSource, Image, Observation, Robot, RobotSpec,
+    SceneDrawing, Step,
+};
+use imago_shaders::{GpuContext, Reacher2dRenderer};
+use serde::{Deserialize, Serialize};
+
+use crate::toml_file::table_into;
+
+/// The built-in robots' names, as `--robot` and `robot = ` take them.
+pub const ROBOT_NAMES: [&str; 1] = [reacher2d::NAME];
+/// The robot commands use when none is named.
+pub const DEFAULT_ROBOT: &str = reacher2d::NAME;
+
+/// A built-in robot and its settings. As JSON (a replay's manifest) it is
+/// `{"NAME": {settings}}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum RobotConfig {
+    /// The planar two-link reacher with three coloured targets.
+    #[serde(rename = "reacher2d")]
+    Reacher2d(Reacher2dConfig),
+}
+
+impl Default for RobotConfig {
+    fn default() -> Self {
+        Self::Reacher2d(Reacher2dConfig::default())
+    }
+}
+
+impl RobotConfig {
+    /// The robot called `name` with its default settings; an unknown name is an error
+    /// listing the known ones (so it serves as clap's value parser for `--robot`).
+    pub fn named(name: &str) -> Result<Self, String> {
+        match name {
+            reacher2d::NAME => Ok(Self::Reacher2d(Reacher2dConfig::default())),
+            other => Err(format!(
+                "unknown robot `{other}`; the built-in robots are: {}",
+                ROBOT_NAMES.join(", ")
+            )),
+        }
+    }
+
+    /// The robot called `name` with the settings of `table` (keys left out keep their
+    /// defaults); an unknown name, an unknown key or a value out of range is an error
+    /// naming it.
+    pub fn from_table(name: &str, table: &toml::Table) -> anyhow::Result<Self> {
+        let config = Self::read_table(name, table)?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// [`Self::from_table`] without the range checks, for a caller that checks the
+    /// ranges itself (and names the keys from its own root: `actor.robot.control_hz`).
+    pub fn read_table(name: &str, table: &toml::Table) -> anyhow::Result<Self> {
+        let settings = |e: String| anyhow::anyhow!("settings of robot {name}: {e}");
+        Ok(match Self::named(name).map_err(anyhow::Error::msg)? {
+            Self::Reacher2d(_) => Self::Reacher2d(table_into(table).map_err(settings)?),
+        })
+    }
+
+    /// The robot's name.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Reacher2d(_) => reacher2d::NAME,
+        }
+    }
+
+    /// Checks every setting against its documented range; the error names the key.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        match self {
+            Self::Reacher2d(config) => config.validate(),
+        }
+    }
+
+    /// The robot's spec (spaces, rate, camera).
+    pub fn spec(&self) -> RobotSpec {
+        self.build().spec().clone()
+    }
+
+    /// A fresh robot with these settings (reset to seed 0), without an expert.
+    pub fn build(&self) -> SimRobot {
+        let body = match self {
+            Self::Reacher2d(config) => Body::Reacher2d {
+                robot: Box::new(Reacher2d::new(config.clone())),
+                expert: None,
+            },
+        };
+        SimRobot { body }
+    }
+
+    /// Whether the robot has a scripted expert (`imago collect`, takeovers).
+    pub fn has_expert(&self) -> bool {
+        match self {
+            Self::Reacher2d(_) => true,
+        }
+    }
+
+    /// The settings as JSON, as a replay's manifest records them.
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::to_value(self).unwrap_or_default()
+    }
+
+    /// Settings recorded by [`Self::to_json`]; an unknown robot or malformed settings
+    /// are an error.
+    pub fn from_json(value: &serde_json::Value) -> anyhow::Result<Self> {
+        let config: Self = serde_json::from_value(value.clone())
+            .map_err(|e| anyhow::anyhow!("recorded robot settings are not readable: {e}"))?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// The robot that replays written before replays recorded their robot hold: the
+    /// default reacher2d (the only robot then), used only when their episodes fit it.
+    pub fn before_recorded_specs() -> Self {
+        Self::default()
+    }
+}
+
+/// One built-in robot's state, with its expert once one is started.
+enum Body {
+    Reacher2d {
+        robot: Box<Reacher2d>,
+        expert: Option<ScriptedExpert>,
+    },
+}
+
+/// A simulated robot from the registry: a [`Robot`] (drawing hooks included) plus
+/// what only simulation has: a scripted expert reading privileged state, and the
+/// choice of who draws its camera frames.
+pub struct SimRobot {
+    body: Body,
+}
+
+impl SimRobot {
+    /// Chooses who draws the camera frames of the following observations.
+    pub fn set_frame_source(&mut self, frames: FrameSource) {
+        match &mut self.body {
+            Body::Reacher2d { robot, .. } => robot.set_frame_source(frames),
+        }
+    }
+
+    /// Ticks taken in the current episode.
+    pub fn steps(&self) -> u32 {
+        match &self.body {
+            Body::Reacher2d { robot, .. } => robot.steps(),
+        }
+    }
+
+    /// Starts the scripted expert with `config` on the episode the robot was just reset
+    /// to with `seed` (its noise stream and mistake draw come from `seed`). Returns
+    /// false for a robot without an expert.
+    pub fn start_expert(&mut self, config: &ExpertConfig, seed: u64) -> bool {
+        match &mut self.body {
+            Body::Reacher2d { robot, expert } => {
+                let mut started = ScriptedExpert::new(config.clone());
+                started.begin_episode(robot, seed);
+                *expert = Some(started);
+                true
+            }
+        }
+    }
+
+    /// Whether an expert has been started.
+    pub fn expert_started(&self) -> bool {
+        match &self.body {
+            Body::Reacher2d { expert, .. } => expert.is_some(),
+        }
+    }
+
+    /// Stops the expert (the next episode is the policy's again).
+    pub fn stop_expert(&mut self) {
+        match &mut self.body {
+            Body::Reacher2d { expert, .. } => *expert = None,
+        }
+    }
+
+    /// The started expert's command for the current state; `None` before
+    /// [`Self::start_expert`].
+    pub fn expert_action(&mut self) -> Option<Action> {
+        match &mut self.body {
+            Body::Reacher2d { robot, expert } => expert.as_mut().map(|e| e.act(robot)),
+        }
+    }
+
+    /// The current camera frame drawn on the CPU (`None` for a robot without camera).
+    pub fn render_frame(&self) -> Option<Image> {
+        match &self.body {
+            Body::Reacher2d { robot, .. } => Some(reacher2d::render(
+                &robot.scene(),
+                robot.config().image_size,
+                robot.config().view_half_extent,
+            )),
+        }
+    }
+}
+
+impl Robot for SimRobot {
+    fn spec(&self) -> &RobotSpec {
+        match &self.body {
+            Body::Reacher2d { robot, .. } => robot.spec(),
+        }
+    }
+
+    fn reset(&mut self, seed: u64) -> Observation {
+        match &mut self.body {
+            Body::Reacher2d { robot, expert } => {
+                *expert = None;
+                robot.reset(seed)
+            }
+        }
+    }
+
+    fn step(&mut self, action: &Action) -> Step {
+        match &mut self.body {
+            Body::Reacher2d { robot, .. } => robot.step(action),
+        }
+    }
+
+    fn alternative_instructions(&self) -> Vec<String> {
+        match &self.body {
+            Body::Reacher2d { robot, .. } => robot.alternative_instructions(),
+        }
+    }
+
+    fn tracked_point(&self) -> Option<[f32; 2]> {
+        match &self.body {
+            Body::Reacher2d { robot, .. } => robot.tracked_point(),
+        }
+    }
+
+    fn scene_drawing(&self) -> SceneDrawing {
+        match &self.body {
+            Body::Reacher2d { robot, .. } => robot.scene_drawing(),
+        }
+    }
+
+    fn body_from_proprio(&self, proprio: &[f32]) -> Vec<[f32; 2]> {
+        match &self.body {
+            Body::Reacher2d { robot, .. } => robot.body_from_proprio(proprio),
+        }
+    }
+
+    fn intended_path(&self, chunk: &[f32]) -> Vec<[f32; 2]> {
+        match &self.body {
+            Body::Reacher2d { robot, .. } => robot.intended_path(chunk),
+        }
+    }
+}
+
+/// A robot's batched camera: the frames of many robots of one config in one GPU
+/// dispatch (`imago_shaders`).
+pub enum BatchRenderer {
+    /// reacher2d's WGSL renderer.
+    Reacher2d(Reacher2dRenderer),
+}
+
+impl BatchRenderer {
+    /// The batched renderer of `robot` on `gpu`; `None` for a robot without one.
+    pub fn new(robot: &RobotConfig, gpu: GpuContext) -> Option<Self> {
+        match robot {
+            RobotConfig::Reacher2d(_) => Some(Self::Reacher2d(Reacher2dRenderer::new(gpu))),
+        }
+    }
+
+    /// The current frames of `robots`, in order (one dispatch).
+    pub fn render(&self, robots: &[&SimRobot]) -> anyhow::Result<Vec<Image>> {
+        let Some(first) = robots.first() else {
+            return Ok(Vec::new());
+        };
+        match self {
+            Self::Reacher2d(renderer) => {
+                let Body::Reacher2d { robot, .. } = &first.body;
+                let (size, extent) = (robot.config().image_size, robot.config().view_half_extent);
+                let scenes: Vec<_> = robots
+                    .iter()
+                    .map(|sim| match &sim.body {
+                        Body::Reacher2d { robot, .. } => robot.scene(),
+                    })
+                    .collect();
+                Ok(renderer.render(&scenes, size, extent)?)
+            }
+        }
+    }
+}
+
+/// reacher2d with the settings `settings` (TOML), for tests.
+#[cfg(test)]
+pub(crate) fn reacher2d_with(settings: &str) -> RobotConfig {
+    let table: toml::Table = toml::from_str(settings).expect("test settings are TOML");
+    RobotConfig::from_table(reacher2d::NAME, &table).expect("valid test settings")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_name_builds_a_robot_of_that_name_and_json_round_trips() {
+        for name in ROBOT_NAMES {
+            let config = RobotConfig::named(name).expect("built in");
+            assert_eq!(config.name(), name);
+            assert_eq!(config.spec().name, name);
+            let back = RobotConfig::from_json(&config.to_json()).expect("round trip");
+            assert_eq!(back, config);
+        }
+    }
+
+    #[test]
+    fn unknown_names_and_keys_are_errors_naming_them() {
+        let error = RobotConfig::named("reacher3d").unwrap_err();
+        assert!(
+            error.contains("reacher3d") && error.contains("reacher2d"),
+            "{error}"
+        );
+        let table: toml::Table = toml::from_str("image_sise = 32").expect("toml");
+        let error = format!(
+            "{:#}",
+            RobotConfig::from_table("reacher2d", &table).unwrap_err()
+        );
+        assert!(error.contains("image_sise"), "{error}");
+        let table: toml::Table = toml::from_str("image_size = 36").expect("toml");
+        let error = format!(
+            "{:#}",
+            RobotConfig::from_table("reacher2d", &table).unwrap_err()
+        );
+        assert!(error.contains("image_size"), "{error}");
+    }
+
+    #[test]
+    fn table_settings_reach_the_spec() {
+        let table: toml::Table = toml::from_str("image_size = 32\nmax_steps = 7").expect("toml");
+        let spec = RobotConfig::from_table("reacher2d", &table)
+            .expect("valid")
+            .spec();
+        assert_eq!(spec.camera.map(|c| c.width), Some(32));
+        assert_eq!(spec.max_steps, 7);
+    }
+
+    #[test]
+    fn the_expert_acts_only_once_started_and_reset_stops_it() {
+        let mut robot = RobotConfig::default().build();
+        robot.reset(3);
+        assert!(robot.expert_action().is_none());
+        assert!(robot.start_expert(&ExpertConfig::noiseless(), 3));
+        let action = robot.expert_action().expect("started");
+        assert_eq!(action.0.len(), robot.spec().action_dim());
+        robot.reset(4);
+        assert!(!robot.expert_started());
+    }
+}

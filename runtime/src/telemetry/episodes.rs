@@ -1,0 +1,180 @@
+//! What a robot looks like in a recording, from a live robot or from recorded
+//! episodes, through the robot's drawing hooks ([`Robot::scene_drawing`],
+//! [`Robot::body_from_proprio`], [`Robot::intended_path`]): nothing here knows a
+//! particular robot.
+
+use imago_robots::{Image, Robot};
+
+use super::Telemetry;
+use super::event::{
+    ControlStepEvent, EpisodeEndEvent, EpisodeStartEvent, TelemetryEvent, TickTiming,
+};
+use crate::robot::{RobotConfig, SimRobot};
+use crate::store::replay::Episode;
+
+/// `image` shrunk by `factor` in each direction, averaging each block.
+fn downsample(image: &Image, factor: u32) -> Image {
+    if factor <= 1 {
+        return image.clone();
+    }
+    let (width, height) = (image.width / factor, image.height / factor);
+    let mut rgb = Vec::with_capacity((width * height * 3) as usize);
+    for y in 0..height {
+        for x in 0..width {
+            let mut sum = [0u32; 3];
+            for dy in 0..factor {
+                for dx in 0..factor {
+                    let p = image.pixel(x * factor + dx, y * factor + dy);
+                    for c in 0..3 {
+                        sum[c] += p[c] as u32;
+                    }
+                }
+            }
+            rgb.extend(sum.map(|s| (s / (factor * factor)) as u8));
+        }
+    }
+    Image { width, height, rgb }
+}
+
+/// The start of episode `episode` on `robot`, which has just been reset.
+pub fn episode_start_event(robot: &dyn Robot, episode: u64, instruction: &str) -> TelemetryEvent {
+    TelemetryEvent::EpisodeStart(Box::new(EpisodeStartEvent {
+        episode,
+        instruction: instruction.to_string(),
+        targets: robot.scene_drawing().marks,
+    }))
+}
+
+/// A live control step of `robot` from the observation's `proprio` (before the
+/// action is applied): the body, the path `intended_path` the intended chunk `chunk`
+/// would take the tracked point along ([`Robot::intended_path`]), and `frame`
+/// downsampled when given.
+#[allow(clippy::too_many_arguments)]
+pub fn control_step_event(
+    robot: &dyn Robot,
+    proprio: &[f32],
+    intended_path: &[[f32; 2]],
+    episode: u64,
+    step: u32,
+    chunk: &[f32],
+    executed: &[f32],
+    frame: Option<&Image>,
+    downsample_by: u32,
+    policy_version: u64,
+    intervention: bool,
+    reward: f32,
+    tick: TickTiming,
+) -> TelemetryEvent {
+    let action_dim = executed.len().max(1);
+    TelemetryEvent::ControlStep(Box::new(ControlStepEvent {
+        episode,
+        step,
+        arm: robot.body_from_proprio(proprio),
+        intended_path: intended_path.to_vec(),
+        intended: chunk.iter().take(action_dim).copied().collect(),
+        executed: executed.to_vec(),
+        frame: frame.map(|f| downsample(f, downsample_by)),
+        policy_version,
+        intervention,
+        reward,
+        tick: Some(tick),
+    }))
+}
+
+/// Logs the recorded episodes among `episodes` whose id is a multiple of the
+/// session's `replay_episode_every`, step by step, waiting for room in the queue (off
+/// the control path, nothing is dropped). With the recorded robot's settings
+/// (`robot`), the scene is recomputed by resetting such a robot to the recorded seed
+/// and drawn only if that reproduces the recorded instruction, and the body is drawn
+/// from proprioception; without them only the generic parts are logged. Returns the
+/// episodes logged.
+pub fn log_replay_episodes(
+    telemetry: &Telemetry,
+    episodes: &[Episode],
+    robot: Option<&RobotConfig>,
+) -> usize {
+    if !telemetry.is_on() {
+        return 0;
+    }
+    let config = telemetry.config();
+    let mut robot = robot.map(RobotConfig::build);
+    let mut logged = 0;
+    for episode in episodes
+        .iter()
+        .filter(|e| e.start.episode.is_multiple_of(config.replay_episode_every))
+    {
+        log_episode(telemetry, episode, robot.as_mut());
+        logged += 1;
+    }
+    logged
+}
+
+/// Logs one recorded episode step by step (see [`log_replay_episodes`]), waiting for
+/// room in the queue.
+pub fn log_episode(telemetry: &Telemetry, episode: &Episode, mut robot: Option<&mut SimRobot>) {
+    let config = telemetry.config();
+    let targets = match robot.as_deref_mut() {
+        Some(robot) => {
+            let reproduced =
+                robot.reset(episode.start.seed).instruction == episode.start.instruction;
+            if reproduced {
+                robot.scene_drawing().marks
+            } else {
+                Vec::new()
+            }
+        }
+        None => Vec::new(),
+    };
+    telemetry.send(TelemetryEvent::EpisodeStart(Box::new(EpisodeStartEvent {
+        episode: episode.start.episode,
+        instruction: episode.start.instruction.clone(),
+        targets,
+    })));
+    for t in &episode.transitions {
+        telemetry.send(TelemetryEvent::ControlStep(Box::new(ControlStepEvent {
+            episode: t.episode,
+            step: t.step,
+            arm: robot
+                .as_deref()
+                .map_or_else(Vec::new, |r| r.body_from_proprio(&t.observation.proprio)),
+            intended_path: Vec::new(),
+            intended: t.action.0.clone(),
+            executed: t.executed.0.clone(),
+            frame: t
+                .observation
+                .image
+                .as_ref()
+                .filter(|_| t.step.is_multiple_of(config.frame_every))
+                .map(|f| downsample(f, config.frame_downsample)),
+            policy_version: t.policy_version,
+            intervention: t.intervention,
+            reward: t.reward,
+            tick: None,
+        })));
+    }
+    telemetry.send(TelemetryEvent::EpisodeEnd(EpisodeEndEvent {
+        episode: episode.start.episode,
+        steps: episode.end.steps,
+        success: episode.end.success,
+        episode_return: episode.transitions.iter().map(|t| t.reward).sum(),
+    }));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn downsampling_averages_blocks() {
+        let mut image = Image::filled(4, 2, [0, 0, 0]);
+        // Left block: two white pixels of four -> half grey.
+        for (x, y) in [(0, 0), (1, 1)] {
+            let i = ((y * 4 + x) * 3) as usize;
+            image.rgb[i..i + 3].copy_from_slice(&[255, 255, 255]);
+        }
+        let small = downsample(&image, 2);
+        assert_eq!((small.width, small.height), (2, 1));
+        assert_eq!(small.pixel(0, 0), [127, 127, 127]);
+        assert_eq!(small.pixel(1, 0), [0, 0, 0]);
+    }
+}

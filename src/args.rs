@@ -1,0 +1,122 @@
+//! Flags and helpers several commands share: the robot (`--robot`,
+//! `--robot-config`), the rerun recording (`--rerun*`), JSON reports and range checks.
+
+use std::path::{Path, PathBuf};
+
+use clap::Args;
+use imago_robots::bounds::in_range;
+use imago_runtime::robot::{DEFAULT_ROBOT, RobotConfig};
+use imago_runtime::store::outputs::check_file_output;
+use imago_runtime::telemetry::{
+    DEFAULT_VIEWER_URL, TelemetryConfig, TelemetrySession, TelemetryTarget,
+};
+use imago_runtime::toml_file::read_toml;
+
+/// Longest world-model horizon a flag accepts.
+pub const MAX_HORIZON: usize = 64;
+
+/// The robot a command creates (`--robot NAME`, `--robot-config FILE.toml`).
+#[derive(Debug, Clone, Args)]
+pub struct RobotArgs {
+    /// The robot, by name (built in: reacher2d).
+    #[arg(long, default_value = DEFAULT_ROBOT, value_parser = RobotConfig::named)]
+    robot: RobotConfig,
+    /// A TOML file of the robot's settings (keys left out keep their defaults; see
+    /// docs/configuration.md).
+    #[arg(long, value_name = "FILE.toml")]
+    robot_config: Option<PathBuf>,
+}
+
+impl RobotArgs {
+    /// The named robot with the settings of `--robot-config`, checked.
+    pub fn resolve(&self) -> anyhow::Result<RobotConfig> {
+        match &self.robot_config {
+            None => Ok(self.robot.clone()),
+            Some(path) => {
+                let table: toml::Table = read_toml(path)?;
+                RobotConfig::from_table(self.robot.name(), &table)
+                    .map_err(|e| anyhow::anyhow!("{}: {e:#}", path.display()))
+            }
+        }
+    }
+}
+
+/// Where a rerun recording of the run goes (at most one of these).
+#[derive(Debug, Clone, Default, Args)]
+#[group(multiple = false)]
+pub struct RerunArgs {
+    /// Save a rerun recording of the run to this file (open it with `rerun PATH.rrd`).
+    #[arg(long, value_name = "PATH.rrd")]
+    pub rerun: Option<PathBuf>,
+    /// Stream the recording to a running rerun viewer [URL default:
+    /// rerun+http://127.0.0.1:9876/proxy].
+    #[arg(long, value_name = "URL", num_args = 0..=1, default_missing_value = DEFAULT_VIEWER_URL)]
+    pub rerun_connect: Option<String>,
+    /// Start a rerun viewer (`rerun` on the PATH) and stream the recording to it.
+    #[arg(long)]
+    pub rerun_spawn: bool,
+}
+
+impl RerunArgs {
+    /// Where the recording goes, if anywhere.
+    pub fn target(&self) -> Option<TelemetryTarget> {
+        match (&self.rerun, &self.rerun_connect, self.rerun_spawn) {
+            (Some(path), _, _) => Some(TelemetryTarget::File(path.clone())),
+            (_, Some(url), _) => Some(TelemetryTarget::Connect(url.clone())),
+            (_, _, true) => Some(TelemetryTarget::Spawn),
+            _ => None,
+        }
+    }
+
+    /// Starts the session these flags ask for (one that logs nothing without them).
+    pub fn start(&self, config: &TelemetryConfig) -> anyhow::Result<TelemetrySession> {
+        if let Some(path) = &self.rerun {
+            check_file_output("--rerun", path, &[])?;
+        }
+        TelemetrySession::start(self.target().as_ref(), config, "imago")
+    }
+
+    /// Flushes the recording and says where it went. A file that cannot be written is
+    /// an error; a live viewer that cannot be reached is a warning (the run's own
+    /// results are already saved).
+    pub fn finish(&self, session: TelemetrySession) -> anyhow::Result<()> {
+        let Some(target) = self.target() else {
+            return Ok(());
+        };
+        let report = match (session.finish(), &target) {
+            (Ok(report), _) => report,
+            // A live viewer that is not there loses nothing the run made: say so.
+            (Err(error), TelemetryTarget::Connect(_) | TelemetryTarget::Spawn) => {
+                eprintln!("warning: the rerun viewer did not receive the recording: {error:#}");
+                return Ok(());
+            }
+            (Err(error), TelemetryTarget::File(_)) => return Err(error),
+        };
+        let place = match target {
+            TelemetryTarget::File(path) => format!("written to {}", path.display()),
+            TelemetryTarget::Connect(url) => format!("streamed to {url}"),
+            TelemetryTarget::Spawn => "streamed to the spawned viewer".to_string(),
+        };
+        println!(
+            "rerun recording {place}: {} events logged, {} dropped",
+            report.logged, report.dropped
+        );
+        Ok(())
+    }
+}
+
+/// Writes `value` as pretty JSON to `path` (a `--report`), atomically.
+pub fn write_json(path: &Path, value: &impl serde::Serialize) -> anyhow::Result<()> {
+    check_file_output("--report", path, &[])?;
+    let json = serde_json::to_vec_pretty(value)?;
+    imago_runtime::store::atomic::write_file(path, &json)
+}
+
+/// Checks a flag's value against its documented range; the error names the flag.
+pub fn flag_in_range<T: PartialOrd + std::fmt::Debug>(
+    flag: &str,
+    value: T,
+    range: std::ops::RangeInclusive<T>,
+) -> anyhow::Result<()> {
+    in_range(flag, value, range).map_err(anyhow::Error::from)
+}

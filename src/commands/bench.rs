@@ -1,0 +1,113 @@
+//! `imago bench`.
+
+use std::path::PathBuf;
+
+use clap::{Args, ValueEnum};
+use imago_kernels::bench::KernelBenchRow;
+use imago_runtime::device::{DeviceSpec, resolve};
+use imago_runtime::jobs::bench::{
+    DaemonBenchRow, RenderBenchRow, WorldModelBenchRow, bench_daemon, bench_kernels, bench_policy,
+    bench_render, bench_world_model,
+};
+use imago_runtime::learn::finetune::MAX_BATCH;
+use imago_runtime::learn::world_model::WorldModelTrainConfig;
+
+use crate::args::{RobotArgs, flag_in_range, write_json};
+
+/// Flags of `imago bench`.
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    /// What to time.
+    #[arg(long, value_enum, default_value_t = BenchTarget::Policy)]
+    what: BenchTarget,
+    /// Transitions (policy) or windows (worldmodel) per training step [default: 64
+    /// for policy, 16 for worldmodel].
+    #[arg(long)]
+    batch_size: Option<usize>,
+    /// Timed training steps.
+    #[arg(long, default_value_t = 30)]
+    steps: usize,
+    /// Also write the figures as JSON here.
+    #[arg(long)]
+    report: Option<PathBuf>,
+    #[command(flatten)]
+    robot: RobotArgs,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum BenchTarget {
+    /// The VLA policy.
+    Policy,
+    /// The world model, every transition family.
+    Worldmodel,
+    /// The daemon: `--steps` learning steps with actor and learner overlapped versus
+    /// in turns, and the control loop's tick latency meanwhile.
+    Daemon,
+    /// The robot's camera frames: the CPU renderer versus the batched WGSL renderer
+    /// on the first wgpu adapter, at `--batch-size` scenes per call [default: 1, 16,
+    /// 64, 256].
+    Render,
+    /// The CubeCL kernels (lambda-return scan, ensemble statistics, SALT step) versus
+    /// the same computations in burn's composite ops, on `--device` (`wgpu`, `cuda`,
+    /// or the CPU reference on `cpu`).
+    Kernels,
+}
+
+/// Times what `--what` names and prints the figures.
+pub fn run(args: BenchArgs, device: DeviceSpec) -> anyhow::Result<()> {
+    let (batch_size, steps, report) = (args.batch_size, args.steps, args.report);
+    if let Some(batch_size) = batch_size {
+        flag_in_range("--batch-size", batch_size, 1..=MAX_BATCH)?;
+    }
+    flag_in_range("--steps", steps, 1..=100_000)?;
+    let robot = args.robot.resolve()?;
+    if let BenchTarget::Render = args.what {
+        let batches = match batch_size {
+            Some(n) => vec![n],
+            None => vec![1, 16, 64, 256],
+        };
+        let rows = bench_render(&robot, &batches, steps)?;
+        print!("{}", RenderBenchRow::table(&rows));
+        return report.map_or(Ok(()), |path| write_json(&path, &rows));
+    }
+    let device = resolve(device)?;
+    match args.what {
+        BenchTarget::Kernels => {
+            println!("{}, median of {steps} timed calls", device.description);
+            let rows = bench_kernels(&device, steps);
+            print!("{}", KernelBenchRow::table(&rows));
+            report.map_or(Ok(()), |path| write_json(&path, &rows))
+        }
+        BenchTarget::Daemon => {
+            let rows = bench_daemon(&device, &robot, steps as u64)?;
+            print!("{}", DaemonBenchRow::table(&rows));
+            if let [overlapped, in_turns] = rows.as_slice() {
+                println!(
+                    "overlapped / in turns: {:.2}x learning steps per minute",
+                    overlapped.learning_steps_per_minute / in_turns.learning_steps_per_minute
+                );
+            }
+            report.map_or(Ok(()), |path| write_json(&path, &rows))
+        }
+        BenchTarget::Worldmodel => {
+            let batch_size = batch_size.unwrap_or(WorldModelTrainConfig::default().batch_size);
+            let rows = bench_world_model(&device, &robot, batch_size, steps)?;
+            print!("{}", WorldModelBenchRow::table(&rows));
+            report.map_or(Ok(()), |path| write_json(&path, &rows))
+        }
+        BenchTarget::Policy | BenchTarget::Render => {
+            let bench = bench_policy(&device, &robot, batch_size.unwrap_or(64), steps)?;
+            println!(
+                "{}: training step (batch {}) p50 {:.1} ms, p90 {:.1} ms over {} steps; inference (batch 1) p50 {:.2} ms, p99 {:.2} ms",
+                bench.device,
+                bench.batch_size,
+                bench.train_step_p50_ms,
+                bench.train_step_p90_ms,
+                bench.steps,
+                bench.inference_p50_ms,
+                bench.inference_p99_ms
+            );
+            report.map_or(Ok(()), |path| write_json(&path, &bench))
+        }
+    }
+}

@@ -1,0 +1,78 @@
+//! `imago collect`.
+
+use std::path::PathBuf;
+
+use clap::Args;
+use imago_robots::ExpertConfig;
+use imago_runtime::act::collect::{CollectConfig, MAX_EPISODES, collect_demonstrations};
+use imago_runtime::store::replay::read_replay;
+use imago_runtime::telemetry::{TelemetryConfig, log_replay_episodes};
+
+use crate::args::{RerunArgs, RobotArgs, flag_in_range};
+
+/// Flags of `imago collect`.
+#[derive(Debug, Args)]
+pub struct CollectArgs {
+    #[command(flatten)]
+    robot: RobotArgs,
+    /// Number of episodes.
+    #[arg(long, default_value_t = 100)]
+    episodes: usize,
+    /// Replay directory (created if needed; episodes are appended to a replay of
+    /// the same robot spec).
+    #[arg(long)]
+    out: PathBuf,
+    /// Replace what --out holds even when it is not a replay (it is kept until the
+    /// new replay is complete).
+    #[arg(long)]
+    force: bool,
+    /// Action noise, as a fraction of the action limit.
+    #[arg(long, default_value_t = ExpertConfig::default().noise)]
+    noise: f32,
+    /// Fraction of episodes in which the expert makes the robot's deliberate mistake
+    /// (reacher2d: it goes to a wrong target).
+    #[arg(long, alias = "wrong-target-rate", default_value_t = ExpertConfig::default().mistake_rate)]
+    mistake_rate: f64,
+    /// Seed of the first episode.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    #[command(flatten)]
+    rerun: RerunArgs,
+}
+
+/// Records scripted demonstrations and says what was recorded.
+pub fn run(args: CollectArgs) -> anyhow::Result<()> {
+    flag_in_range("--episodes", args.episodes, 1..=MAX_EPISODES)?;
+    flag_in_range("--noise", args.noise, 0.0..=10.0)?;
+    flag_in_range("--mistake-rate", args.mistake_rate, 0.0..=1.0)?;
+    let robot = args.robot.resolve()?;
+    let summary = collect_demonstrations(
+        &CollectConfig {
+            robot: robot.clone(),
+            expert: ExpertConfig {
+                noise: args.noise,
+                mistake_rate: args.mistake_rate,
+            },
+            episodes: args.episodes,
+            first_seed: args.seed,
+        },
+        &args.out,
+        args.force,
+    )?;
+    println!(
+        "recorded {} episodes of {} ({} transitions, {:.1}% successful) in {}",
+        summary.episodes,
+        robot.name(),
+        summary.transitions,
+        100.0 * summary.success_rate(),
+        args.out.display()
+    );
+    if args.rerun.target().is_some() {
+        let session = args.rerun.start(&TelemetryConfig::default())?;
+        let episodes = read_replay(&args.out)?.episodes;
+        let new = &episodes[episodes.len().saturating_sub(summary.episodes)..];
+        log_replay_episodes(&session.handle(), new, Some(&robot));
+        args.rerun.finish(session)?;
+    }
+    Ok(())
+}

@@ -1,0 +1,80 @@
+//! `imago eval`.
+
+use std::path::PathBuf;
+
+use clap::Args;
+use imago_runtime::act::collect::MAX_EPISODES;
+use imago_runtime::act::evaluate::evaluate_checkpoint;
+use imago_runtime::act::paired::PairedCounts;
+use imago_runtime::device::{DeviceSpec, resolve};
+use imago_runtime::jobs::demo::EVAL_SEED_BASE;
+use imago_runtime::jobs::report::{ControllerRow, PairedReport};
+use imago_runtime::telemetry::{TelemetryConfig, TelemetryEvent};
+
+use crate::args::{RerunArgs, RobotArgs, flag_in_range, write_json};
+
+/// Flags of `imago eval`.
+#[derive(Debug, Args)]
+pub struct EvalArgs {
+    /// Checkpoint directory.
+    #[arg(long)]
+    ckpt: PathBuf,
+    /// A second checkpoint (the baseline), evaluated on the same seeds: success
+    /// rates, episodes only one of them solved, and the difference's 95% interval.
+    #[arg(long)]
+    paired_with: Option<PathBuf>,
+    /// Episodes.
+    #[arg(long, default_value_t = 100)]
+    episodes: usize,
+    /// Seed of the first episode.
+    #[arg(long, default_value_t = EVAL_SEED_BASE)]
+    seed: u64,
+    /// Also write the figures as JSON here.
+    #[arg(long)]
+    report: Option<PathBuf>,
+    #[command(flatten)]
+    robot: RobotArgs,
+    #[command(flatten)]
+    rerun: RerunArgs,
+}
+
+/// Evaluates the checkpoint (paired with a baseline) on the robot and prints the table.
+pub fn run(args: EvalArgs, device: DeviceSpec) -> anyhow::Result<()> {
+    flag_in_range("--episodes", args.episodes, 1..=MAX_EPISODES)?;
+    let robot = args.robot.resolve()?;
+    let device = resolve(device)?;
+    let session = args.rerun.start(&TelemetryConfig::default())?;
+    let telemetry = session.handle();
+    let (episodes, seed) = (args.episodes, args.seed);
+    let outcome = evaluate_checkpoint(&args.ckpt, &robot, episodes, seed, &device)?;
+    let row = ControllerRow::new(&args.ckpt.display().to_string(), &outcome);
+    telemetry.send(TelemetryEvent::EvalSuccess {
+        name: "candidate".into(),
+        rate: outcome.success_rate(),
+    });
+    match &args.paired_with {
+        None => {
+            print!("{}{}", ControllerRow::table_header(), row.table_line());
+            if let Some(path) = &args.report {
+                write_json(path, &row)?;
+            }
+        }
+        Some(baseline) => {
+            let baseline_outcome = evaluate_checkpoint(baseline, &robot, episodes, seed, &device)?;
+            telemetry.send(TelemetryEvent::EvalSuccess {
+                name: "baseline".into(),
+                rate: baseline_outcome.success_rate(),
+            });
+            let paired = PairedReport::new(
+                ControllerRow::new(&baseline.display().to_string(), &baseline_outcome),
+                row,
+                PairedCounts::count(&baseline_outcome, &outcome)?,
+            );
+            print!("{}", paired.table());
+            if let Some(path) = &args.report {
+                write_json(path, &paired)?;
+            }
+        }
+    }
+    args.rerun.finish(session)
+}

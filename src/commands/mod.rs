@@ -1,0 +1,14 @@
+//! One module per `imago` command: its flags (a clap `Args` struct) and `run`, which
+//! checks the flags, calls into `imago_runtime::jobs` (or the layer below) and prints
+//! what happened.
+
+pub mod bench;
+pub mod collect;
+pub mod daemon;
+pub mod demo;
+pub mod devices;
+pub mod eval;
+pub mod inspect;
+pub mod replay;
+pub mod train;
+pub mod wm_eval;

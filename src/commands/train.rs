@@ -1,0 +1,286 @@
+//! `imago train`: behaviour cloning, the world model, or fine-tuning, from a replay
+//! whose recorded robot spec fixes the models' shapes.
+
+use std::path::PathBuf;
+
+use clap::{Args, ValueEnum};
+use imago_policies::ActionHeadKind;
+use imago_runtime::device::{DeviceSpec, resolve};
+use imago_runtime::jobs::finetune::finetune_offline;
+use imago_runtime::jobs::train::train_bc_offline;
+use imago_runtime::jobs::train_world_model::train_world_model_offline;
+use imago_runtime::learn::bc::BcConfig;
+use imago_runtime::learn::finetune::{FinetuneConfig, FinetuneMethod, MAX_BATCH, MAX_STEPS};
+use imago_runtime::learn::world_model::WorldModelTrainConfig;
+use imago_runtime::store::checkpoint::POLICY_KIND;
+use imago_runtime::store::outputs::{Input, OutputKind, OutputPath};
+use imago_runtime::store::replay::ReplaySource;
+use imago_runtime::telemetry::{Telemetry, TelemetryConfig};
+use imago_runtime::toml_file::read_toml;
+use imago_worldmodel::{Supervision, TransitionFamily, WorldModelConfig};
+
+use crate::args::{MAX_HORIZON, RerunArgs, flag_in_range, write_json};
+
+/// Flags of `imago train`.
+#[derive(Debug, Args)]
+pub struct TrainArgs {
+    /// Replay directory.
+    #[arg(long)]
+    replay: PathBuf,
+    /// What to train.
+    #[arg(long, value_enum, default_value_t = TrainTarget::Bc)]
+    what: TrainTarget,
+    /// Checkpoint directory to write (a checkpoint of the same kind there is
+    /// replaced atomically; anything else is refused, see --force).
+    #[arg(long)]
+    out: PathBuf,
+    /// Replace what --out holds even when it is another kind of thing, or update
+    /// the --init checkpoint in place (the old one is kept until the new one is
+    /// complete).
+    #[arg(long)]
+    force: bool,
+    /// Any damage in the replay is an error (else damaged episodes are left out
+    /// with a warning).
+    #[arg(long)]
+    strict: bool,
+    /// Continue from this checkpoint.
+    #[arg(long)]
+    init: Option<PathBuf>,
+    /// Optimiser steps [default: 1500 for bc, 1000 for worldmodel].
+    #[arg(long)]
+    steps: Option<usize>,
+    /// Transitions (bc) or windows (worldmodel) per step [default: 64 for bc, 16
+    /// for worldmodel].
+    #[arg(long)]
+    batch_size: Option<usize>,
+    /// Peak learning rate [default: 1e-3 for bc, 3e-3 for worldmodel].
+    #[arg(long)]
+    learning_rate: Option<f64>,
+    /// World model: the transition family of the ensemble members.
+    #[arg(long, default_value_t = WorldModelConfig::new(1, vec![1.0]).family)]
+    family: TransitionFamily,
+    /// World model: steps per training window.
+    #[arg(long, default_value_t = WorldModelTrainConfig::default().horizon)]
+    horizon: usize,
+    /// World model: feed predictions back in (multi-step) or not (one-step).
+    #[arg(long, value_enum, default_value_t = SupervisionArg::MultiStep)]
+    supervision: SupervisionArg,
+    /// Policy: the action-chunk head of a new policy.
+    #[arg(long, default_value_t = ActionHeadKind::Gaussian)]
+    head: ActionHeadKind,
+    /// Fine-tuning: the world-model checkpoint imagination runs in [default: a SALT
+    /// world model trained on the replay first].
+    #[arg(long)]
+    world_model: Option<PathBuf>,
+    /// Fine-tuning: advantage source and policy loss [default: awr-imagination,
+    /// or the config's].
+    #[arg(long)]
+    method: Option<FinetuneMethod>,
+    /// Fine-tuning: collect-update rounds [default: 3, or the config's].
+    #[arg(long)]
+    rounds: Option<usize>,
+    /// Fine-tuning: a TOML file of settings (see docs/finetuning.md); flags win.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Also write what the run did as JSON here.
+    #[arg(long)]
+    report: Option<PathBuf>,
+    /// Seed.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    #[command(flatten)]
+    rerun: RerunArgs,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum TrainTarget {
+    /// Behaviour cloning of the VLA policy.
+    Bc,
+    /// The latent world model (held-out episodes are left out).
+    Worldmodel,
+    /// Advantage-weighted fine-tuning of `--init` (with `--world-model`, or one trained
+    /// on the replay first); collected episodes are appended to `--replay`.
+    Finetune,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum SupervisionArg {
+    /// Each step from the encoding of the real previous observation.
+    OneStep,
+    /// Predictions fed back in over the whole window.
+    MultiStep,
+}
+
+/// Checks the flags, trains what `--what` names and says what was written.
+pub fn run(args: TrainArgs, device: DeviceSpec) -> anyhow::Result<()> {
+    if let Some(steps) = args.steps {
+        flag_in_range("--steps", steps, 1..=MAX_STEPS)?;
+    }
+    if let Some(batch_size) = args.batch_size {
+        flag_in_range("--batch-size", batch_size, 1..=MAX_BATCH)?;
+    }
+    if let Some(learning_rate) = args.learning_rate {
+        flag_in_range("--learning-rate", learning_rate, 1e-9..=1.0)?;
+    }
+    if let Some(rounds) = args.rounds {
+        flag_in_range("--rounds", rounds, 1..=10_000)?;
+    }
+    flag_in_range("--horizon", args.horizon, 1..=MAX_HORIZON)?;
+    let device = resolve(device)?;
+    let session = args.rerun.start(&TelemetryConfig::default())?;
+    let telemetry = session.handle();
+    match args.what {
+        TrainTarget::Bc => train_bc(&args, &device, &telemetry)?,
+        TrainTarget::Worldmodel => train_world_model(&args, &device, &telemetry)?,
+        TrainTarget::Finetune => train_finetune(&args, &device, &telemetry)?,
+    }
+    args.rerun.finish(session)
+}
+
+fn source(args: &TrainArgs) -> ReplaySource<'_> {
+    ReplaySource {
+        dir: &args.replay,
+        strict: args.strict,
+    }
+}
+
+fn output(args: &TrainArgs) -> OutputPath<'_> {
+    OutputPath {
+        path: &args.out,
+        force: args.force,
+    }
+}
+
+fn train_bc(
+    args: &TrainArgs,
+    device: &imago_runtime::device::ResolvedDevice,
+    telemetry: &Telemetry,
+) -> anyhow::Result<()> {
+    let defaults = BcConfig::default();
+    let steps = args.steps.unwrap_or(defaults.steps);
+    let bc = BcConfig {
+        steps,
+        batch_size: args.batch_size.unwrap_or(defaults.batch_size),
+        learning_rate: args.learning_rate.unwrap_or(defaults.learning_rate),
+        seed: args.seed,
+        warmup_steps: defaults.warmup_steps.min(steps / 2),
+        ..defaults
+    };
+    let summary = train_bc_offline(
+        source(args),
+        output(args),
+        args.init.as_deref(),
+        args.head,
+        &bc,
+        device,
+        telemetry,
+    )?;
+    println!(
+        "trained on {} episodes ({} transitions) on {}: loss {:.3} -> {:.3}; checkpoint version {} in {}",
+        summary.episodes,
+        summary.transitions,
+        device.description,
+        summary.first_loss,
+        summary.last_loss,
+        summary.version,
+        args.out.display()
+    );
+    Ok(())
+}
+
+fn train_world_model(
+    args: &TrainArgs,
+    device: &imago_runtime::device::ResolvedDevice,
+    telemetry: &Telemetry,
+) -> anyhow::Result<()> {
+    let defaults = WorldModelTrainConfig::default();
+    let steps = args.steps.unwrap_or(defaults.steps);
+    let horizon = args.horizon;
+    let train = WorldModelTrainConfig {
+        steps,
+        batch_size: args.batch_size.unwrap_or(defaults.batch_size),
+        learning_rate: args.learning_rate.unwrap_or(defaults.learning_rate),
+        horizon,
+        supervision: match args.supervision {
+            SupervisionArg::OneStep => Supervision::OneStep,
+            SupervisionArg::MultiStep => Supervision::MultiStep,
+        },
+        seed: args.seed,
+        warmup_steps: defaults.warmup_steps.min(steps / 2),
+        ..defaults
+    };
+    let family = args.family;
+    let summary = train_world_model_offline(
+        source(args),
+        output(args),
+        args.init.as_deref(),
+        family,
+        &train,
+        device,
+        telemetry,
+    )?;
+    println!(
+        "trained a {family} world model on {} episodes ({} windows of {horizon} steps; {} held out) on {}: prediction loss {:.4} -> {:.4}; checkpoint version {} in {}",
+        summary.episodes,
+        summary.windows,
+        summary.held_out,
+        device.description,
+        summary.first_prediction_loss,
+        summary.last_prediction_loss,
+        summary.version,
+        args.out.display()
+    );
+    Ok(())
+}
+
+fn train_finetune(
+    args: &TrainArgs,
+    device: &imago_runtime::device::ResolvedDevice,
+    telemetry: &Telemetry,
+) -> anyhow::Result<()> {
+    let init = args.init.as_deref().ok_or_else(|| {
+        anyhow::anyhow!("fine-tuning needs --init, the policy checkpoint to improve")
+    })?;
+    let mut settings = match &args.config {
+        Some(path) => {
+            let config_file = Input {
+                flag: "--config",
+                path,
+            };
+            output(args).check(OutputKind::Checkpoint(POLICY_KIND), &[config_file])?;
+            read_toml::<FinetuneConfig>(path)?
+        }
+        None => FinetuneConfig::default(),
+    };
+    settings.seed = args.seed;
+    settings.method = args.method.unwrap_or(settings.method);
+    settings.rounds = args.rounds.unwrap_or(settings.rounds);
+    settings.policy_steps = args.steps.unwrap_or(settings.policy_steps);
+    settings.batch_size = args.batch_size.unwrap_or(settings.batch_size);
+    settings.learning_rate = args.learning_rate.unwrap_or(settings.learning_rate);
+    settings
+        .validate()
+        .map_err(|e| anyhow::anyhow!("fine-tuning settings: {e}"))?;
+    let summary = finetune_offline(
+        source(args),
+        init,
+        args.world_model.as_deref(),
+        output(args),
+        &settings,
+        device,
+        telemetry,
+    )?;
+    println!(
+        "fine-tuned {} ({}, {} rounds) on {}: checkpoint version {} in {}",
+        init.display(),
+        settings.method,
+        summary.rounds.len(),
+        device.description,
+        summary.version,
+        args.out.display()
+    );
+    if let Some(path) = &args.report {
+        write_json(path, &summary)?;
+    }
+    Ok(())
+}
