@@ -182,13 +182,6 @@ impl SimRobot {
         }
     }
 
-    /// Stops the expert (the next episode is the policy's again).
-    pub fn stop_expert(&mut self) {
-        match &mut self.body {
-            Body::Reacher2d { expert, .. } => *expert = None,
-        }
-    }
-
     /// The started expert's command for the current state; `None` before
     /// [`Self::start_expert`].
     pub fn expert_action(&mut self) -> Option<Action> {

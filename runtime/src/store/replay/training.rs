@@ -24,23 +24,6 @@ pub struct TrainingReplay {
     pub robot: Option<RobotConfig>,
 }
 
-impl TrainingReplay {
-    /// Checks the replay's spec is `expected` (the spec of a model or robot it is used
-    /// with, described as `what`); a difference is one error naming both specs.
-    pub fn ensure_spec(&self, dir: &Path, expected: &RobotSpec, what: &str) -> anyhow::Result<()> {
-        let differences = self.spec.data_differences(expected);
-        anyhow::ensure!(
-            differences.is_empty(),
-            "replay {} holds episodes of {}, but {what} is for {} ({})",
-            dir.display(),
-            self.spec.summary(),
-            expected.summary(),
-            differences.join(", ")
-        );
-        Ok(())
-    }
-}
-
 /// A replay an offline command reads, and how it treats damage.
 #[derive(Debug, Clone, Copy)]
 pub struct ReplaySource<'a> {
