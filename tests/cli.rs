@@ -1168,3 +1168,89 @@ fn the_robot_spec_travels_with_replays_and_checkpoints() {
         stderr(&output)
     );
 }
+
+#[test]
+fn pusht_collects_trains_and_evaluates_with_coverage() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = |name: &str| dir.path().join(name).to_str().unwrap().to_string();
+    let (replay, ckpt, settings, report) = (
+        path("replay"),
+        path("ckpt"),
+        path("pusht.toml"),
+        path("r.json"),
+    );
+    std::fs::write(&settings, "image_size = 32\nmax_steps = 30\n").unwrap();
+    let run = |args: &[&str]| {
+        let output = imago(args);
+        assert!(output.status.success(), "{args:?}: {}", stderr(&output));
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    };
+    let robot = ["--robot", "pusht", "--robot-config", &settings];
+    let collect: Vec<&str> = ["collect", "--episodes", "4", "--out", &replay]
+        .into_iter()
+        .chain(robot)
+        .collect();
+    let said = run(&collect);
+    assert!(said.contains("4 episodes of pusht"), "{said}");
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.path().join("replay/manifest.json")).unwrap())
+            .unwrap();
+    assert_eq!(manifest["spec"]["name"], "pusht");
+    assert_eq!(manifest["spec"]["proprio_names"][4], "block_angle");
+    assert_eq!(manifest["robot"]["pusht"]["image_size"], 32);
+    run(&[
+        "--device",
+        "cpu",
+        "train",
+        "--replay",
+        &replay,
+        "--out",
+        &ckpt,
+        "--steps",
+        "2",
+        "--batch-size",
+        "4",
+    ]);
+    let eval: Vec<&str> = [
+        "--device",
+        "cpu",
+        "eval",
+        "--ckpt",
+        &ckpt,
+        "--episodes",
+        "3",
+        "--report",
+        &report,
+    ]
+    .into_iter()
+    .chain(robot)
+    .collect();
+    let table = run(&eval);
+    assert!(table.contains("max coverage"), "{table}");
+    let row: serde_json::Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+    let coverage = row["mean_max_coverage"]
+        .as_f64()
+        .expect("coverage reported");
+    assert!((0.0..=1.0).contains(&coverage), "{row}");
+    let [lo, hi] = [0, 1].map(|i| row["coverage_interval"][i].as_f64().unwrap());
+    assert!(lo <= coverage && coverage <= hi, "{row}");
+    // The pusht policy on reacher2d: one error naming both specs.
+    let output = imago(&[
+        "--device",
+        "cpu",
+        "eval",
+        "--ckpt",
+        &ckpt,
+        "--robot",
+        "reacher2d",
+        "--episodes",
+        "1",
+    ]);
+    assert!(!output.status.success());
+    let error = stderr(&output);
+    assert!(
+        error.contains("pusht (camera 32x32, proprioception 7, action 2)")
+            && error.contains("reacher2d"),
+        "{error}"
+    );
+}

@@ -122,7 +122,8 @@ impl PolicyBatch {
 
     /// Appends one observation; on error the batch is unchanged.
     pub fn push(&mut self, observation: &Observation) -> Result<(), PolicyInputError> {
-        let size = self.config.image_size;
+        let pool = self.config.frame_pool.max(1);
+        let size = self.config.image_size * pool;
         let image = observation
             .image
             .as_ref()
@@ -157,8 +158,12 @@ impl PolicyBatch {
         }
         let (ids, word_pad) = self.tokenizer.encode_padded(&observation.instruction)?;
 
-        self.images
-            .extend(image.rgb.iter().map(|&v| v as f32 / 255.0));
+        if pool == 1 {
+            self.images
+                .extend(image.rgb.iter().map(|&v| v as f32 / 255.0));
+        } else {
+            self.images.extend(pooled_pixels(&image.rgb, size, pool));
+        }
         self.words.extend(ids.iter().map(|&id| id as i64));
         let count = word_pad.iter().filter(|&&p| !p).count() as f32;
         self.word_weights
@@ -177,7 +182,7 @@ impl PolicyBatch {
         Ok(())
     }
 
-    /// The batch as tensors on `device`.
+    /// The batch as tensors on `device` (images at the policy's `image_size`).
     pub fn to_input<B: Backend>(&self, device: &B::Device) -> PolicyInput<B> {
         let (n, size) = (self.len, self.config.image_size);
         PolicyInput {
@@ -202,5 +207,65 @@ impl PolicyBatch {
                 device,
             ),
         }
+    }
+}
+
+/// The `side x side` RGB frame averaged over `pool x pool` squares, scaled to [0, 1],
+/// row-major: `(side / pool)^2` pixels of 3 values.
+fn pooled_pixels(rgb: &[u8], side: usize, pool: usize) -> Vec<f32> {
+    let out = side / pool;
+    let scale = 1.0 / (255.0 * (pool * pool) as f32);
+    let mut pixels = vec![0.0f32; out * out * 3];
+    for row in 0..side {
+        for col in 0..side {
+            let at = ((row / pool) * out + col / pool) * 3;
+            let from = (row * side + col) * 3;
+            for c in 0..3 {
+                pixels[at + c] += rgb[from + c] as f32;
+            }
+        }
+    }
+    pixels.iter_mut().for_each(|p| *p *= scale);
+    pixels
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use imago_robots::Image;
+
+    #[test]
+    fn large_frames_are_read_averaged_down() {
+        // A 4x4 frame, left half black and right half white, pooled by 2.
+        let mut image = Image::filled(4, 4, [0, 0, 0]);
+        for row in 0..4 {
+            for col in 2..4 {
+                let i = (row * 4 + col) * 3;
+                image.rgb[i..i + 3].copy_from_slice(&[255, 255, 255]);
+            }
+        }
+        image.rgb[0] = 204; // One red value in the top-left square: its mean is 0.2.
+        let pixels = pooled_pixels(&image.rgb, 4, 2);
+        assert_eq!(pixels.len(), 2 * 2 * 3);
+        assert!((pixels[0] - 0.2).abs() < 1e-6 && pixels[1] == 0.0);
+        assert_eq!(&pixels[3..6], &[1.0, 1.0, 1.0]);
+
+        let config = VlaPolicyConfig::new(1, vec![0], vec![1.0; 2])
+            .with_image_size(8)
+            .with_frame_pool(2);
+        let mut batch = PolicyBatch::new(&config);
+        let observation = |side: u32| Observation {
+            image: Some(Image::filled(side, side, [255, 0, 0])),
+            proprio: vec![0.5],
+            instruction: "reach the red target".into(),
+        };
+        batch
+            .push(&observation(16))
+            .expect("a 16x16 frame read as 8x8");
+        assert!(matches!(
+            batch.push(&observation(8)),
+            Err(PolicyInputError::ImageSize { want: 16, .. })
+        ));
+        assert_eq!(batch.len(), 1);
     }
 }

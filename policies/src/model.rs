@@ -27,9 +27,14 @@ pub struct VlaPolicyConfig {
     pub proprio_inputs: Vec<usize>,
     /// Per-dimension bound of the robot's actions; the network works in units of it.
     pub action_limit: Vec<f32>,
-    /// Side of the (square) camera frame, pixels.
+    /// Side of the (square) image the policy reads, pixels: the camera frame averaged
+    /// down by `frame_pool`.
     #[config(default = 48)]
     pub image_size: usize,
+    /// The camera frame's side is `image_size * frame_pool`; each `frame_pool` square of
+    /// its pixels is averaged into one pixel before the policy reads it.
+    #[config(default = 1)]
+    pub frame_pool: usize,
     /// Side of one image patch (one token), pixels.
     #[config(default = 8)]
     pub patch_size: usize,
@@ -74,8 +79,28 @@ pub struct VlaPolicyConfig {
     pub flow_steps: usize,
 }
 
+/// Largest side, in pixels, at which [`VlaPolicyConfig::for_robot`] has the policy
+/// read a camera frame: a larger frame is averaged down by a whole factor
+/// (`frame_pool`) first. reacher2d's 48x48 frames are read as they are; pusht's 96x96
+/// ones as 48x48. The per-pixel stem, the spatial softmax and the patch tokens all scale
+/// with the pixels read: at 96x96 behaviour cloning took four times as long a step, on
+/// a task whose state the proprioception carries anyway.
+pub const MAX_READ_SIDE: usize = 64;
+
+/// The smallest whole factor that shrinks a `side`-pixel frame to at most
+/// [`MAX_READ_SIDE`] pixels, keeping the read side a multiple of `patch`.
+pub fn frame_pool_for(side: usize, patch: usize) -> usize {
+    let patch = patch.max(1);
+    (1..=side)
+        .find(|&k| {
+            side.is_multiple_of(k) && (side / k).is_multiple_of(patch) && side / k <= MAX_READ_SIDE
+        })
+        .unwrap_or(1)
+}
+
 impl VlaPolicyConfig {
-    /// The default policy for `robot`: its image size and action limits, reading every
+    /// The default policy for `robot`: its image size (frames larger than
+    /// [`MAX_READ_SIDE`] averaged down: [`frame_pool_for`]) and action limits, reading every
     /// proprioception entry except velocities. Velocities are left out on purpose: in
     /// behaviour cloning they reveal the previous action, and a policy that can copy
     /// its last command ("copycat" causal confusion) learns to keep moving the way it
@@ -89,7 +114,9 @@ impl VlaPolicyConfig {
             robot.action_limit.clone(),
         );
         if let Some(side) = robot.camera_side(config.patch_size as u32, 512)? {
-            config.image_size = side as usize;
+            let side = side as usize;
+            config.frame_pool = frame_pool_for(side, config.patch_size);
+            config.image_size = side / config.frame_pool;
         }
         config.validate()?;
         Ok(config)
@@ -158,6 +185,7 @@ impl VlaPolicyConfig {
         }
         validate_action_limit(&self.action_limit)?;
         in_range("image_size", self.image_size, 8..=512)?;
+        in_range("frame_pool", self.frame_pool, 1..=64)?;
         in_range("patch_size", self.patch_size, 1..=self.image_size)?;
         if !self.image_size.is_multiple_of(self.patch_size) {
             return Err(ConfigError::new(
@@ -524,8 +552,16 @@ mod tests {
         };
         let config = VlaPolicyConfig::for_robot(&spec(32, 32)).unwrap();
         assert_eq!(config.image_size, 32);
+        assert_eq!((config.frame_pool, config.patch_count()), (1, 16));
         assert_eq!(config.proprio_inputs, vec![0]);
         assert_eq!(config.action_dim(), 3);
+        // Large cameras are read averaged down, never above 64 pixels a side.
+        for (side, pool) in [(48, 1), (64, 1), (96, 2), (128, 2), (88, 11), (512, 8)] {
+            let config = VlaPolicyConfig::for_robot(&spec(side, side)).unwrap();
+            assert_eq!(config.frame_pool, pool, "{side}");
+            assert_eq!(config.image_size * pool, side as usize);
+            assert!(config.image_size <= MAX_READ_SIDE);
+        }
         for (width, height) in [(36, 36), (48, 32), (4, 4), (1024, 1024)] {
             let error = VlaPolicyConfig::for_robot(&spec(width, height)).unwrap_err();
             assert_eq!(error.key, "camera", "{width}x{height}");

@@ -7,10 +7,11 @@
 
 use thiserror::Error;
 
-/// The vocabulary; index 0 is padding.
-pub const VOCABULARY: [&str; 15] = [
+/// The vocabulary; index 0 is padding. New words go at the end, so that the ids of a
+/// checkpoint's words never change.
+pub const VOCABULARY: [&str; 18] = [
     "<pad>", "reach", "move", "touch", "go", "to", "the", "a", "red", "green", "blue", "target",
-    "one", "please", "now",
+    "one", "please", "now", "push", "block", "onto",
 ];
 
 /// Why an instruction cannot be tokenized.

@@ -1,5 +1,5 @@
 //! Robots for imago: the [`Robot`] trait every robot (simulated or real) implements,
-//! the first simulated robot [`reacher2d`], its scripted expert, and the
+//! the simulated robots [`reacher2d`] and [`pusht`] with their scripted experts, and the
 //! [`SafetyEnvelope`] that stands between any policy and any actuator.
 //!
 //! This crate has no machine-learning dependency: it is plain, deterministic Rust so
@@ -9,6 +9,7 @@ pub mod bounds;
 pub mod drawing;
 pub mod expert;
 pub mod observation;
+pub mod pusht;
 pub mod reacher2d;
 pub mod robot;
 pub mod safety;

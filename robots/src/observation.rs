@@ -58,8 +58,12 @@ pub struct StepInfo {
     pub safety: SafetyVerdict,
     /// The episode ended because it ran out of steps, not because it succeeded.
     pub truncated: bool,
-    /// Distance from the end effector to the instructed goal, in metres.
+    /// Distance from the tracked part (end effector, block) to the instructed goal, in
+    /// the robot's world units.
     pub distance_to_goal: f32,
+    /// The fraction of the goal region covered, for tasks scored by coverage (pusht);
+    /// `None` for others.
+    pub coverage: Option<f32>,
 }
 
 /// The outcome of one control tick.

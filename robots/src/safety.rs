@@ -113,6 +113,15 @@ impl SafetyEnvelope {
         self.last.iter_mut().for_each(|v| *v = 0.0);
     }
 
+    /// Clears a hold and starts rate limiting from `start` (start of an episode of a
+    /// robot commanded in positions, whose previous command is where it is).
+    pub fn reset_to(&mut self, start: &[f32]) {
+        self.hold = None;
+        for (last, (&value, &limit)) in self.last.iter_mut().zip(start.iter().zip(&self.limits)) {
+            *last = value.clamp(-limit, limit);
+        }
+    }
+
     /// The reason for the current hold, if the envelope is holding.
     pub fn hold(&self) -> Option<&HoldReason> {
         self.hold.as_ref()

@@ -154,9 +154,8 @@ fn only_the_robot_registry_names_a_concrete_robot_type() {
     let naming: Vec<PathBuf> = files
         .into_iter()
         .filter(|f| {
-            std::fs::read_to_string(f)
-                .unwrap()
-                .contains(concat!("Reacher", "2d"))
+            let text = std::fs::read_to_string(f).unwrap();
+            text.contains(concat!("Reacher", "2d")) || text.contains(concat!("Push", "T"))
         })
         .collect();
     assert_eq!(naming, vec![manifest.join("src/robot.rs")]);

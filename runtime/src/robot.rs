@@ -12,7 +12,8 @@
 //! Adding a robot means a variant here and its crate module in `imago-robots`; no
 //! other runtime or CLI file changes (docs/architecture.md).
 
-use imago_robots::reacher2d::{self, Reacher2d, Reacher2dConfig, ScriptedExpert};
+use imago_robots::pusht::{self, PushT, PushTConfig};
+use imago_robots::reacher2d::{self, Reacher2d, Reacher2dConfig};
 use imago_robots::{
     Action, ConfigError, ExpertConfig, FrameSource, Image, Observation, Robot, RobotSpec,
     SceneDrawing, Step,
@@ -23,7 +24,7 @@ use serde::{Deserialize, Serialize};
 use crate::toml_file::table_into;
 
 /// The built-in robots' names, as `--robot` and `robot = ` take them.
-pub const ROBOT_NAMES: [&str; 1] = [reacher2d::NAME];
+pub const ROBOT_NAMES: [&str; 2] = [reacher2d::NAME, pusht::NAME];
 /// The robot commands use when none is named.
 pub const DEFAULT_ROBOT: &str = reacher2d::NAME;
 
@@ -34,6 +35,9 @@ pub enum RobotConfig {
     /// The planar two-link reacher with three coloured targets.
     #[serde(rename = "reacher2d")]
     Reacher2d(Reacher2dConfig),
+    /// gym-pusht's PushT task on rapier2d.
+    #[serde(rename = "pusht")]
+    PushT(PushTConfig),
 }
 
 impl Default for RobotConfig {
@@ -48,6 +52,7 @@ impl RobotConfig {
     pub fn named(name: &str) -> Result<Self, String> {
         match name {
             reacher2d::NAME => Ok(Self::Reacher2d(Reacher2dConfig::default())),
+            pusht::NAME => Ok(Self::PushT(PushTConfig::default())),
             other => Err(format!(
                 "unknown robot `{other}`; the built-in robots are: {}",
                 ROBOT_NAMES.join(", ")
@@ -70,6 +75,7 @@ impl RobotConfig {
         let settings = |e: String| anyhow::anyhow!("settings of robot {name}: {e}");
         Ok(match Self::named(name).map_err(anyhow::Error::msg)? {
             Self::Reacher2d(_) => Self::Reacher2d(table_into(table).map_err(settings)?),
+            Self::PushT(_) => Self::PushT(table_into(table).map_err(settings)?),
         })
     }
 
@@ -77,6 +83,7 @@ impl RobotConfig {
     pub fn name(&self) -> &'static str {
         match self {
             Self::Reacher2d(_) => reacher2d::NAME,
+            Self::PushT(_) => pusht::NAME,
         }
     }
 
@@ -84,6 +91,7 @@ impl RobotConfig {
     pub fn validate(&self) -> Result<(), ConfigError> {
         match self {
             Self::Reacher2d(config) => config.validate(),
+            Self::PushT(config) => config.validate(),
         }
     }
 
@@ -99,6 +107,10 @@ impl RobotConfig {
                 robot: Box::new(Reacher2d::new(config.clone())),
                 expert: None,
             },
+            Self::PushT(config) => Body::PushT {
+                robot: Box::new(PushT::new(config.clone())),
+                expert: None,
+            },
         };
         SimRobot { body }
     }
@@ -106,7 +118,21 @@ impl RobotConfig {
     /// Whether the robot has a scripted expert (`imago collect`, takeovers).
     pub fn has_expert(&self) -> bool {
         match self {
-            Self::Reacher2d(_) => true,
+            Self::Reacher2d(_) | Self::PushT(_) => true,
+        }
+    }
+
+    /// The imperfections of the robot's scripted demonstrations when none are given:
+    /// the noise is a fraction of the action limit, so a position-commanded robot
+    /// (pusht: targets over the half workspace, 256 units) needs less than a
+    /// velocity-commanded one (reacher2d).
+    pub fn default_expert(&self) -> ExpertConfig {
+        match self {
+            Self::Reacher2d(_) => ExpertConfig::default(),
+            Self::PushT(_) => ExpertConfig {
+                noise: 0.02,
+                ..ExpertConfig::default()
+            },
         }
     }
 
@@ -135,8 +161,23 @@ impl RobotConfig {
 enum Body {
     Reacher2d {
         robot: Box<Reacher2d>,
-        expert: Option<ScriptedExpert>,
+        expert: Option<reacher2d::ScriptedExpert>,
     },
+    PushT {
+        robot: Box<PushT>,
+        expert: Option<pusht::ScriptedExpert>,
+    },
+}
+
+/// `$body` evaluated with `$robot` bound to the concrete robot, whichever it is (the
+/// robots share these methods by name, not by a trait).
+macro_rules! with_robot {
+    ($body:expr, $robot:ident => $e:expr) => {
+        match $body {
+            Body::Reacher2d { robot: $robot, .. } => $e,
+            Body::PushT { robot: $robot, .. } => $e,
+        }
+    };
 }
 
 /// A simulated robot from the registry: a [`Robot`] (drawing hooks included) plus
@@ -149,16 +190,12 @@ pub struct SimRobot {
 impl SimRobot {
     /// Chooses who draws the camera frames of the following observations.
     pub fn set_frame_source(&mut self, frames: FrameSource) {
-        match &mut self.body {
-            Body::Reacher2d { robot, .. } => robot.set_frame_source(frames),
-        }
+        with_robot!(&mut self.body, robot => robot.set_frame_source(frames))
     }
 
     /// Ticks taken in the current episode.
     pub fn steps(&self) -> u32 {
-        match &self.body {
-            Body::Reacher2d { robot, .. } => robot.steps(),
-        }
+        with_robot!(&self.body, robot => robot.steps())
     }
 
     /// Starts the scripted expert with `config` on the episode the robot was just reset
@@ -167,18 +204,24 @@ impl SimRobot {
     pub fn start_expert(&mut self, config: &ExpertConfig, seed: u64) -> bool {
         match &mut self.body {
             Body::Reacher2d { robot, expert } => {
-                let mut started = ScriptedExpert::new(config.clone());
+                let mut started = reacher2d::ScriptedExpert::new(config.clone());
                 started.begin_episode(robot, seed);
                 *expert = Some(started);
-                true
+            }
+            Body::PushT { robot, expert } => {
+                let mut started = pusht::ScriptedExpert::new(config.clone());
+                started.begin_episode(robot, seed);
+                *expert = Some(started);
             }
         }
+        true
     }
 
     /// Whether an expert has been started.
     pub fn expert_started(&self) -> bool {
         match &self.body {
             Body::Reacher2d { expert, .. } => expert.is_some(),
+            Body::PushT { expert, .. } => expert.is_some(),
         }
     }
 
@@ -187,6 +230,7 @@ impl SimRobot {
     pub fn expert_action(&mut self) -> Option<Action> {
         match &mut self.body {
             Body::Reacher2d { robot, expert } => expert.as_mut().map(|e| e.act(robot)),
+            Body::PushT { robot, expert } => expert.as_mut().map(|e| e.act(robot)),
         }
     }
 
@@ -198,15 +242,14 @@ impl SimRobot {
                 robot.config().image_size,
                 robot.config().view_half_extent,
             )),
+            Body::PushT { robot, .. } => Some(robot.render_frame()),
         }
     }
 }
 
 impl Robot for SimRobot {
     fn spec(&self) -> &RobotSpec {
-        match &self.body {
-            Body::Reacher2d { robot, .. } => robot.spec(),
-        }
+        with_robot!(&self.body, robot => robot.spec())
     }
 
     fn reset(&mut self, seed: u64) -> Observation {
@@ -215,43 +258,35 @@ impl Robot for SimRobot {
                 *expert = None;
                 robot.reset(seed)
             }
+            Body::PushT { robot, expert } => {
+                *expert = None;
+                robot.reset(seed)
+            }
         }
     }
 
     fn step(&mut self, action: &Action) -> Step {
-        match &mut self.body {
-            Body::Reacher2d { robot, .. } => robot.step(action),
-        }
+        with_robot!(&mut self.body, robot => robot.step(action))
     }
 
     fn alternative_instructions(&self) -> Vec<String> {
-        match &self.body {
-            Body::Reacher2d { robot, .. } => robot.alternative_instructions(),
-        }
+        with_robot!(&self.body, robot => robot.alternative_instructions())
     }
 
     fn tracked_point(&self) -> Option<[f32; 2]> {
-        match &self.body {
-            Body::Reacher2d { robot, .. } => robot.tracked_point(),
-        }
+        with_robot!(&self.body, robot => robot.tracked_point())
     }
 
     fn scene_drawing(&self) -> SceneDrawing {
-        match &self.body {
-            Body::Reacher2d { robot, .. } => robot.scene_drawing(),
-        }
+        with_robot!(&self.body, robot => robot.scene_drawing())
     }
 
     fn body_from_proprio(&self, proprio: &[f32]) -> Vec<[f32; 2]> {
-        match &self.body {
-            Body::Reacher2d { robot, .. } => robot.body_from_proprio(proprio),
-        }
+        with_robot!(&self.body, robot => robot.body_from_proprio(proprio))
     }
 
     fn intended_path(&self, chunk: &[f32]) -> Vec<[f32; 2]> {
-        match &self.body {
-            Body::Reacher2d { robot, .. } => robot.intended_path(chunk),
-        }
+        with_robot!(&self.body, robot => robot.intended_path(chunk))
     }
 }
 
@@ -263,10 +298,12 @@ pub enum BatchRenderer {
 }
 
 impl BatchRenderer {
-    /// The batched renderer of `robot` on `gpu`; `None` for a robot without one.
+    /// The batched renderer of `robot` on `gpu`; `None` for a robot without one
+    /// (pusht: its frames are drawn on the CPU).
     pub fn new(robot: &RobotConfig, gpu: GpuContext) -> Option<Self> {
         match robot {
             RobotConfig::Reacher2d(_) => Some(Self::Reacher2d(Reacher2dRenderer::new(gpu))),
+            RobotConfig::PushT(_) => None,
         }
     }
 
@@ -277,14 +314,20 @@ impl BatchRenderer {
         };
         match self {
             Self::Reacher2d(renderer) => {
-                let Body::Reacher2d { robot, .. } = &first.body;
+                let reacher = |sim: &SimRobot| match &sim.body {
+                    Body::Reacher2d { robot, .. } => Ok(robot.scene()),
+                    Body::PushT { .. } => Err(anyhow::anyhow!(
+                        "reacher2d's renderer was given another robot"
+                    )),
+                };
+                let Body::Reacher2d { robot, .. } = &first.body else {
+                    return Err(reacher(first).unwrap_err());
+                };
                 let (size, extent) = (robot.config().image_size, robot.config().view_half_extent);
-                let scenes: Vec<_> = robots
+                let scenes = robots
                     .iter()
-                    .map(|sim| match &sim.body {
-                        Body::Reacher2d { robot, .. } => robot.scene(),
-                    })
-                    .collect();
+                    .map(|sim| reacher(sim))
+                    .collect::<anyhow::Result<Vec<_>>>()?;
                 Ok(renderer.render(&scenes, size, extent)?)
             }
         }
@@ -342,6 +385,33 @@ mod tests {
             .spec();
         assert_eq!(spec.camera.map(|c| c.width), Some(32));
         assert_eq!(spec.max_steps, 7);
+    }
+
+    #[test]
+    fn pusht_settings_reach_its_spec_and_its_expert_drives_it() {
+        let table: toml::Table = toml::from_str("image_size = 48").expect("toml");
+        let config = RobotConfig::from_table("pusht", &table).expect("valid");
+        let spec = config.spec();
+        assert_eq!(spec.camera.map(|c| c.width), Some(48));
+        assert_eq!((spec.max_steps, spec.control_hz), (300, 10.0));
+        assert_eq!(
+            spec.proprio_names[..5],
+            ["agent_x", "agent_y", "block_x", "block_y", "block_angle"]
+        );
+        let table: toml::Table = toml::from_str("image_size = 50").expect("toml");
+        let error = format!(
+            "{:#}",
+            RobotConfig::from_table("pusht", &table).unwrap_err()
+        );
+        assert!(error.contains("image_size"), "{error}");
+        let mut robot = config.build();
+        let first = robot.reset(9);
+        assert!(robot.start_expert(&config.default_expert(), 9));
+        let action = robot.expert_action().expect("started");
+        let step = robot.step(&action);
+        assert!(step.info.coverage.is_some());
+        assert_eq!(robot.render_frame().map(|f| f.width), Some(48));
+        assert_ne!(first.proprio, step.observation.proprio);
     }
 
     #[test]

@@ -26,13 +26,15 @@ pub struct CollectArgs {
     /// new replay is complete).
     #[arg(long)]
     force: bool,
-    /// Action noise, as a fraction of the action limit.
-    #[arg(long, default_value_t = ExpertConfig::default().noise)]
-    noise: f32,
+    /// Action noise, as a fraction of the action limit [default: the robot's; reacher2d
+    /// 0.2, pusht 0.02].
+    #[arg(long)]
+    noise: Option<f32>,
     /// Fraction of episodes in which the expert makes the robot's deliberate mistake
-    /// (reacher2d: it goes to a wrong target).
-    #[arg(long, alias = "wrong-target-rate", default_value_t = ExpertConfig::default().mistake_rate)]
-    mistake_rate: f64,
+    /// (reacher2d: it goes to a wrong target; pusht: it settles for a near miss)
+    /// [default: 0.15].
+    #[arg(long, alias = "wrong-target-rate")]
+    mistake_rate: Option<f64>,
     /// Seed of the first episode.
     #[arg(long, default_value_t = 0)]
     seed: u64,
@@ -43,16 +45,18 @@ pub struct CollectArgs {
 /// Records scripted demonstrations and says what was recorded.
 pub fn run(args: CollectArgs) -> anyhow::Result<()> {
     flag_in_range("--episodes", args.episodes, 1..=MAX_EPISODES)?;
-    flag_in_range("--noise", args.noise, 0.0..=10.0)?;
-    flag_in_range("--mistake-rate", args.mistake_rate, 0.0..=1.0)?;
     let robot = args.robot.resolve()?;
+    let defaults = robot.default_expert();
+    let expert = ExpertConfig {
+        noise: args.noise.unwrap_or(defaults.noise),
+        mistake_rate: args.mistake_rate.unwrap_or(defaults.mistake_rate),
+    };
+    flag_in_range("--noise", expert.noise, 0.0..=10.0)?;
+    flag_in_range("--mistake-rate", expert.mistake_rate, 0.0..=1.0)?;
     let summary = collect_demonstrations(
         &CollectConfig {
             robot: robot.clone(),
-            expert: ExpertConfig {
-                noise: args.noise,
-                mistake_rate: args.mistake_rate,
-            },
+            expert,
             episodes: args.episodes,
             first_seed: args.seed,
         },

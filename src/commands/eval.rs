@@ -54,7 +54,11 @@ pub fn run(args: EvalArgs, device: DeviceSpec) -> anyhow::Result<()> {
     });
     match &args.paired_with {
         None => {
-            print!("{}{}", ControllerRow::table_header(), row.table_line());
+            print!(
+                "{}{}",
+                ControllerRow::table_header(row.mean_max_coverage.is_some()),
+                row.table_line()
+            );
             if let Some(path) = &args.report {
                 write_json(path, &row)?;
             }

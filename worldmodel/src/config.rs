@@ -111,6 +111,10 @@ impl WorldModelConfig {
         let mut config = Self::new(robot.proprio_dim(), robot.action_limit.clone());
         if let Some(side) = robot.camera_side(1, 512)? {
             config.image_size = side as usize;
+            // The encoder reads every `image_stride`-th pixel: a 24x24 grid for the
+            // default 48x48 camera, and the same density for larger ones (pusht's
+            // 96x96 with stride 4), so that its cost does not grow with the camera.
+            config.image_stride = (config.image_size / 24).max(2);
         }
         let config = config.with_family(family);
         config.validate()?;

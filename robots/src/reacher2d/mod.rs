@@ -326,6 +326,7 @@ impl Robot for Reacher2d {
                 safety: safe.verdict,
                 truncated,
                 distance_to_goal: distance,
+                coverage: None,
             },
         }
     }

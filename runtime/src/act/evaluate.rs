@@ -16,7 +16,7 @@ use crate::act::camera::BatchCamera;
 use crate::act::sampling::plan;
 use crate::progress;
 use crate::robot::{RobotConfig, SimRobot};
-use crate::stats::{quantile, wilson_interval};
+use crate::stats::{MeanInterval, mean_interval, quantile, wilson_interval};
 use crate::store::checkpoint::{ensure_trained_for, load_policy};
 
 /// What drives the robot during an evaluation.
@@ -48,6 +48,10 @@ pub struct EvalOutcome {
     pub success: Vec<bool>,
     /// Ticks each episode took.
     pub length: Vec<u32>,
+    /// The largest coverage of the goal each episode reached, for robots whose task
+    /// is scored by coverage (pusht); empty for others.
+    #[serde(default)]
+    pub max_coverage: Vec<f64>,
 }
 
 impl EvalOutcome {
@@ -74,6 +78,19 @@ impl EvalOutcome {
     /// Mean episode length in ticks.
     pub fn mean_length(&self) -> f64 {
         self.length.iter().map(|&l| l as f64).sum::<f64>() / self.episodes().max(1) as f64
+    }
+
+    /// Mean over episodes of the largest coverage each reached, with its 95% interval;
+    /// `None` for a robot whose task is not scored by coverage.
+    pub fn mean_max_coverage(&self) -> Option<MeanInterval> {
+        (!self.max_coverage.is_empty()).then(|| mean_interval(&self.max_coverage))
+    }
+
+    /// This outcome followed by `more` (episodes in order).
+    pub fn extend(&mut self, more: EvalOutcome) {
+        self.success.extend(more.success);
+        self.length.extend(more.length);
+        self.max_coverage.extend(more.max_coverage);
     }
 }
 
@@ -157,7 +174,9 @@ pub fn evaluate_with_camera<B: Backend>(
     let mut outcome = EvalOutcome {
         success: vec![false; n],
         length: vec![0; n],
+        max_coverage: Vec::new(),
     };
+    let mut max_coverage: Vec<Option<f64>> = vec![None; n];
     let mut active: Vec<bool> = vec![true; n];
     let bar = progress::bar(label, spec.max_steps as u64);
     while active.iter().any(|&a| a) {
@@ -201,6 +220,10 @@ pub fn evaluate_with_camera<B: Backend>(
                 Controller::Expert(_) => robots[i].expert_action().expect("started above"),
             };
             let step = robots[i].step(&action);
+            if let Some(coverage) = step.info.coverage {
+                let best = max_coverage[i].get_or_insert(0.0);
+                *best = best.max(coverage as f64);
+            }
             let instruction = std::mem::take(&mut observations[i].instruction);
             observations[i] = step.observation;
             observations[i].instruction = instruction;
@@ -221,6 +244,9 @@ pub fn evaluate_with_camera<B: Backend>(
         bar.inc(1);
     }
     bar.finish_and_clear();
+    if max_coverage.iter().all(Option::is_some) {
+        outcome.max_coverage = max_coverage.into_iter().flatten().collect();
+    }
     Ok(outcome)
 }
 
@@ -283,11 +309,10 @@ pub fn evaluate_checkpoint(
     let mut outcome = EvalOutcome {
         success: Vec::with_capacity(episodes),
         length: Vec::with_capacity(episodes),
+        max_coverage: Vec::new(),
     };
     for batch in seeds.chunks(EVAL_BATCH) {
-        let part = evaluate(&controller, robot, batch, "eval")?;
-        outcome.success.extend(part.success);
-        outcome.length.extend(part.length);
+        outcome.extend(evaluate(&controller, robot, batch, "eval")?);
     }
     Ok(outcome)
 }

@@ -4,6 +4,28 @@
 use serde::{Deserialize, Serialize};
 
 use crate::act::evaluate::EvalOutcome;
+use crate::stats::{MeanInterval, mean_interval};
+
+/// The candidate's mean max coverage minus the baseline's over the same seeds, with the
+/// 95% interval of the mean paired difference; `None` where the robot's task is not
+/// scored by coverage or the episodes differ.
+pub fn coverage_difference(
+    baseline: &EvalOutcome,
+    candidate: &EvalOutcome,
+) -> Option<MeanInterval> {
+    if baseline.max_coverage.is_empty()
+        || baseline.max_coverage.len() != candidate.max_coverage.len()
+    {
+        return None;
+    }
+    let differences: Vec<f64> = baseline
+        .max_coverage
+        .iter()
+        .zip(&candidate.max_coverage)
+        .map(|(b, c)| c - b)
+        .collect();
+    Some(mean_interval(&differences))
+}
 
 /// Episode counts of a paired evaluation of a baseline and a candidate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -78,7 +100,23 @@ mod tests {
         EvalOutcome {
             success: success.to_vec(),
             length: vec![10; success.len()],
+            max_coverage: Vec::new(),
         }
+    }
+
+    #[test]
+    fn coverage_differences_are_paired() {
+        let with = |coverage: &[f64]| EvalOutcome {
+            max_coverage: coverage.to_vec(),
+            ..outcome(&vec![false; coverage.len()])
+        };
+        // The candidate gains 0.1 on every seed: the paired interval is that point,
+        // although the two sets of coverages overlap widely.
+        let baseline = with(&[0.1, 0.5, 0.9, 0.3]);
+        let candidate = with(&[0.2, 0.6, 1.0, 0.4]);
+        let d = coverage_difference(&baseline, &candidate).expect("scored by coverage");
+        assert!((d.mean - 0.1).abs() < 1e-12 && (d.interval[0] - 0.1).abs() < 1e-9);
+        assert!(coverage_difference(&outcome(&[true]), &outcome(&[true])).is_none());
     }
 
     #[test]

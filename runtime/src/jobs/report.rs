@@ -8,6 +8,7 @@ use crate::act::evaluate::{EvalOutcome, Latency};
 use crate::act::paired::PairedCounts;
 use crate::learn::finetune::RoundReport;
 use crate::learn::world_model::WorldModelEvalReport;
+use crate::stats::MeanInterval;
 
 /// One evaluated controller.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -22,39 +23,57 @@ pub struct ControllerRow {
     pub interval: [f64; 2],
     /// Mean episode length, ticks.
     pub mean_length: f64,
+    /// Mean over episodes of the largest goal coverage reached (tasks scored by
+    /// coverage: pusht).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mean_max_coverage: Option<f64>,
+    /// 95% interval of `mean_max_coverage`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub coverage_interval: Option<[f64; 2]>,
 }
 
 impl ControllerRow {
-    /// The header line of a table of rows.
-    pub fn table_header() -> String {
-        format!(
-            "{:<28} {:>8} {:>9} {:>17} {:>11}\n",
+    /// The header line of a table of rows (with the coverage columns when `coverage`).
+    pub fn table_header(coverage: bool) -> String {
+        let mut line = format!(
+            "{:<28} {:>8} {:>9} {:>17} {:>11}",
             "controller", "episodes", "success", "95% interval", "mean steps"
-        )
+        );
+        if coverage {
+            line.push_str(&format!(" {:>13} {:>15}", "max coverage", "95% interval"));
+        }
+        line + "\n"
     }
 
     /// This row as a table line.
     pub fn table_line(&self) -> String {
-        format!(
-            "{:<28} {:>8} {:>8.1}% {:>7.1}% - {:>5.1}% {:>11.1}\n",
+        let mut line = format!(
+            "{:<28} {:>8} {:>8.1}% {:>7.1}% - {:>5.1}% {:>11.1}",
             self.name,
             self.episodes,
             100.0 * self.success_rate,
             100.0 * self.interval[0],
             100.0 * self.interval[1],
             self.mean_length
-        )
+        );
+        if let (Some(mean), Some([lo, hi])) = (self.mean_max_coverage, self.coverage_interval) {
+            line.push_str(&format!(" {mean:>13.3} {lo:>7.3} - {hi:.3}"));
+        }
+        line + "\n"
     }
 
     /// A row for `outcome`.
     pub fn new(name: &str, outcome: &EvalOutcome) -> Self {
         let (lo, hi) = outcome.interval();
+        let coverage = outcome.mean_max_coverage();
         Self {
             name: name.to_string(),
             episodes: outcome.episodes(),
             success_rate: outcome.success_rate(),
             interval: [lo, hi],
             mean_length: outcome.mean_length(),
+            mean_max_coverage: coverage.map(|c| c.mean),
+            coverage_interval: coverage.map(|c| c.interval),
         }
     }
 }
@@ -74,8 +93,9 @@ pub struct DemoReport {
     pub demonstration_success_rate: f64,
     /// Success rate of the behaviour-cloned policy.
     pub bc_success_rate: f64,
-    /// The same policy given an instruction naming another target.
-    pub wrong_instruction_success_rate: f64,
+    /// The same policy given an instruction naming another target (`null` for a robot
+    /// with a single task, pusht, where there is no other instruction to give).
+    pub wrong_instruction_success_rate: Option<f64>,
     /// Uniformly random actions.
     pub random_success_rate: f64,
     /// Every evaluated controller.
@@ -94,6 +114,10 @@ pub struct DemoReport {
     pub paired: DemoPairedCounts,
     /// Fine-tuned minus behaviour-cloned success rate, and its 95% interval (paired).
     pub improvement: Improvement,
+    /// Fine-tuned minus behaviour-cloned mean max coverage, and the 95% interval of the
+    /// paired differences (tasks scored by coverage: pusht).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub coverage_improvement: Option<Improvement>,
     /// The fine-tuning method.
     pub finetune_method: String,
     /// Every fine-tuning round.
@@ -135,6 +159,15 @@ pub struct Improvement {
     pub interval: [f64; 2],
 }
 
+impl From<MeanInterval> for Improvement {
+    fn from(difference: MeanInterval) -> Self {
+        Self {
+            difference: difference.mean,
+            interval: difference.interval,
+        }
+    }
+}
+
 impl From<PairedCounts> for Improvement {
     fn from(counts: PairedCounts) -> Self {
         let (lo, hi) = counts.difference_interval();
@@ -157,7 +190,11 @@ impl DemoReport {
             100.0 * self.demonstration_success_rate,
             self.episodes
         ));
-        out.push_str(&ControllerRow::table_header());
+        let coverage = self
+            .controllers
+            .iter()
+            .any(|r| r.mean_max_coverage.is_some());
+        out.push_str(&ControllerRow::table_header(coverage));
         for row in &self.controllers {
             out.push_str(&row.table_line());
         }
@@ -173,6 +210,12 @@ impl DemoReport {
             self.paired.only_finetuned,
             self.paired.neither
         ));
+        if let Some(c) = &self.coverage_improvement {
+            out.push_str(&format!(
+                "fine-tuned vs behaviour-cloned mean max coverage, paired: {:+.3} [{:+.3}, {:+.3}]\n",
+                c.difference, c.interval[0], c.interval[1]
+            ));
+        }
         out.push_str(&format!(
             "\npolicy latency (batch 1): p50 {:.2} ms, p99 {:.2} ms\n",
             self.policy_latency_ms.p50, self.policy_latency_ms.p99
@@ -286,7 +329,7 @@ impl PairedReport {
     pub fn table(&self) -> String {
         format!(
             "{}{}{}\ncandidate - baseline: {:+.1} points, 95% interval [{:+.1}, {:+.1}]\nboth solved {}, only baseline {}, only candidate {}, neither {}\n",
-            ControllerRow::table_header(),
+            ControllerRow::table_header(self.baseline.mean_max_coverage.is_some()),
             self.baseline.table_line(),
             self.candidate.table_line(),
             100.0 * self.difference,
