@@ -24,7 +24,13 @@ def main(path, as_json):
     env = gym.make("gym_pusht/PushT-v0", obs_type="state")
     placement, first_tick, final_gap, agree, imago_success, gym_success = [], [], [], 0, 0, 0
     final_cov_imago, final_cov_gym, gaps = [], [], []
-    episodes = [json.loads(line) for line in open(path)]
+    try:
+        with open(path) as lines:
+            episodes = [json.loads(line) for line in lines if line.strip()]
+    except (OSError, json.JSONDecodeError) as error:
+        sys.exit(f"error: cannot read episodes from {path}: {error}")
+    if not episodes:
+        sys.exit(f"error: {path} holds no episodes")
     for episode in episodes:
         state, _ = env.reset(options={"reset_to_state": episode["reset_to_state"]})
         # imago's placement of the block vs gym-pusht's, before any tick.

@@ -169,13 +169,23 @@ enum Body {
     },
 }
 
-/// `$body` evaluated with `$robot` bound to the concrete robot, whichever it is (the
-/// robots share these methods by name, not by a trait).
+/// `$body` evaluated with `$robot` (and `$expert`) bound to the concrete robot (and
+/// its expert slot), whichever it is: the robots and their experts share these
+/// methods by name, not by a trait.
 macro_rules! with_robot {
     ($body:expr, $robot:ident => $e:expr) => {
+        with_robot!($body, $robot, _expert => $e)
+    };
+    ($body:expr, $robot:ident, $expert:ident => $e:expr) => {
         match $body {
-            Body::Reacher2d { robot: $robot, .. } => $e,
-            Body::PushT { robot: $robot, .. } => $e,
+            Body::Reacher2d {
+                robot: $robot,
+                expert: $expert,
+            } => $e,
+            Body::PushT {
+                robot: $robot,
+                expert: $expert,
+            } => $e,
         }
     };
 }
@@ -219,19 +229,13 @@ impl SimRobot {
 
     /// Whether an expert has been started.
     pub fn expert_started(&self) -> bool {
-        match &self.body {
-            Body::Reacher2d { expert, .. } => expert.is_some(),
-            Body::PushT { expert, .. } => expert.is_some(),
-        }
+        with_robot!(&self.body, _robot, expert => expert.is_some())
     }
 
     /// The started expert's command for the current state; `None` before
     /// [`Self::start_expert`].
     pub fn expert_action(&mut self) -> Option<Action> {
-        match &mut self.body {
-            Body::Reacher2d { robot, expert } => expert.as_mut().map(|e| e.act(robot)),
-            Body::PushT { robot, expert } => expert.as_mut().map(|e| e.act(robot)),
-        }
+        with_robot!(&mut self.body, robot, expert => expert.as_mut().map(|e| e.act(robot)))
     }
 
     /// The current camera frame drawn on the CPU (`None` for a robot without camera).
@@ -253,16 +257,10 @@ impl Robot for SimRobot {
     }
 
     fn reset(&mut self, seed: u64) -> Observation {
-        match &mut self.body {
-            Body::Reacher2d { robot, expert } => {
-                *expert = None;
-                robot.reset(seed)
-            }
-            Body::PushT { robot, expert } => {
-                *expert = None;
-                robot.reset(seed)
-            }
-        }
+        with_robot!(&mut self.body, robot, expert => {
+            *expert = None;
+            robot.reset(seed)
+        })
     }
 
     fn step(&mut self, action: &Action) -> Step {

@@ -226,13 +226,21 @@ pub fn contains(pose: &Pose, world: [f64; 2]) -> bool {
 
 /// Distance from a world point to the T at `pose` (0 inside).
 pub fn distance(pose: &Pose, world: [f64; 2]) -> f64 {
-    let [x, y] = pose.inverse_apply(world);
+    local_distance(pose.inverse_apply(world))
+}
+
+/// Distance from a point of the block's body frame to the T (0 inside).
+pub fn local_distance([x, y]: [f64; 2]) -> f64 {
     let to_box = |half_x: f64, y0: f64, y1: f64| {
         let dx = (x.abs() - half_x).max(0.0);
         let dy = (y0 - y).max(y - y1).max(0.0);
         (dx * dx + dy * dy).sqrt()
     };
-    to_box(BAR_HALF_LENGTH, 0.0, THICKNESS).min(to_box(THICKNESS / 2.0, THICKNESS, STEM_END))
+    let bar = to_box(BAR_HALF_LENGTH, 0.0, THICKNESS);
+    if bar == 0.0 {
+        return 0.0;
+    }
+    bar.min(to_box(THICKNESS / 2.0, THICKNESS, STEM_END))
 }
 
 #[cfg(test)]

@@ -58,24 +58,6 @@ impl Placed {
     }
 }
 
-/// Distance from a body-frame point to the T (0 inside).
-fn t_distance([x, y]: [f64; 2]) -> f64 {
-    let to_box = |half_x: f64, y0: f64, y1: f64| {
-        let dx = (x.abs() - half_x).max(0.0);
-        let dy = (y0 - y).max(y - y1).max(0.0);
-        (dx * dx + dy * dy).sqrt()
-    };
-    let bar = to_box(geometry::BAR_HALF_LENGTH, 0.0, geometry::THICKNESS);
-    if bar == 0.0 {
-        return 0.0;
-    }
-    bar.min(to_box(
-        geometry::THICKNESS / 2.0,
-        geometry::THICKNESS,
-        geometry::STEM_END,
-    ))
-}
-
 /// Whether a body-frame point is more than `margin` inside the bar or the stem (away
 /// from every edge of either piece, the edge they share included).
 fn deep_inside([x, y]: [f64; 2], margin: f64) -> bool {
@@ -99,7 +81,7 @@ fn shade(pusher: [f64; 2], block: &Placed, goal: &Placed, p: [f64; 2]) -> [u8; 3
         (p[0] - body.x).powi(2) + (p[1] - body.y).powi(2) <= BLOCK_REACH * BLOCK_REACH
     };
     let mut colour = BACKGROUND;
-    if near(goal) && t_distance(goal.local(p)) == 0.0 {
+    if near(goal) && geometry::local_distance(goal.local(p)) == 0.0 {
         colour = GOAL_FILL;
     }
     let border = WALL_RADIUS + 6.0;
@@ -120,7 +102,7 @@ fn shade(pusher: [f64; 2], block: &Placed, goal: &Placed, p: [f64; 2]) -> [u8; 3
     }
     if near(block) {
         let local = block.local(p);
-        if t_distance(local) <= OUTLINE {
+        if geometry::local_distance(local) <= OUTLINE {
             colour = if deep_inside(local, OUTLINE) {
                 BLOCK_FILL
             } else {
@@ -194,8 +176,8 @@ mod tests {
         // side of the bar, and outside near the stem's end.
         assert!(deep_inside([0.0, 15.0], OUTLINE) && deep_inside([0.0, 75.0], OUTLINE));
         assert!(!deep_inside([0.0, 29.0], OUTLINE) && !deep_inside([59.0, 15.0], OUTLINE));
-        assert_eq!(t_distance([0.0, 121.5]), 1.5);
-        assert_eq!(t_distance([40.0, 60.0]), 25.0);
+        assert_eq!(geometry::local_distance([0.0, 121.5]), 1.5);
+        assert_eq!(geometry::local_distance([40.0, 60.0]), 25.0);
     }
 
     #[test]

@@ -99,8 +99,8 @@ impl DemoPlan {
 
     /// The plan for `robot`: [`Self::quick`] or [`Self::full`], resized for pusht,
     /// whose episodes run up to 300 ticks (five times reacher2d's) on a 96x96 camera,
-    /// and whose demonstrator has its own imperfections: target noise of 0.02 of the
-    /// half workspace (5 units) and 30% near-miss episodes (a placement 12 units and
+    /// and whose demonstrator has its own imperfections: the robot's default target
+    /// noise (0.02 of the half workspace, 5 units) and 30% near-miss episodes (a placement 12 units and
     /// 0.2 rad off the goal that looks right and fails the 0.95 coverage).
     pub fn for_robot(robot: &RobotConfig, quick: bool) -> Self {
         let plan = if quick { Self::quick() } else { Self::full() };
@@ -113,8 +113,8 @@ impl DemoPlan {
         Self {
             demonstrations: scale(150, 300),
             expert: ExpertConfig {
-                noise: 0.02,
                 mistake_rate: 0.3,
+                ..robot.default_expert()
             },
             bc: BcConfig {
                 steps: scale(800, 1500),
