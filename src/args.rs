@@ -18,7 +18,7 @@ pub const MAX_HORIZON: usize = 64;
 /// The robot a command creates (`--robot NAME`, `--robot-config FILE.toml`).
 #[derive(Debug, Clone, Args)]
 pub struct RobotArgs {
-    /// The robot, by name (built in: reacher2d).
+    /// The robot, by name (built in: reacher2d, pusht).
     #[arg(long, default_value = DEFAULT_ROBOT, value_parser = RobotConfig::named)]
     robot: RobotConfig,
     /// A TOML file of the robot's settings (keys left out keep their defaults; see

@@ -1198,6 +1198,8 @@ fn pusht_collects_trains_and_evaluates_with_coverage() {
     assert_eq!(manifest["spec"]["name"], "pusht");
     assert_eq!(manifest["spec"]["proprio_names"][4], "block_angle");
     assert_eq!(manifest["robot"]["pusht"]["image_size"], 32);
+    // The action is the pusher's target: measured from agent_x and agent_y.
+    assert_eq!(manifest["spec"]["action_origin"], serde_json::json!([0, 1]));
     run(&[
         "--device",
         "cpu",
@@ -1225,6 +1227,9 @@ fn pusht_collects_trains_and_evaluates_with_coverage() {
     .into_iter()
     .chain(robot)
     .collect();
+    let meta: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.path().join("ckpt/meta.json")).unwrap()).unwrap();
+    assert_eq!(meta["config"]["action_origin"], serde_json::json!([0, 1]));
     let table = run(&eval);
     assert!(table.contains("max coverage"), "{table}");
     let row: serde_json::Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();

@@ -64,6 +64,15 @@ pub struct GaussianChunk<B: Backend> {
 }
 
 impl<B: Backend> GaussianChunk<B> {
+    /// The same distribution with every step's mean moved by `origin` `[batch, A]`:
+    /// a head's displacements turned into actions (see `PolicyInput::action_origin`).
+    pub fn shifted(self, origin: Tensor<B, 2>) -> Self {
+        Self {
+            mean: self.mean + origin.unsqueeze_dim::<3>(1),
+            log_std: self.log_std,
+        }
+    }
+
     /// Log-density of `actions` `[batch, K, A]` per chunk step, `[batch, K]`.
     pub fn log_prob(&self, actions: Tensor<B, 3>) -> Tensor<B, 2> {
         let z = (actions - self.mean.clone()) * self.log_std.clone().neg().exp();

@@ -67,8 +67,14 @@ pub struct PolicyInput<B: Backend> {
     pub word_weights: Tensor<B, 2>,
     /// Padding mask of the whole token sequence, `[batch, tokens]` (`true` = padding).
     pub pad_mask: Tensor<B, 2, Bool>,
-    /// Proprioception, `[batch, proprio_dim]`.
+    /// The proprioception entries the policy reads (`proprio_inputs`),
+    /// `[batch, inputs]`.
     pub proprio: Tensor<B, 2>,
+    /// Where each action is measured from, in units of the action limit, `[batch, A]`:
+    /// the robot's current commanded position for a policy with an `action_origin`,
+    /// zeros for absolute actions. The policy's chunks are this plus what its head
+    /// predicts.
+    pub action_origin: Tensor<B, 2>,
 }
 
 /// Host-side buffers of a batch of observations, filled one observation at a time
@@ -82,6 +88,7 @@ pub struct PolicyBatch {
     word_weights: Vec<f32>,
     pad: Vec<bool>,
     proprio: Vec<f32>,
+    action_origin: Vec<f32>,
     len: usize,
 }
 
@@ -96,6 +103,7 @@ impl PolicyBatch {
             word_weights: Vec::new(),
             pad: Vec::new(),
             proprio: Vec::new(),
+            action_origin: Vec::new(),
             len: 0,
         }
     }
@@ -117,6 +125,7 @@ impl PolicyBatch {
         self.word_weights.clear();
         self.pad.clear();
         self.proprio.clear();
+        self.action_origin.clear();
         self.len = 0;
     }
 
@@ -178,6 +187,17 @@ impl PolicyBatch {
                 .iter()
                 .map(|&i| observation.proprio[i]),
         );
+        match &self.config.action_origin {
+            Some(origin) => self.action_origin.extend(
+                origin
+                    .iter()
+                    .zip(&self.config.action_limit)
+                    .map(|(&i, &limit)| observation.proprio[i] / limit),
+            ),
+            None => self
+                .action_origin
+                .extend(std::iter::repeat_n(0.0, self.config.action_dim())),
+        }
         self.len += 1;
         Ok(())
     }
@@ -204,6 +224,10 @@ impl PolicyBatch {
             ),
             proprio: Tensor::from_data(
                 TensorData::new(self.proprio.clone(), [n, self.config.proprio_inputs.len()]),
+                device,
+            ),
+            action_origin: Tensor::from_data(
+                TensorData::new(self.action_origin.clone(), [n, self.config.action_dim()]),
                 device,
             ),
         }

@@ -84,7 +84,8 @@ pub fn imitation_loss<B: Backend>(
     let step_weights = targets.step_weights();
     match policy.head() {
         ActionHead::Gaussian(head) => {
-            let chunk = head.forward(policy.summary(input));
+            let origin = input.action_origin.clone();
+            let chunk = head.forward(policy.summary(input)).shifted(origin);
             gaussian_nll(&chunk, targets.actions.clone(), step_weights)
         }
         ActionHead::Flow(head) => {
@@ -92,7 +93,9 @@ pub fn imitation_loss<B: Backend>(
             let device = targets.actions.device();
             let noise = Tensor::random([batch, k * a], Distribution::Normal(0.0, 1.0), &device);
             let tau = Tensor::random([batch], Distribution::Uniform(0.0, 1.0), &device);
-            let data = targets.actions.clone().reshape([batch, k * a]);
+            // The flow runs in displacements from the action origin.
+            let data = (targets.actions.clone() - input.action_origin.clone().unsqueeze_dim(1))
+                .reshape([batch, k * a]);
             let (x, velocity) = flow_path(noise, data, tau.clone());
             let summary = policy.summary(input.clone());
             let predicted = head.velocity(summary, x.clone(), tau.clone());

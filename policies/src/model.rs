@@ -27,6 +27,11 @@ pub struct VlaPolicyConfig {
     pub proprio_inputs: Vec<usize>,
     /// Per-dimension bound of the robot's actions; the network works in units of it.
     pub action_limit: Vec<f32>,
+    /// Per action dimension, the proprioception entry holding the position the action
+    /// commands (the robot's `action_origin`): the network then predicts displacements
+    /// from it. `None`: absolute actions.
+    #[config(default = "None")]
+    pub action_origin: Option<Vec<usize>>,
     /// Side of the (square) image the policy reads, pixels: the camera frame averaged
     /// down by `frame_pool`.
     #[config(default = 48)]
@@ -79,21 +84,34 @@ pub struct VlaPolicyConfig {
     pub flow_steps: usize,
 }
 
-/// Largest side, in pixels, at which [`VlaPolicyConfig::for_robot`] has the policy
-/// read a camera frame: a larger frame is averaged down by a whole factor
-/// (`frame_pool`) first. reacher2d's 48x48 frames are read as they are; pusht's 96x96
-/// ones as 48x48. The per-pixel stem, the spatial softmax and the patch tokens all scale
-/// with the pixels read: at 96x96 behaviour cloning took four times as long a step, on
-/// a task whose state the proprioception carries anyway.
+/// Largest camera side, in pixels, that [`VlaPolicyConfig::for_robot`] has the policy
+/// read as it is: reacher2d's 48x48 frames are. A larger frame is averaged down by a
+/// whole factor (`frame_pool`) to at most [`LARGE_FRAME_READ_SIDE`].
 pub const MAX_READ_SIDE: usize = 64;
 
-/// The smallest whole factor that shrinks a `side`-pixel frame to at most
-/// [`MAX_READ_SIDE`] pixels, keeping the read side a multiple of `patch`.
+/// Largest side, in pixels, at which the policy reads a frame larger than
+/// [`MAX_READ_SIDE`]: pusht's 96x96 frames are read as 24x24, the side the world model
+/// reads them at too. Everything the policy does with pixels (the per-pixel stem, the
+/// spatial softmax, the patch tokens) scales with the pixels read: a cloning step of
+/// batch 32 took 222 ms at 48x48, 119 ms at 32x32 and 66 ms at 24x24 on the 2-core
+/// development machine (`imago bench --what policy`), and on PushT, whose state is in
+/// the proprioception, more steps bought far more than more pixels (docs/policy.md).
+pub const LARGE_FRAME_READ_SIDE: usize = 24;
+
+/// The whole factor a `side`-pixel frame is averaged down by before the policy reads
+/// it: 1 up to [`MAX_READ_SIDE`], else the smallest that brings it to at most
+/// [`LARGE_FRAME_READ_SIDE`] keeping the read side a multiple of `patch` (a side of 8
+/// times a prime is read at `patch` pixels).
 pub fn frame_pool_for(side: usize, patch: usize) -> usize {
     let patch = patch.max(1);
+    if side <= MAX_READ_SIDE {
+        return 1;
+    }
     (1..=side)
         .find(|&k| {
-            side.is_multiple_of(k) && (side / k).is_multiple_of(patch) && side / k <= MAX_READ_SIDE
+            side.is_multiple_of(k)
+                && (side / k).is_multiple_of(patch)
+                && side / k <= LARGE_FRAME_READ_SIDE
         })
         .unwrap_or(1)
 }
@@ -112,7 +130,8 @@ impl VlaPolicyConfig {
             robot.proprio_dim(),
             robot.non_velocity_proprio(),
             robot.action_limit.clone(),
-        );
+        )
+        .with_action_origin(robot.action_origin.clone());
         if let Some(side) = robot.camera_side(config.patch_size as u32, 512)? {
             let side = side as usize;
             config.frame_pool = frame_pool_for(side, config.patch_size);
@@ -120,6 +139,20 @@ impl VlaPolicyConfig {
         }
         config.validate()?;
         Ok(config)
+    }
+
+    /// Gives a stored config (a checkpoint's JSON) the keys added since checkpoints were
+    /// first written, with the value that means what such a checkpoint did: `frame_pool`
+    /// 1 (frames read as they are) and `action_origin` null (absolute actions). Keys it
+    /// has are left alone, and anything that is not a JSON object is left to fail to
+    /// parse.
+    pub fn fill_later_keys(stored: &mut serde_json::Value) {
+        if let Some(fields) = stored.as_object_mut() {
+            fields.entry("frame_pool").or_insert(1.into());
+            fields
+                .entry("action_origin")
+                .or_insert(serde_json::Value::Null);
+        }
     }
 
     /// Length of an action.
@@ -184,6 +217,28 @@ impl VlaPolicyConfig {
             ));
         }
         validate_action_limit(&self.action_limit)?;
+        if let Some(origin) = &self.action_origin {
+            if origin.len() != self.action_dim() {
+                return Err(ConfigError::new(
+                    "action_origin",
+                    origin,
+                    format!(
+                        "needs one entry per action dimension ({})",
+                        self.action_dim()
+                    ),
+                ));
+            }
+            if let Some(i) = origin.iter().find(|&&i| i >= self.proprio_dim) {
+                return Err(ConfigError::new(
+                    "action_origin",
+                    origin,
+                    format!(
+                        "names entry {i}, but proprioception has {} entries",
+                        self.proprio_dim
+                    ),
+                ));
+            }
+        }
         in_range("image_size", self.image_size, 8..=512)?;
         in_range("frame_pool", self.frame_pool, 1..=64)?;
         in_range("patch_size", self.patch_size, 1..=self.image_size)?;
@@ -336,10 +391,14 @@ impl<B: Backend> VlaPolicy<B> {
         &self.head
     }
 
-    /// The chunk distribution of a Gaussian-head policy; `None` for a flow head.
+    /// The chunk distribution of a Gaussian-head policy, its means measured from the
+    /// input's action origin; `None` for a flow head.
     pub fn gaussian(&self, input: PolicyInput<B>) -> Option<GaussianChunk<B>> {
         match &self.head {
-            ActionHead::Gaussian(head) => Some(head.forward(self.summary(input))),
+            ActionHead::Gaussian(head) => {
+                let origin = input.action_origin.clone();
+                Some(head.forward(self.summary(input)).shifted(origin))
+            }
             ActionHead::Flow(_) => None,
         }
     }
@@ -348,13 +407,15 @@ impl<B: Backend> VlaPolicy<B> {
     /// Gaussian's mean, or the flow integrated from zero noise (deterministic, for
     /// evaluation and deployment). With `noise` `[batch, K, A]` (standard normal): a
     /// sample, `mean + std * noise` or the flow integrated from it (exploration).
+    /// Either is measured from the input's action origin.
     pub fn act(&self, input: PolicyInput<B>, noise: Option<Tensor<B, 3>>) -> Tensor<B, 3> {
         let batch = input.proprio.dims()[0];
         let device = input.proprio.device();
+        let origin = input.action_origin.clone();
         let summary = self.summary(input);
         match &self.head {
             ActionHead::Gaussian(head) => {
-                let chunk = head.forward(summary);
+                let chunk = head.forward(summary).shifted(origin);
                 match noise {
                     Some(noise) => chunk.mean + chunk.log_std.exp() * noise,
                     None => chunk.mean,
@@ -364,7 +425,7 @@ impl<B: Backend> VlaPolicy<B> {
                 let start = noise
                     .map(|n| n.reshape([batch, head.width()]))
                     .unwrap_or_else(|| Tensor::zeros([batch, head.width()], &device));
-                head.sample(summary, start, self.flow_steps)
+                head.sample(summary, start, self.flow_steps) + origin.unsqueeze_dim::<3>(1)
             }
         }
     }
@@ -549,24 +610,91 @@ mod tests {
             control_hz: 10.0,
             max_steps: 10,
             camera: Some(imago_robots::CameraSpec { width, height }),
+            action_origin: None,
         };
         let config = VlaPolicyConfig::for_robot(&spec(32, 32)).unwrap();
         assert_eq!(config.image_size, 32);
         assert_eq!((config.frame_pool, config.patch_count()), (1, 16));
         assert_eq!(config.proprio_inputs, vec![0]);
         assert_eq!(config.action_dim(), 3);
-        // Large cameras are read averaged down, never above 64 pixels a side.
-        for (side, pool) in [(48, 1), (64, 1), (96, 2), (128, 2), (88, 11), (512, 8)] {
+        // Cameras up to 64 pixels are read as they are; larger ones averaged down to
+        // at most 24 pixels a side (88 = 8 * 11 is read at 8).
+        for (side, pool) in [(48, 1), (64, 1), (72, 3), (96, 4), (128, 8), (88, 11)] {
             let config = VlaPolicyConfig::for_robot(&spec(side, side)).unwrap();
             assert_eq!(config.frame_pool, pool, "{side}");
             assert_eq!(config.image_size * pool, side as usize);
-            assert!(config.image_size <= MAX_READ_SIDE);
+            assert!(side <= 64 || config.image_size <= LARGE_FRAME_READ_SIDE);
         }
+
         for (width, height) in [(36, 36), (48, 32), (4, 4), (1024, 1024)] {
             let error = VlaPolicyConfig::for_robot(&spec(width, height)).unwrap_err();
             assert_eq!(error.key, "camera", "{width}x{height}");
             assert!(error.to_string().contains(&format!("{width}x{height}")));
         }
+    }
+
+    #[test]
+    fn actions_are_displacements_from_the_action_origin() {
+        let device = Default::default();
+        let obs = observations(3);
+        let mut absolute = config();
+        absolute.action_limit = vec![2.0, 0.5];
+        // ee_x and ee_y as the positions the two action dimensions command.
+        let relative = absolute.clone().with_action_origin(Some(vec![6, 7]));
+        assert_eq!(relative.validate(), Ok(()));
+        let origin: Vec<f32> = obs
+            .iter()
+            .flat_map(|o| [o.proprio[6] / 2.0, o.proprio[7] / 0.5])
+            .collect();
+        for head in ActionHeadKind::ALL {
+            // One network; only where its displacements are measured from differs.
+            let policy = absolute.clone().with_head(head).init::<B>(&device);
+            let act = |config: &VlaPolicyConfig| -> Vec<f32> {
+                let input = batch_of(config, &obs).to_input(&device);
+                policy.act(input, None).into_data().to_vec().unwrap()
+            };
+            let (from_zero, from_origin) = (act(&absolute), act(&relative));
+            for (i, (a, r)) in from_zero.iter().zip(&from_origin).enumerate() {
+                let expected = origin[(i / 8) * 2 + i % 2];
+                assert!((r - a - expected).abs() < 1e-5, "{head} entry {i}");
+            }
+            // The loss sees the same displacements: target `origin + c` under the
+            // relative batch is target `c` under the absolute one.
+            let chunk = Tensor::<B, 3>::from_data(
+                TensorData::new([0.3f32, -0.2].repeat(12), [3, 4, 2]),
+                &device,
+            );
+            let loss = |config: &VlaPolicyConfig, actions: Tensor<B, 3>| -> f32 {
+                let input = batch_of(config, &obs).to_input(&device);
+                let targets = ImitationTargets {
+                    actions,
+                    mask: Tensor::ones([3, 4], &device),
+                    weights: None,
+                };
+                B::seed(&device, 11);
+                imitation_loss(&policy, input, &targets, None).into_scalar()
+            };
+            let shifted = chunk.clone()
+                + Tensor::<B, 2>::from_data(TensorData::new(origin.clone(), [3, 2]), &device)
+                    .unsqueeze_dim::<3>(1);
+            let (plain, moved) = (loss(&absolute, chunk), loss(&relative, shifted));
+            assert!((plain - moved).abs() < 1e-4, "{head}: {plain} vs {moved}");
+        }
+    }
+
+    #[test]
+    fn configs_written_before_origins_and_pooling_load_as_absolute_and_unpooled() {
+        let mut json = serde_json::to_value(config().with_action_origin(Some(vec![6, 7]))).unwrap();
+        let fields = json.as_object_mut().unwrap();
+        assert!(fields.remove("action_origin").is_some());
+        assert!(fields.remove("frame_pool").is_some());
+        VlaPolicyConfig::fill_later_keys(&mut json);
+        let old: VlaPolicyConfig = serde_json::from_value(json).unwrap();
+        assert_eq!((old.action_origin, old.frame_pool), (None, 1));
+        // Keys a config has are kept.
+        let mut new = serde_json::to_value(config().with_frame_pool(2)).unwrap();
+        VlaPolicyConfig::fill_later_keys(&mut new);
+        assert_eq!(new["frame_pool"], 2);
     }
 
     #[test]
@@ -579,6 +707,14 @@ mod tests {
             "action_limit"
         );
         assert_eq!(key(config().with_flow_steps(0)), "flow_steps");
+        assert_eq!(
+            key(config().with_action_origin(Some(vec![6]))),
+            "action_origin"
+        );
+        assert_eq!(
+            key(config().with_action_origin(Some(vec![6, 8]))),
+            "action_origin"
+        );
         assert_eq!(key(config().with_n_layers(100_000)), "n_layers");
         assert_eq!(key(config().with_d_model(1_000_000)), "d_model");
         assert_eq!(key(config().with_d_ff(0)), "d_ff");

@@ -31,6 +31,14 @@ pub struct RobotSpec {
     pub max_steps: u32,
     /// The camera, if the robot has one.
     pub camera: Option<CameraSpec>,
+    /// For robots whose action commands a position they also report (a target for a
+    /// pusher or an end effector): per action dimension, the proprioception entry that
+    /// holds that position now, in the action's units. Policies then predict each action
+    /// as a displacement from where the robot is, which a small network resolves far more
+    /// finely than the absolute position (docs/policy.md, "Actions relative to the robot").
+    /// `None` for actions that are not positions (reacher2d's joint velocities).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub action_origin: Option<Vec<usize>>,
 }
 
 impl RobotSpec {

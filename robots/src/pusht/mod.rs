@@ -221,6 +221,8 @@ impl PushT {
                 width: config.image_size,
                 height: config.image_size,
             }),
+            // The action is the pusher's target, in the units of agent_x and agent_y.
+            action_origin: Some(vec![0, 1]),
         };
         let envelope = SafetyEnvelope::new(config.safety.clone(), spec.action_limit.clone());
         let mut robot = Self {

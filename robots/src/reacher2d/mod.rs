@@ -152,6 +152,7 @@ impl Reacher2d {
                 width: config.image_size,
                 height: config.image_size,
             }),
+            action_origin: None,
         };
         let arm = TwoLinkArm {
             upper: config.link_lengths[0],

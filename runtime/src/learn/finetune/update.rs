@@ -93,7 +93,9 @@ pub fn update_policy(
             ActionHead::Gaussian(head) => {
                 let mut targets =
                     data.targets::<Dispatch>(&indices, None, &mut batch, &device.training)?;
-                let chunk = head.forward(policy.summary(batch.to_input(&device.training)));
+                let input = batch.to_input(&device.training);
+                let origin = input.action_origin.clone();
+                let chunk = head.forward(policy.summary(input)).shifted(origin);
                 let log_probs: Vec<f32> = chunk
                     .log_prob(targets.actions.clone())
                     .narrow(1, 0, 1)

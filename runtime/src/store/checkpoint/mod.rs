@@ -180,7 +180,13 @@ pub fn load_policy<B: Backend>(
     expected: Option<&VlaPolicyConfig>,
     device: &B::Device,
 ) -> Result<(VlaPolicy<B>, VlaPolicyConfig, CheckpointMeta), CheckpointError> {
-    let (config, meta) = read_config(dir, POLICY_KIND, expected, VlaPolicyConfig::validate)?;
+    let (config, meta) = read_config(
+        dir,
+        POLICY_KIND,
+        expected,
+        VlaPolicyConfig::fill_later_keys,
+        VlaPolicyConfig::validate,
+    )?;
     let policy = load_weights(config.init::<B>(device), &meta, dir, device)?;
     Ok((policy, config, meta))
 }
@@ -202,7 +208,13 @@ pub fn load_world_model<B: Backend>(
     expected: Option<&WorldModelConfig>,
     device: &B::Device,
 ) -> Result<(WorldModel<B>, WorldModelConfig, CheckpointMeta), CheckpointError> {
-    let (config, meta) = read_config(dir, WORLD_MODEL_KIND, expected, WorldModelConfig::validate)?;
+    let (config, meta) = read_config(
+        dir,
+        WORLD_MODEL_KIND,
+        expected,
+        |_| {},
+        WorldModelConfig::validate,
+    )?;
     let model = load_weights(config.init::<B>(device), &meta, dir, device)?;
     Ok((model, config, meta))
 }
@@ -360,15 +372,18 @@ pub fn ensure_trained_for(dir: &Path, spec: &RobotSpec) -> Result<CheckpointMeta
     Ok(meta)
 }
 
-/// Reads the meta and config of a checkpoint of `kind`, validates the config and, with
+/// Reads the meta and config of a checkpoint of `kind`, gives keys added since it was
+/// written their old meaning (`fill_later_keys`), validates the config and, with
 /// `expected`, checks it equals the stored one.
 fn read_config<C: Serialize + DeserializeOwned>(
     dir: &Path,
     kind: &'static str,
     expected: Option<&C>,
+    fill_later_keys: impl Fn(&mut serde_json::Value),
     validate: impl Fn(&C) -> Result<(), imago_robots::ConfigError>,
 ) -> Result<(C, CheckpointMeta), CheckpointError> {
-    let meta = read_meta(dir)?;
+    let mut meta = read_meta(dir)?;
+    fill_later_keys(&mut meta.config);
     if meta.kind != kind {
         return Err(CheckpointError::WrongKind {
             path: dir.to_path_buf(),
@@ -524,6 +539,30 @@ mod tests {
         assert_eq!(meta.kind, POLICY_KIND);
         let after = outputs(&loaded, &config(), &device).unwrap();
         assert_eq!(before, after);
+    }
+
+    #[test]
+    fn checkpoints_written_before_pooling_and_action_origins_still_load() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("ckpt");
+        let (before, device) = saved(&dir);
+        // The meta as a build before `frame_pool` and `action_origin` wrote it.
+        let path = dir.join(META);
+        let mut meta: CheckpointMeta =
+            serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        let fields = meta.config.as_object_mut().unwrap();
+        assert!(fields.remove("frame_pool").is_some());
+        assert!(fields.remove("action_origin").is_some());
+        meta.checksum = None;
+        std::fs::write(
+            &path,
+            sign_meta_json(serde_json::to_vec_pretty(&meta).unwrap()),
+        )
+        .unwrap();
+        let (loaded, loaded_config, _) =
+            load_policy::<Dispatch>(&dir, Some(&config()), &device).unwrap();
+        assert_eq!(loaded_config, config());
+        assert_eq!(outputs(&loaded, &config(), &device).unwrap(), before);
     }
 
     #[test]
