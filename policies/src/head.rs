@@ -64,15 +64,6 @@ pub struct GaussianChunk<B: Backend> {
 }
 
 impl<B: Backend> GaussianChunk<B> {
-    /// The same distribution with every step's mean moved by `origin` `[batch, A]`:
-    /// a head's displacements turned into actions (see `PolicyInput::action_origin`).
-    pub fn shifted(self, origin: Tensor<B, 2>) -> Self {
-        Self {
-            mean: self.mean + origin.unsqueeze_dim::<3>(1),
-            log_std: self.log_std,
-        }
-    }
-
     /// Log-density of `actions` `[batch, K, A]` per chunk step, `[batch, K]`.
     pub fn log_prob(&self, actions: Tensor<B, 3>) -> Tensor<B, 2> {
         let z = (actions - self.mean.clone()) * self.log_std.clone().neg().exp();
@@ -113,13 +104,15 @@ impl<B: Backend> GaussianHead<B> {
         }
     }
 
-    /// The chunk distribution for summaries `[B, d]`.
-    pub fn forward(&self, summary: Tensor<B, 2>) -> GaussianChunk<B> {
+    /// The chunk distribution for summaries `[B, d]`: the head predicts displacements,
+    /// and every step's mean is measured from `origin` `[B, A]` (the input's
+    /// `PolicyInput::action_origin`; zeros for absolute actions).
+    pub fn forward(&self, summary: Tensor<B, 2>, origin: Tensor<B, 2>) -> GaussianChunk<B> {
         let batch = summary.dims()[0];
         let out = self.out.forward(gelu(self.hidden.forward(summary)));
         let ka = self.chunk_len * self.action_dim;
         let shape = [batch, self.chunk_len, self.action_dim];
-        let mean = out.clone().narrow(1, 0, ka).reshape(shape);
+        let mean = out.clone().narrow(1, 0, ka).reshape(shape) + origin.unsqueeze_dim::<3>(1);
         let raw_log_std = out.narrow(1, ka, ka).reshape(shape);
         let log_std =
             sigmoid(raw_log_std) * (self.max_log_std - self.min_log_std) + self.min_log_std;

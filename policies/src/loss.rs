@@ -85,7 +85,7 @@ pub fn imitation_loss<B: Backend>(
     match policy.head() {
         ActionHead::Gaussian(head) => {
             let origin = input.action_origin.clone();
-            let chunk = head.forward(policy.summary(input)).shifted(origin);
+            let chunk = head.forward(policy.summary(input), origin);
             gaussian_nll(&chunk, targets.actions.clone(), step_weights)
         }
         ActionHead::Flow(head) => {

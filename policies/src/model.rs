@@ -206,16 +206,7 @@ impl VlaPolicyConfig {
     pub fn validate(&self) -> Result<(), ConfigError> {
         in_range("proprio_dim", self.proprio_dim, 1..=MAX_VECTOR)?;
         length_in_range("proprio_inputs", &self.proprio_inputs, 1..=self.proprio_dim)?;
-        if let Some(i) = self.proprio_inputs.iter().find(|&&i| i >= self.proprio_dim) {
-            return Err(ConfigError::new(
-                "proprio_inputs",
-                &self.proprio_inputs,
-                format!(
-                    "names entry {i}, but proprioception has {} entries",
-                    self.proprio_dim
-                ),
-            ));
-        }
+        proprio_entries("proprio_inputs", &self.proprio_inputs, self.proprio_dim)?;
         validate_action_limit(&self.action_limit)?;
         if let Some(origin) = &self.action_origin {
             if origin.len() != self.action_dim() {
@@ -228,16 +219,7 @@ impl VlaPolicyConfig {
                     ),
                 ));
             }
-            if let Some(i) = origin.iter().find(|&&i| i >= self.proprio_dim) {
-                return Err(ConfigError::new(
-                    "action_origin",
-                    origin,
-                    format!(
-                        "names entry {i}, but proprioception has {} entries",
-                        self.proprio_dim
-                    ),
-                ));
-            }
+            proprio_entries("action_origin", origin, self.proprio_dim)?;
         }
         in_range("image_size", self.image_size, 8..=512)?;
         in_range("frame_pool", self.frame_pool, 1..=64)?;
@@ -348,6 +330,19 @@ pub const MAX_PATCHES: usize = 1024;
 /// config, or a damaged checkpoint's config, can make imago allocate.
 pub const MAX_PARAMETERS: usize = 100_000_000;
 
+/// Checks that every index in `indices` (the config key `key`) names one of the
+/// `proprio_dim` proprioception entries.
+fn proprio_entries(key: &str, indices: &[usize], proprio_dim: usize) -> Result<(), ConfigError> {
+    match indices.iter().find(|&&i| i >= proprio_dim) {
+        Some(i) => Err(ConfigError::new(
+            key,
+            indices,
+            format!("names entry {i}, but proprioception has {proprio_dim} entries"),
+        )),
+        None => Ok(()),
+    }
+}
+
 /// Checks an action limit has 1 to 64 entries, each positive and finite (models work in
 /// units of it).
 pub fn validate_action_limit(limit: &[f32]) -> Result<(), ConfigError> {
@@ -397,7 +392,7 @@ impl<B: Backend> VlaPolicy<B> {
         match &self.head {
             ActionHead::Gaussian(head) => {
                 let origin = input.action_origin.clone();
-                Some(head.forward(self.summary(input)).shifted(origin))
+                Some(head.forward(self.summary(input), origin))
             }
             ActionHead::Flow(_) => None,
         }
@@ -415,7 +410,7 @@ impl<B: Backend> VlaPolicy<B> {
         let summary = self.summary(input);
         match &self.head {
             ActionHead::Gaussian(head) => {
-                let chunk = head.forward(summary).shifted(origin);
+                let chunk = head.forward(summary, origin);
                 match noise {
                     Some(noise) => chunk.mean + chunk.log_std.exp() * noise,
                     None => chunk.mean,

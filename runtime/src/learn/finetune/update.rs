@@ -95,7 +95,7 @@ pub fn update_policy(
                     data.targets::<Dispatch>(&indices, None, &mut batch, &device.training)?;
                 let input = batch.to_input(&device.training);
                 let origin = input.action_origin.clone();
-                let chunk = head.forward(policy.summary(input)).shifted(origin);
+                let chunk = head.forward(policy.summary(input), origin);
                 let log_probs: Vec<f32> = chunk
                     .log_prob(targets.actions.clone())
                     .narrow(1, 0, 1)
