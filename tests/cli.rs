@@ -407,6 +407,8 @@ fn finetune_every_method_and_paired_eval() {
     assert_eq!(total, 5);
     let [lo, hi] = [0, 1].map(|i| json["difference_interval"][i].as_f64().unwrap());
     assert!(lo <= json["difference"].as_f64().unwrap() && hi >= lo);
+    // reacher2d is scored by success alone.
+    assert!(json.get("coverage_difference").is_none(), "{json}");
 
     // Without --world-model, one is trained on the replay first.
     let output = imago(&[
@@ -1239,6 +1241,23 @@ fn pusht_collects_trains_and_evaluates_with_coverage() {
     assert!((0.0..=1.0).contains(&coverage), "{row}");
     let [lo, hi] = [0, 1].map(|i| row["coverage_interval"][i].as_f64().unwrap());
     assert!(lo <= coverage && coverage <= hi, "{row}");
+    // Paired with itself: the same seeds give the same coverages, a difference of 0.
+    let paired: Vec<&str> = eval
+        .iter()
+        .copied()
+        .chain(["--paired-with", ckpt.as_str()])
+        .collect();
+    let table = run(&paired);
+    assert!(
+        table.contains("mean max coverage, paired: +0.000"),
+        "{table}"
+    );
+    let json: serde_json::Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+    assert_eq!(
+        json["coverage_difference"],
+        serde_json::json!({"difference": 0.0, "interval": [0.0, 0.0]}),
+        "{json}"
+    );
     // The pusht policy on reacher2d: one error naming both specs.
     let output = imago(&[
         "--device",

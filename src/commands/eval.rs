@@ -5,7 +5,6 @@ use std::path::PathBuf;
 use clap::Args;
 use imago_runtime::act::collect::MAX_EPISODES;
 use imago_runtime::act::evaluate::evaluate_checkpoint;
-use imago_runtime::act::paired::PairedCounts;
 use imago_runtime::device::{DeviceSpec, resolve};
 use imago_runtime::jobs::demo::EVAL_SEED_BASE;
 use imago_runtime::jobs::report::{ControllerRow, PairedReport};
@@ -47,13 +46,13 @@ pub fn run(args: EvalArgs, device: DeviceSpec) -> anyhow::Result<()> {
     let telemetry = session.handle();
     let (episodes, seed) = (args.episodes, args.seed);
     let outcome = evaluate_checkpoint(&args.ckpt, &robot, episodes, seed, &device)?;
-    let row = ControllerRow::new(&args.ckpt.display().to_string(), &outcome);
     telemetry.send(TelemetryEvent::EvalSuccess {
         name: "candidate".into(),
         rate: outcome.success_rate(),
     });
     match &args.paired_with {
         None => {
+            let row = ControllerRow::new(&args.ckpt.display().to_string(), &outcome);
             print!(
                 "{}{}",
                 ControllerRow::table_header(row.mean_max_coverage.is_some()),
@@ -70,10 +69,9 @@ pub fn run(args: EvalArgs, device: DeviceSpec) -> anyhow::Result<()> {
                 rate: baseline_outcome.success_rate(),
             });
             let paired = PairedReport::new(
-                ControllerRow::new(&baseline.display().to_string(), &baseline_outcome),
-                row,
-                PairedCounts::count(&baseline_outcome, &outcome)?,
-            );
+                (&baseline.display().to_string(), &baseline_outcome),
+                (&args.ckpt.display().to_string(), &outcome),
+            )?;
             print!("{}", paired.table());
             if let Some(path) = &args.report {
                 write_json(path, &paired)?;

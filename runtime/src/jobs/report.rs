@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::act::evaluate::{EvalOutcome, Latency};
-use crate::act::paired::PairedCounts;
+use crate::act::paired::{PairedCounts, coverage_difference};
 use crate::learn::finetune::RoundReport;
 use crate::learn::world_model::WorldModelEvalReport;
 use crate::stats::MeanInterval;
@@ -296,8 +296,9 @@ pub fn world_model_table(report: &WorldModelEvalReport) -> String {
     out
 }
 
-/// `imago eval --paired-with`: both checkpoints, their paired counts and the
-/// difference of their success rates.
+/// `imago eval --paired-with`: both checkpoints, their paired counts, the
+/// difference of their success rates and, on tasks scored by coverage, of their
+/// mean max coverages.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PairedReport {
     /// The baseline (`--paired-with`).
@@ -310,19 +311,28 @@ pub struct PairedReport {
     pub difference: f64,
     /// Its 95% interval.
     pub difference_interval: [f64; 2],
+    /// Candidate minus baseline mean max coverage, with the 95% interval of the
+    /// per-seed differences (tasks scored by coverage: pusht).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub coverage_difference: Option<Improvement>,
 }
 
 impl PairedReport {
-    /// The report of `baseline` and `candidate` with their paired `counts`.
-    pub fn new(baseline: ControllerRow, candidate: ControllerRow, counts: PairedCounts) -> Self {
+    /// The report of `baseline` and `candidate` evaluated on the same seeds.
+    pub fn new(
+        (baseline_name, baseline): (&str, &EvalOutcome),
+        (candidate_name, candidate): (&str, &EvalOutcome),
+    ) -> anyhow::Result<Self> {
+        let counts = PairedCounts::count(baseline, candidate)?;
         let (lo, hi) = counts.difference_interval();
-        Self {
-            baseline,
-            candidate,
+        Ok(Self {
+            baseline: ControllerRow::new(baseline_name, baseline),
+            candidate: ControllerRow::new(candidate_name, candidate),
             paired: counts,
             difference: counts.difference(),
             difference_interval: [lo, hi],
-        }
+            coverage_difference: coverage_difference(baseline, candidate).map(Into::into),
+        })
     }
 
     /// The report as a plain-text table.
@@ -339,6 +349,14 @@ impl PairedReport {
             self.paired.only_baseline,
             self.paired.only_candidate,
             self.paired.neither
-        )
+        ) + &self
+            .coverage_difference
+            .map(|c| {
+                format!(
+                    "candidate - baseline mean max coverage, paired: {:+.3} [{:+.3}, {:+.3}]\n",
+                    c.difference, c.interval[0], c.interval[1]
+                )
+            })
+            .unwrap_or_default()
     }
 }

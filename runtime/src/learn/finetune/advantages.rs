@@ -8,7 +8,7 @@ use imago_policies::{awr_weights, effective_sample_size, generalised_advantages,
 use imago_worldmodel::LatentCritic;
 use serde::{Deserialize, Serialize};
 
-use super::config::{FinetuneConfig, FinetuneMethod};
+use super::config::{FinetuneConfig, FinetuneMethod, ReturnGroups};
 use super::latents::EncodedEpisodes;
 use crate::store::replay::Episode;
 
@@ -73,9 +73,9 @@ fn read(values: Tensor<Dispatch, 1>) -> anyhow::Result<Vec<f32>> {
 
 /// The AWR weight of every transition of every episode (`weights[e][t]`), from
 /// `critic` (inference) over `encoded`, by `config.method`:
-/// - `awr-returns`: each episode's return, normalised among episodes that share an
-///   initial state (demonstrations, one per state, form one group), for every one of
-///   its transitions;
+/// - `awr-returns`: each episode's return, for every one of its transitions,
+///   normalised among episodes that share an initial state (demonstrations, one per
+///   state, form one group) or among all episodes, by `config.return_groups`;
 /// - `awr-imagination` and `advantage-flow`: generalised advantages of the real
 ///   rewards under the critic's imagination-trained values, normalised over all
 ///   transitions;
@@ -94,22 +94,7 @@ pub fn transition_weights(
     let mut groups: BTreeMap<Option<u64>, Vec<(usize, usize)>> = BTreeMap::new();
     match config.method {
         FinetuneMethod::AwrReturns => {
-            // One advantage per episode; normalised among its group's episodes.
-            let mut returns: BTreeMap<Option<u64>, Vec<(usize, f32)>> = BTreeMap::new();
-            for (e, episode) in episodes.iter().enumerate() {
-                let key = (!is_demonstration(episode)).then_some(episode.start.seed);
-                let total = episode.transitions.iter().map(|t| t.reward).sum();
-                returns.entry(key).or_default().push((e, total));
-                raw.push(vec![None; episode.transitions.len()]);
-            }
-            for group in returns.values() {
-                let mut values: Vec<f32> = group.iter().map(|(_, r)| *r).collect();
-                config.normaliser.normalise(&mut values);
-                for (&(e, _), a) in group.iter().zip(values) {
-                    raw[e].iter_mut().for_each(|slot| *slot = Some(a));
-                }
-            }
-            return Ok(finish(raw, config));
+            return Ok(finish(return_advantages(episodes, config), config));
         }
         FinetuneMethod::AwrImagination | FinetuneMethod::AdvantageFlow => {
             let values = read(critic.value(encoded.latents.clone()))?;
@@ -178,6 +163,32 @@ pub fn transition_weights(
     Ok(finish(raw, config))
 }
 
+/// `awr-returns`: each episode's return as the advantage of all its transitions,
+/// normalised within `config.return_groups`.
+fn return_advantages(episodes: &[Episode], config: &FinetuneConfig) -> Vec<Vec<Option<f32>>> {
+    let mut advantages: Vec<Vec<Option<f32>>> = episodes
+        .iter()
+        .map(|episode| vec![None; episode.transitions.len()])
+        .collect();
+    let mut returns: BTreeMap<Option<u64>, Vec<(usize, f32)>> = BTreeMap::new();
+    for (e, episode) in episodes.iter().enumerate() {
+        let key = match config.return_groups {
+            ReturnGroups::PerStart => (!is_demonstration(episode)).then_some(episode.start.seed),
+            ReturnGroups::Pooled => None,
+        };
+        let total = episode.transitions.iter().map(|t| t.reward).sum();
+        returns.entry(key).or_default().push((e, total));
+    }
+    for group in returns.values() {
+        let mut values: Vec<f32> = group.iter().map(|(_, r)| *r).collect();
+        config.normaliser.normalise(&mut values);
+        for (&(e, _), a) in group.iter().zip(values) {
+            advantages[e].iter_mut().for_each(|slot| *slot = Some(a));
+        }
+    }
+    advantages
+}
+
 /// Turns normalised advantages into clipped AWR weights and summarises them.
 fn finish(
     normalised: Vec<Vec<Option<f32>>>,
@@ -217,4 +228,93 @@ fn finish(
         },
         summary,
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use imago_robots::{Action, Observation};
+
+    use super::*;
+    use crate::store::replay::{EpisodeEnd, EpisodeStart, Transition};
+
+    /// An episode from initial state `seed`, recorded by `version` (0: a
+    /// demonstration), with one transition per reward.
+    fn episode(seed: u64, version: u64, rewards: &[f32]) -> Episode {
+        let observation = Observation {
+            image: None,
+            proprio: vec![0.0],
+            instruction: String::new(),
+        };
+        let transitions = rewards
+            .iter()
+            .enumerate()
+            .map(|(step, &reward)| Transition {
+                episode: seed,
+                step: step as u32,
+                observation: observation.clone(),
+                action: Action(vec![0.0]),
+                executed: Action(vec![0.0]),
+                reward,
+                done: step + 1 == rewards.len(),
+                success: false,
+                policy_version: version,
+                intervention: false,
+                behaviour_log_prob: None,
+            })
+            .collect();
+        Episode {
+            start: EpisodeStart {
+                episode: seed,
+                robot: "test".into(),
+                seed,
+                instruction: String::new(),
+            },
+            transitions,
+            end: EpisodeEnd {
+                episode: seed,
+                steps: rewards.len() as u32,
+                success: false,
+                final_observation: observation,
+            },
+        }
+    }
+
+    /// The advantage of each episode's first transition.
+    fn first(advantages: &[Vec<Option<f32>>]) -> Vec<f32> {
+        advantages.iter().map(|a| a[0].unwrap()).collect()
+    }
+
+    #[test]
+    fn returns_are_normalised_per_start_or_over_all_episodes() {
+        // Two demonstrations with returns 4 and 2; two rollouts from one initial state
+        // with returns 1 and 0.5, both worse than either demonstration.
+        let episodes = vec![
+            episode(1, 0, &[2.0, 2.0]),
+            episode(2, 0, &[1.0, 1.0]),
+            episode(9, 1, &[0.5, 0.5]),
+            episode(9, 1, &[0.25, 0.25]),
+        ];
+        let per_start = return_advantages(&episodes, &FinetuneConfig::default());
+        let a = first(&per_start);
+        // Each group is normalised on its own: the better rollout ranks as high as the
+        // better demonstration.
+        assert!(
+            (a[0] - a[2]).abs() < 1e-5 && (a[1] - a[3]).abs() < 1e-5,
+            "{a:?}"
+        );
+        assert!(a[0] > 0.0 && a[1] < 0.0);
+        let pooled = return_advantages(
+            &episodes,
+            &FinetuneConfig {
+                return_groups: ReturnGroups::Pooled,
+                ..FinetuneConfig::default()
+            },
+        );
+        let a = first(&pooled);
+        // One group: the order of the returns, both rollouts below both demonstrations.
+        assert!(a[0] > a[1] && a[1] > a[2] && a[2] > a[3], "{a:?}");
+        assert!(a[1] > 0.0 && a[2] < 0.0, "{a:?}");
+        // Every transition of an episode carries its advantage.
+        assert!(pooled.iter().all(|e| e.iter().all(|x| *x == e[0])));
+    }
 }

@@ -75,6 +75,20 @@ impl FromStr for FinetuneMethod {
     }
 }
 
+/// Which episodes' returns `awr-returns` normalises together.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ReturnGroups {
+    /// Episodes that share an initial state (the demonstrations form one group):
+    /// the best of a group of failures weighs as much as the best demonstration.
+    #[default]
+    PerStart,
+    /// Every episode in one group, demonstrations and rollouts alike: a rollout
+    /// weighs more than a demonstration only when its return is higher, as in AWR with
+    /// a constant baseline over all replay.
+    Pooled,
+}
+
 /// Everything a fine-tuning run needs to know; every field has a default.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -87,6 +101,8 @@ pub struct FinetuneConfig {
     pub episodes_per_round: usize,
     /// Episodes per initial state (the group of return normalisation). Range: [1, 1024].
     pub group_size: usize,
+    /// `awr-returns`: which episodes' returns are normalised together.
+    pub return_groups: ReturnGroups,
     /// How episodes are collected (exploration, takeover).
     pub rollout: RolloutConfig,
     /// Policy optimiser steps per round. Range: [0, 10000000].
@@ -138,6 +154,7 @@ impl Default for FinetuneConfig {
             rounds: 3,
             episodes_per_round: 100,
             group_size: 4,
+            return_groups: ReturnGroups::PerStart,
             rollout: RolloutConfig::default(),
             policy_steps: 400,
             batch_size: 32,
@@ -239,6 +256,10 @@ mod tests {
                 .unwrap();
         assert_eq!(parsed.method, FinetuneMethod::Habc);
         assert_eq!(parsed.normaliser, AdvantageNormaliser::Constant { k: 60.0 });
+        assert_eq!(parsed.return_groups, ReturnGroups::PerStart);
+        let pooled: FinetuneConfig = toml::from_str("return_groups = \"pooled\"").unwrap();
+        assert_eq!(pooled.return_groups, ReturnGroups::Pooled);
+        assert!(toml::from_str::<FinetuneConfig>("return_groups = \"per-seed\"").is_err());
         assert!(toml::from_str::<FinetuneConfig>("betta = 1.0").is_err());
     }
 }

@@ -13,7 +13,7 @@ mod run;
 mod update;
 
 pub use advantages::{AdvantageSummary, TransitionWeights, transition_weights};
-pub use config::{FinetuneConfig, FinetuneMethod, MAX_BATCH, MAX_STEPS};
+pub use config::{FinetuneConfig, FinetuneMethod, MAX_BATCH, MAX_STEPS, ReturnGroups};
 pub use critic::{CriticLosses, train_critic};
 pub use latents::EncodedEpisodes;
 pub use learner::{LearnReport, Learner};
