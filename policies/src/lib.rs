@@ -32,4 +32,4 @@ pub use model::{
     MAX_PARAMETERS, MAX_PATCHES, MAX_VECTOR, VlaPolicy, VlaPolicyConfig, validate_action_limit,
 };
 pub use tokenizer::{TokenizerError, VOCABULARY, WordTokenizer};
-pub use vision::{film_modulate, spatial_softmax};
+pub use vision::{StemActivation, film_modulate, spatial_softmax};

@@ -8,7 +8,6 @@ use burn::nn::transformer::{
 };
 use burn::nn::{Embedding, EmbeddingConfig, LayerNorm, LayerNormConfig, Linear, LinearConfig};
 use burn::prelude::*;
-use burn::tensor::activation::gelu;
 
 use imago_robots::RobotSpec;
 use imago_robots::bounds::{ConfigError, all_in_range, in_range, length_in_range};
@@ -16,7 +15,7 @@ use imago_robots::bounds::{ConfigError, all_in_range, in_range, length_in_range}
 use crate::head::{ActionHead, ActionHeadKind, FlowHead, GaussianChunk, GaussianHead};
 use crate::input::PolicyInput;
 use crate::tokenizer::VOCABULARY;
-use crate::vision::{film_modulate, spatial_softmax};
+use crate::vision::{StemActivation, film_modulate, spatial_softmax};
 
 /// Shape and size of a [`VlaPolicy`].
 #[derive(Config, Debug, PartialEq)]
@@ -46,6 +45,9 @@ pub struct VlaPolicyConfig {
     /// Channels of the convolutional stem.
     #[config(default = 16)]
     pub stem_channels: usize,
+    /// The nonlinearity after the stem.
+    #[config(default = "StemActivation::Relu")]
+    pub stem_activation: StemActivation,
     /// Number of instruction words (shorter instructions are padded).
     #[config(default = 6)]
     pub max_words: usize,
@@ -143,12 +145,14 @@ impl VlaPolicyConfig {
 
     /// Gives a stored config (a checkpoint's JSON) the keys added since checkpoints were
     /// first written, with the value that means what such a checkpoint did: `frame_pool`
-    /// 1 (frames read as they are) and `action_origin` null (absolute actions). Keys it
+    /// 1 (frames read as they are), `action_origin` null (absolute actions) and
+    /// `stem_activation` `gelu` (the stem's activation before ReLU). Keys it
     /// has are left alone, and anything that is not a JSON object is left to fail to
     /// parse.
     pub fn fill_later_keys(stored: &mut serde_json::Value) {
         if let Some(fields) = stored.as_object_mut() {
             fields.entry("frame_pool").or_insert(1.into());
+            fields.entry("stem_activation").or_insert("gelu".into());
             fields
                 .entry("action_origin")
                 .or_insert(serde_json::Value::Null);
@@ -313,6 +317,7 @@ impl VlaPolicyConfig {
                 .init(device),
             readout_norm: LayerNormConfig::new(d).init(device),
             head,
+            stem_activation: self.stem_activation,
             image_size: self.image_size,
             patch_size: self.patch_size,
             chunk_len: k,
@@ -368,6 +373,8 @@ pub struct VlaPolicy<B: Backend> {
     encoder: TransformerEncoder<B>,
     readout_norm: LayerNorm<B>,
     head: ActionHead<B>,
+    #[module(skip)]
+    stem_activation: StemActivation,
     image_size: usize,
     patch_size: usize,
     chunk_len: usize,
@@ -446,14 +453,12 @@ impl<B: Backend> VlaPolicy<B> {
         // a spatial softmax per channel gives keypoints (expected image coordinates, as in
         // robomimic's visual encoders), and each patch's mean feature becomes a token, to
         // which the patch centre's Fourier features add where it is.
-        let stem = gelu(self.stem.forward(input.images));
+        let stem = self.stem_activation.apply(self.stem.forward(input.images));
         let channels = stem.dims()[2];
         let features = film_modulate(stem, self.film.forward(instruction.clone()));
         let sharpness = self.keypoint_sharpness.val().reshape([1, 1, channels]);
         let keypoints = spatial_softmax(features.clone() * sharpness, size, &device);
-        let pooled = patch_pooling::<B>(size, self.patch_size, &device)
-            .matmul(features)
-            .reshape([batch, grid * grid, channels]);
+        let pooled = patch_means(features, size, self.patch_size);
         debug_assert_eq!(pixels, size * size);
         let patch_tokens = self.patch_embed.forward(pooled)
             + self
@@ -489,22 +494,19 @@ impl<B: Backend> VlaPolicy<B> {
     }
 }
 
-/// The matrix `[1, N, size * size]` that averages the pixels of each of the `N`
-/// patches (row-major patches of `patch x patch` pixels).
-fn patch_pooling<B: Backend>(size: usize, patch: usize, device: &B::Device) -> Tensor<B, 3> {
+/// The mean feature of each patch of `features` `[B, size * size, C]` (row-major
+/// pixels): `[B, N, C]`, row-major patches of `patch x patch` pixels. Two sums over
+/// the pixel grid's axes, which costs a read of the features; a pooling matrix applied
+/// by matmul would be copied once per batch row, forward and backward.
+fn patch_means<B: Backend>(features: Tensor<B, 3>, size: usize, patch: usize) -> Tensor<B, 3> {
+    let [batch, _, channels] = features.dims();
     let grid = size / patch;
-    let mut weights = vec![0.0f32; grid * grid * size * size];
-    let share = 1.0 / (patch * patch) as f32;
-    for row in 0..size {
-        for col in 0..size {
-            let token = (row / patch) * grid + col / patch;
-            weights[token * size * size + row * size + col] = share;
-        }
-    }
-    Tensor::from_data(
-        TensorData::new(weights, [1, grid * grid, size * size]),
-        device,
-    )
+    features
+        .reshape([batch, grid, patch, grid, patch, channels])
+        .sum_dim(4)
+        .sum_dim(2)
+        .reshape([batch, grid * grid, channels])
+        / (patch * patch) as f32
 }
 
 /// Number of features describing a patch centre: `(x, y)` and their sines and cosines
@@ -564,6 +566,24 @@ mod tests {
             batch.push(obs).unwrap();
         }
         batch
+    }
+
+    #[test]
+    fn patch_means_average_each_patch_in_row_major_order() {
+        let device = Default::default();
+        // A 4x4 image of 2 channels in patches of 2: pixel (row, col) holds
+        // `row * 4 + col` in channel 0 and its negative in channel 1.
+        let values: Vec<f32> = (0..16).flat_map(|p| [p as f32, -(p as f32)]).collect();
+        let features = Tensor::<B, 3>::from_data(TensorData::new(values, [1, 16, 2]), &device);
+        let means: Vec<f32> = patch_means(features, 4, 2)
+            .into_data()
+            .convert::<f32>()
+            .to_vec()
+            .unwrap();
+        // Patch (0, 0) holds pixels 0, 1, 4, 5: mean 2.5; (0, 1): 2, 3, 6, 7: 4.5;
+        // (1, 0): 8, 9, 12, 13: 10.5; (1, 1): 12.5.
+        let expected = [2.5, -2.5, 4.5, -4.5, 10.5, -10.5, 12.5, -12.5];
+        assert_eq!(means, expected);
     }
 
     #[test]
@@ -678,14 +698,16 @@ mod tests {
     }
 
     #[test]
-    fn configs_written_before_origins_and_pooling_load_as_absolute_and_unpooled() {
+    fn configs_written_before_origins_pooling_and_relu_load_as_they_were_trained() {
         let mut json = serde_json::to_value(config().with_action_origin(Some(vec![6, 7]))).unwrap();
         let fields = json.as_object_mut().unwrap();
         assert!(fields.remove("action_origin").is_some());
         assert!(fields.remove("frame_pool").is_some());
+        assert!(fields.remove("stem_activation").is_some());
         VlaPolicyConfig::fill_later_keys(&mut json);
         let old: VlaPolicyConfig = serde_json::from_value(json).unwrap();
         assert_eq!((old.action_origin, old.frame_pool), (None, 1));
+        assert_eq!(old.stem_activation, StemActivation::Gelu);
         // Keys a config has are kept.
         let mut new = serde_json::to_value(config().with_frame_pool(2)).unwrap();
         VlaPolicyConfig::fill_later_keys(&mut new);

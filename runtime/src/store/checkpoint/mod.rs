@@ -191,6 +191,20 @@ pub fn load_policy<B: Backend>(
     Ok((policy, config, meta))
 }
 
+/// The config of the policy checkpoint in `dir` (keys added since it was written filled
+/// with their old meaning, validated), without loading its weights: what a run that
+/// continues it must keep (its stem activation).
+pub fn stored_policy_config(dir: &Path) -> Result<VlaPolicyConfig, CheckpointError> {
+    read_config::<VlaPolicyConfig>(
+        dir,
+        POLICY_KIND,
+        None,
+        VlaPolicyConfig::fill_later_keys,
+        VlaPolicyConfig::validate,
+    )
+    .map(|(config, _)| config)
+}
+
 /// Saves a world model with its `config` and `meta` to `dir`, atomically.
 pub fn save_world_model<B: Backend>(
     model: &WorldModel<B>,
@@ -478,7 +492,7 @@ impl CheckpointMeta {
 #[cfg(test)]
 mod tests {
     use burn::{Dispatch, DispatchDevice, backend::flex::FlexDevice};
-    use imago_policies::PolicyBatch;
+    use imago_policies::{PolicyBatch, StemActivation};
     use imago_robots::Robot;
 
     use super::*;
@@ -508,14 +522,20 @@ mod tests {
 
     /// Saves a fresh policy to `dir`; returns its actions on a fixed observation.
     fn saved(dir: &Path) -> (Vec<f32>, DispatchDevice) {
+        saved_with(dir, &config())
+    }
+
+    /// Saves a fresh policy of `config` to `dir`; returns its actions on a fixed
+    /// observation.
+    fn saved_with(dir: &Path, config: &VlaPolicyConfig) -> (Vec<f32>, DispatchDevice) {
         let device = DispatchDevice::Flex(FlexDevice);
-        let policy = config().init::<Dispatch>(&device);
+        let policy = config.init::<Dispatch>(&device);
         // burn initialises parameters lazily: use the policy before saving a clone of
         // it, or the clone and the original would draw different weights.
-        let actions = outputs(&policy, &config(), &device).unwrap();
+        let actions = outputs(&policy, config, &device).unwrap();
         save_policy(
             &policy,
-            &config(),
+            config,
             CheckpointMeta::new(&RobotConfig::default().spec(), 4, None),
             dir,
         )
@@ -542,27 +562,34 @@ mod tests {
     }
 
     #[test]
-    fn checkpoints_written_before_pooling_and_action_origins_still_load() {
+    fn checkpoints_written_before_pooling_action_origins_and_relu_still_load() {
         let root = tempfile::tempdir().unwrap();
         let dir = root.path().join("ckpt");
-        let (before, device) = saved(&dir);
-        // The meta as a build before `frame_pool` and `action_origin` wrote it.
+        let old = config().with_stem_activation(StemActivation::Gelu);
+        let (before, device) = saved_with(&dir, &old);
+        // The meta as a build before `frame_pool`, `action_origin` and
+        // `stem_activation` wrote it.
         let path = dir.join(META);
         let mut meta: CheckpointMeta =
             serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
         let fields = meta.config.as_object_mut().unwrap();
         assert!(fields.remove("frame_pool").is_some());
         assert!(fields.remove("action_origin").is_some());
+        assert!(fields.remove("stem_activation").is_some());
         meta.checksum = None;
         std::fs::write(
             &path,
             sign_meta_json(serde_json::to_vec_pretty(&meta).unwrap()),
         )
         .unwrap();
+        assert_eq!(stored_policy_config(&dir).unwrap(), old);
         let (loaded, loaded_config, _) =
-            load_policy::<Dispatch>(&dir, Some(&config()), &device).unwrap();
-        assert_eq!(loaded_config, config());
-        assert_eq!(outputs(&loaded, &config(), &device).unwrap(), before);
+            load_policy::<Dispatch>(&dir, Some(&old), &device).unwrap();
+        assert_eq!(loaded_config, old);
+        assert_eq!(outputs(&loaded, &old, &device).unwrap(), before);
+        // Today's default config differs from it in the activation alone.
+        let err = load_policy::<Dispatch>(&dir, Some(&config()), &device).unwrap_err();
+        assert!(err.to_string().contains("stem_activation"), "{err}");
     }
 
     #[test]
