@@ -640,7 +640,6 @@ mod tests {
             assert_eq!(config.image_size * pool, side as usize);
             assert!(side <= 64 || config.image_size <= LARGE_FRAME_READ_SIDE);
         }
-
         for (width, height) in [(36, 36), (48, 32), (4, 4), (1024, 1024)] {
             let error = VlaPolicyConfig::for_robot(&spec(width, height)).unwrap_err();
             assert_eq!(error.key, "camera", "{width}x{height}");

@@ -24,8 +24,8 @@ use crate::engine::{
 use crate::learn::finetune::{FinetuneConfig, Learner};
 use crate::learn::world_model::WorldModelTrainConfig;
 use crate::store::checkpoint::{
-    CheckpointMeta, ensure_trained_for, load_policy, load_world_model, read_meta,
-    recover_checkpoint, save_policy, stored_policy_config,
+    CheckpointMeta, ensure_trained_for, load_policy_to_continue, load_world_model, read_meta,
+    recover_checkpoint, save_policy,
 };
 use crate::store::lock::DirLock;
 use crate::store::outputs::{
@@ -366,14 +366,8 @@ fn prepare(
         Some(dir) => {
             ensure_trained_for(dir, &spec)
                 .with_context(|| format!("cannot start from {}", dir.display()))?;
-            // A checkpoint keeps its stem activation (GELU before ReLU).
-            let stored = stored_policy_config(dir)
-                .with_context(|| format!("cannot start from {}", dir.display()))?;
-            let expected = expected
-                .clone()
-                .with_stem_activation(stored.stem_activation);
             let (policy, config, meta) =
-                load_policy::<Dispatch>(dir, Some(&expected), &device.training)
+                load_policy_to_continue::<Dispatch>(dir, &expected, &device.training)
                     .with_context(|| format!("cannot start from {}", dir.display()))?;
             (policy, config, meta.version)
         }

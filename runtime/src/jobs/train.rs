@@ -12,8 +12,8 @@ use serde::{Deserialize, Serialize};
 use crate::device::ResolvedDevice;
 use crate::learn::bc::{BcConfig, ImitationDataset, train_bc};
 use crate::store::checkpoint::{
-    CheckpointMeta, POLICY_KIND, ensure_trained_for, load_policy, read_meta, save_policy,
-    stored_policy_config,
+    CheckpointMeta, POLICY_KIND, ensure_trained_for, load_policy_to_continue, read_meta,
+    save_policy,
 };
 use crate::store::outputs::{OutputKind, OutputPath};
 use crate::store::replay::{ReplaySource, read_training_replay};
@@ -66,12 +66,8 @@ pub fn train_bc_offline(
     let (policy, config, version, parent) = match init {
         Some(dir) => {
             ensure_trained_for(dir, &spec)?;
-            // Continuing a checkpoint keeps its stem activation (GELU before ReLU).
-            let expected = expected
-                .clone()
-                .with_stem_activation(stored_policy_config(dir)?.stem_activation);
             let (policy, config, meta) =
-                load_policy::<Dispatch>(dir, Some(&expected), &device.training)?;
+                load_policy_to_continue::<Dispatch>(dir, &expected, &device.training)?;
             (
                 policy,
                 config,

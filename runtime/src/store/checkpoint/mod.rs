@@ -180,29 +180,38 @@ pub fn load_policy<B: Backend>(
     expected: Option<&VlaPolicyConfig>,
     device: &B::Device,
 ) -> Result<(VlaPolicy<B>, VlaPolicyConfig, CheckpointMeta), CheckpointError> {
-    let (config, meta) = read_config(
-        dir,
-        POLICY_KIND,
-        expected,
-        VlaPolicyConfig::fill_later_keys,
-        VlaPolicyConfig::validate,
-    )?;
+    let (config, meta) = read_policy_config(dir)?;
+    if let Some(expected) = expected {
+        ensure_config_matches(dir, &meta, expected)?;
+    }
     let policy = load_weights(config.init::<B>(device), &meta, dir, device)?;
     Ok((policy, config, meta))
 }
 
-/// The config of the policy checkpoint in `dir` (keys added since it was written filled
-/// with their old meaning, validated), without loading its weights: what a run that
-/// continues it must keep (its stem activation).
-pub fn stored_policy_config(dir: &Path) -> Result<VlaPolicyConfig, CheckpointError> {
-    read_config::<VlaPolicyConfig>(
+/// Loads a policy checkpoint onto `device` to continue training it (`train --init`,
+/// the daemon): its config must equal `expected` except in the choices the checkpoint
+/// keeps, its stem activation (GELU for checkpoints from before ReLU).
+pub fn load_policy_to_continue<B: Backend>(
+    dir: &Path,
+    expected: &VlaPolicyConfig,
+    device: &B::Device,
+) -> Result<(VlaPolicy<B>, VlaPolicyConfig, CheckpointMeta), CheckpointError> {
+    let (config, meta) = read_policy_config(dir)?;
+    let expected = expected
+        .clone()
+        .with_stem_activation(config.stem_activation);
+    ensure_config_matches(dir, &meta, &expected)?;
+    let policy = load_weights(config.init::<B>(device), &meta, dir, device)?;
+    Ok((policy, config, meta))
+}
+
+fn read_policy_config(dir: &Path) -> Result<(VlaPolicyConfig, CheckpointMeta), CheckpointError> {
+    read_config(
         dir,
         POLICY_KIND,
-        None,
         VlaPolicyConfig::fill_later_keys,
         VlaPolicyConfig::validate,
     )
-    .map(|(config, _)| config)
 }
 
 /// Saves a world model with its `config` and `meta` to `dir`, atomically.
@@ -222,13 +231,10 @@ pub fn load_world_model<B: Backend>(
     expected: Option<&WorldModelConfig>,
     device: &B::Device,
 ) -> Result<(WorldModel<B>, WorldModelConfig, CheckpointMeta), CheckpointError> {
-    let (config, meta) = read_config(
-        dir,
-        WORLD_MODEL_KIND,
-        expected,
-        |_| {},
-        WorldModelConfig::validate,
-    )?;
+    let (config, meta) = read_config(dir, WORLD_MODEL_KIND, |_| {}, WorldModelConfig::validate)?;
+    if let Some(expected) = expected {
+        ensure_config_matches(dir, &meta, expected)?;
+    }
     let model = load_weights(config.init::<B>(device), &meta, dir, device)?;
     Ok((model, config, meta))
 }
@@ -387,12 +393,10 @@ pub fn ensure_trained_for(dir: &Path, spec: &RobotSpec) -> Result<CheckpointMeta
 }
 
 /// Reads the meta and config of a checkpoint of `kind`, gives keys added since it was
-/// written their old meaning (`fill_later_keys`), validates the config and, with
-/// `expected`, checks it equals the stored one.
-fn read_config<C: Serialize + DeserializeOwned>(
+/// written their old meaning (`fill_later_keys`) and validates the config.
+fn read_config<C: DeserializeOwned>(
     dir: &Path,
     kind: &'static str,
-    expected: Option<&C>,
     fill_later_keys: impl Fn(&mut serde_json::Value),
     validate: impl Fn(&C) -> Result<(), imago_robots::ConfigError>,
 ) -> Result<(C, CheckpointMeta), CheckpointError> {
@@ -411,16 +415,24 @@ fn read_config<C: Serialize + DeserializeOwned>(
     };
     let config: C = serde_json::from_value(meta.config.clone()).map_err(|e| bad(e.to_string()))?;
     validate(&config).map_err(|e| bad(e.to_string()))?;
-    if let Some(expected) = expected {
-        let differences = config_differences(&meta.config, expected);
-        if !differences.is_empty() {
-            return Err(CheckpointError::ConfigMismatch {
-                path: dir.to_path_buf(),
-                differences: differences.join(", "),
-            });
-        }
-    }
     Ok((config, meta))
+}
+
+/// Checks that the config stored in `meta` (read from `dir`) equals `expected`; the
+/// error lists every differing key.
+fn ensure_config_matches<C: Serialize>(
+    dir: &Path,
+    meta: &CheckpointMeta,
+    expected: &C,
+) -> Result<(), CheckpointError> {
+    let differences = config_differences(&meta.config, expected);
+    if differences.is_empty() {
+        return Ok(());
+    }
+    Err(CheckpointError::ConfigMismatch {
+        path: dir.to_path_buf(),
+        differences: differences.join(", "),
+    })
 }
 
 /// Loads the weights of the checkpoint in `dir` (described by `meta`) into `model`,
@@ -582,14 +594,22 @@ mod tests {
             sign_meta_json(serde_json::to_vec_pretty(&meta).unwrap()),
         )
         .unwrap();
-        assert_eq!(stored_policy_config(&dir).unwrap(), old);
         let (loaded, loaded_config, _) =
             load_policy::<Dispatch>(&dir, Some(&old), &device).unwrap();
         assert_eq!(loaded_config, old);
         assert_eq!(outputs(&loaded, &old, &device).unwrap(), before);
-        // Today's default config differs from it in the activation alone.
+        // Today's default config differs from it in the activation alone: loading it
+        // as that is refused, continuing it keeps its GELU.
         let err = load_policy::<Dispatch>(&dir, Some(&config()), &device).unwrap_err();
         assert!(err.to_string().contains("stem_activation"), "{err}");
+        let (continued, continued_config, _) =
+            load_policy_to_continue::<Dispatch>(&dir, &config(), &device).unwrap();
+        assert_eq!(continued_config, old);
+        assert_eq!(outputs(&continued, &old, &device).unwrap(), before);
+        // Anything else that differs is still refused.
+        let err = load_policy_to_continue::<Dispatch>(&dir, &config().with_d_model(32), &device)
+            .unwrap_err();
+        assert!(err.to_string().contains("d_model"), "{err}");
     }
 
     #[test]
