@@ -404,6 +404,7 @@ fn prepare(
         (world_model, wm_config),
         WorldModelTrainConfig::default(),
         &config.learner.finetune,
+        spec.max_steps,
         device,
     )
     .with_telemetry(options.telemetry.clone());

@@ -73,9 +73,10 @@ fn read(values: Tensor<Dispatch, 1>) -> anyhow::Result<Vec<f32>> {
 
 /// The AWR weight of every transition of every episode (`weights[e][t]`), from
 /// `critic` (inference) over `encoded`, by `config.method`:
-/// - `awr-returns`: each episode's return, for every one of its transitions,
-///   normalised among episodes that share an initial state (demonstrations, one per
-///   state, form one group) or among all episodes, by `config.return_groups`;
+/// - `awr-returns`: each episode's return over `max_steps` ticks (a success held to
+///   the limit, `held_return`), for every one of its transitions, normalised among
+///   episodes that share an initial state (demonstrations, one per state, form one
+///   group) or among all episodes, by `config.return_groups`;
 /// - `awr-imagination` and `advantage-flow`: generalised advantages of the real
 ///   rewards under the critic's imagination-trained values, normalised over all
 ///   transitions;
@@ -88,13 +89,17 @@ pub fn transition_weights(
     encoded: &EncodedEpisodes,
     critic: &LatentCritic<Dispatch>,
     config: &FinetuneConfig,
+    max_steps: u32,
 ) -> anyhow::Result<(TransitionWeights, AdvantageSummary)> {
     // Raw advantages; `None` marks a transition that keeps weight 1.
     let mut raw: Vec<Vec<Option<f32>>> = Vec::with_capacity(episodes.len());
     let mut groups: BTreeMap<Option<u64>, Vec<(usize, usize)>> = BTreeMap::new();
     match config.method {
         FinetuneMethod::AwrReturns => {
-            return Ok(finish(return_advantages(episodes, config), config));
+            return Ok(finish(
+                return_advantages(episodes, config, max_steps),
+                config,
+            ));
         }
         FinetuneMethod::AwrImagination | FinetuneMethod::AdvantageFlow => {
             let values = read(critic.value(encoded.latents.clone()))?;
@@ -163,9 +168,29 @@ pub fn transition_weights(
     Ok(finish(raw, config))
 }
 
-/// `awr-returns`: each episode's return as the advantage of all its transitions,
-/// normalised within `config.return_groups`.
-fn return_advantages(episodes: &[Episode], config: &FinetuneConfig) -> Vec<Vec<Option<f32>>> {
+/// An episode's return over `max_steps` ticks. A success ends an episode early, but a
+/// robot at its goal would go on earning the success reward, so the ticks it did not
+/// need count at its last reward. Without this, on a task whose reward is positive
+/// while the goal is near (pusht's coverage), an episode that lingers just short of
+/// the goal out-earns one that reaches it quickly and stops.
+fn held_return(episode: &Episode, max_steps: u32) -> f32 {
+    let earned: f32 = episode.transitions.iter().map(|t| t.reward).sum();
+    match episode.transitions.last() {
+        Some(last) if episode.end.success => {
+            let unused = max_steps.saturating_sub(episode.transitions.len() as u32);
+            earned + unused as f32 * last.reward
+        }
+        _ => earned,
+    }
+}
+
+/// `awr-returns`: each episode's [`held_return`] as the advantage of all its
+/// transitions, normalised within `config.return_groups`.
+fn return_advantages(
+    episodes: &[Episode],
+    config: &FinetuneConfig,
+    max_steps: u32,
+) -> Vec<Vec<Option<f32>>> {
     let mut advantages: Vec<Vec<Option<f32>>> = episodes
         .iter()
         .map(|episode| vec![None; episode.transitions.len()])
@@ -176,8 +201,10 @@ fn return_advantages(episodes: &[Episode], config: &FinetuneConfig) -> Vec<Vec<O
             ReturnGroups::PerStart => (!is_demonstration(episode)).then_some(episode.start.seed),
             ReturnGroups::Pooled => None,
         };
-        let total = episode.transitions.iter().map(|t| t.reward).sum();
-        returns.entry(key).or_default().push((e, total));
+        returns
+            .entry(key)
+            .or_default()
+            .push((e, held_return(episode, max_steps)));
     }
     for group in returns.values() {
         let mut values: Vec<f32> = group.iter().map(|(_, r)| *r).collect();
@@ -240,6 +267,11 @@ mod tests {
     /// An episode from initial state `seed`, recorded by `version` (0: a
     /// demonstration), with one transition per reward.
     fn episode(seed: u64, version: u64, rewards: &[f32]) -> Episode {
+        ended(seed, version, rewards, false)
+    }
+
+    /// [`episode`], ended in `success` or not.
+    fn ended(seed: u64, version: u64, rewards: &[f32], success: bool) -> Episode {
         let observation = Observation {
             image: None,
             proprio: vec![0.0],
@@ -256,7 +288,7 @@ mod tests {
                 executed: Action(vec![0.0]),
                 reward,
                 done: step + 1 == rewards.len(),
-                success: false,
+                success: success && step + 1 == rewards.len(),
                 policy_version: version,
                 intervention: false,
                 behaviour_log_prob: None,
@@ -273,7 +305,7 @@ mod tests {
             end: EpisodeEnd {
                 episode: seed,
                 steps: rewards.len() as u32,
-                success: false,
+                success,
                 final_observation: observation,
             },
         }
@@ -294,7 +326,7 @@ mod tests {
             episode(9, 1, &[0.5, 0.5]),
             episode(9, 1, &[0.25, 0.25]),
         ];
-        let per_start = return_advantages(&episodes, &FinetuneConfig::default());
+        let per_start = return_advantages(&episodes, &FinetuneConfig::default(), 2);
         let a = first(&per_start);
         // Each group is normalised on its own: the better rollout ranks as high as the
         // better demonstration.
@@ -309,6 +341,7 @@ mod tests {
                 return_groups: ReturnGroups::Pooled,
                 ..FinetuneConfig::default()
             },
+            2,
         );
         let a = first(&pooled);
         // One group: the order of the returns, both rollouts below both demonstrations.
@@ -316,5 +349,23 @@ mod tests {
         assert!(a[1] > 0.0 && a[2] < 0.0, "{a:?}");
         // Every transition of an episode carries its advantage.
         assert!(pooled.iter().all(|e| e.iter().all(|x| *x == e[0])));
+    }
+
+    #[test]
+    fn a_quick_success_outranks_lingering_near_the_goal() {
+        // pusht-like rewards over a 6-tick limit: one demonstration reaches the goal
+        // (reward 1) after 3 ticks and stops; another hovers at 0.9 for all 6 ticks.
+        let reached = ended(1, 0, &[0.2, 0.6, 1.0], true);
+        let lingered = ended(2, 0, &[0.2, 0.9, 0.9, 0.9, 0.9, 0.9], false);
+        assert!((held_return(&reached, 6) - 4.8).abs() < 1e-5);
+        assert!((held_return(&lingered, 6) - 4.7).abs() < 1e-5);
+        // What was earned is all a failure gets, and a success at the limit gets no more.
+        assert!((held_return(&ended(3, 0, &[1.0, 1.0], true), 2) - 2.0).abs() < 1e-6);
+        let a = first(&return_advantages(
+            &[reached, lingered],
+            &FinetuneConfig::default(),
+            6,
+        ));
+        assert!(a[0] > a[1], "{a:?}");
     }
 }

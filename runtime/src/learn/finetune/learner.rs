@@ -51,17 +51,20 @@ pub struct Learner {
     critic: LatentCritic<Dispatch>,
     rng: StdRng,
     version: u64,
+    max_steps: u32,
 }
 
 impl Learner {
     /// A learner starting from `policy` (version `version`) and `world_model`, which
-    /// is trained with `wm_training` (its `steps` replaced by the fine-tuning config's).
+    /// is trained with `wm_training` (its `steps` replaced by the fine-tuning config's),
+    /// for a robot whose episodes last at most `max_steps` ticks.
     pub fn new(
         policy: (VlaPolicy<Dispatch>, VlaPolicyConfig),
         version: u64,
         world_model: (WorldModel<Dispatch>, WorldModelConfig),
         wm_training: WorldModelTrainConfig,
         config: &FinetuneConfig,
+        max_steps: u32,
         device: &ResolvedDevice,
     ) -> Self {
         Self {
@@ -74,6 +77,7 @@ impl Learner {
             wm_training,
             rng: StdRng::seed_from_u64(config.seed ^ 0xf1e7_0000),
             version,
+            max_steps,
         }
     }
 
@@ -138,8 +142,13 @@ impl Learner {
             device,
             &mut self.rng,
         )?;
-        let (weights, advantages) =
-            transition_weights(episodes, &encoded, &self.critic.valid(), config)?;
+        let (weights, advantages) = transition_weights(
+            episodes,
+            &encoded,
+            &self.critic.valid(),
+            config,
+            self.max_steps,
+        )?;
         let behaviour = self.policy.clone();
         let data = ImitationDataset::new(episodes, &self.policy_config);
         let update;

@@ -91,6 +91,7 @@ pub fn finetune(
         (world_model, wm_config.clone()),
         world_model_training,
         config,
+        robot.spec().max_steps,
         device,
     )
     .with_telemetry(telemetry.clone());
