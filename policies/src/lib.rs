@@ -17,6 +17,7 @@ pub mod importance;
 pub mod input;
 pub mod loss;
 pub mod model;
+pub mod rows;
 pub mod tokenizer;
 pub mod vision;
 
@@ -31,5 +32,6 @@ pub use loss::{BehaviourAnchor, ImitationTargets, gaussian_nll, imitation_loss};
 pub use model::{
     MAX_PARAMETERS, MAX_PATCHES, MAX_VECTOR, VlaPolicy, VlaPolicyConfig, validate_action_limit,
 };
+pub use rows::linear_rows;
 pub use tokenizer::{TokenizerError, VOCABULARY, WordTokenizer};
 pub use vision::{StemActivation, film_modulate, spatial_softmax};

@@ -4,7 +4,7 @@ use burn::module::Param;
 use burn::nn::{Embedding, EmbeddingConfig, Linear, LinearConfig};
 use burn::prelude::*;
 use burn::tensor::activation::gelu;
-use imago_policies::{PolicyInput, film_modulate, spatial_softmax};
+use imago_policies::{PolicyInput, film_modulate, linear_rows, spatial_softmax};
 
 use crate::config::WorldModelConfig;
 use crate::mlp::{Mlp, MlpConfig};
@@ -71,9 +71,9 @@ impl<B: Backend> ObservationEncoder<B> {
             .collect();
         let kept = Tensor::<B, 1, Int>::from_data(TensorData::new(kept, [size * size]), &device);
         let pixels = input.images.clone().select(1, kept);
-        let stem = gelu(self.stem.forward(pixels));
+        let stem = gelu(linear_rows(&self.stem, pixels));
         let channels = stem.dims()[2];
-        let features = film_modulate(stem, self.film.forward(instruction.clone()));
+        let features = film_modulate(stem, linear_rows(&self.film, instruction.clone()));
         let sharpness = self.sharpness.val().reshape([1, 1, channels]);
         let keypoints = spatial_softmax(features * sharpness, size, &device);
         let [batch, _, word_dim] = instruction.dims();

@@ -50,12 +50,19 @@ pub struct Mlp<B: Backend> {
 }
 
 impl<B: Backend> Mlp<B> {
-    /// Applies the MLP to the last dimension of `input`.
+    /// Applies the MLP to the last dimension of `input`, every leading dimension folded
+    /// into rows first so that each layer is one GEMM (`imago_policies::rows`).
     pub fn forward<const D: usize>(&self, input: Tensor<B, D>) -> Tensor<B, D> {
+        let mut dims = input.dims();
+        let rows = dims[..D - 1].iter().product();
         let x = self
             .hidden
             .iter()
-            .fold(input, |x, layer| gelu(layer.forward(x)));
-        self.output.forward(x)
+            .fold(input.reshape([rows, dims[D - 1]]), |x, layer| {
+                gelu(layer.forward(x))
+            });
+        let out = self.output.forward(x);
+        dims[D - 1] = out.dims()[1];
+        out.reshape(dims)
     }
 }

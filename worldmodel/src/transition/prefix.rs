@@ -3,6 +3,7 @@
 
 use burn::nn::{Embedding, EmbeddingConfig, Linear, LinearConfig};
 use burn::prelude::*;
+use imago_policies::linear_rows;
 
 use crate::config::WorldModelConfig;
 use crate::mlp::{Mlp, MlpConfig};
@@ -46,8 +47,8 @@ impl<B: Backend> ActionPrefix<B> {
         debug_assert!(horizon <= self.max_horizon);
         let device = latent.device();
         let [_, d] = latent.dims();
-        let embedded = self.action_embed.forward(actions);
-        let prefix_sums = lower_triangular::<B>(horizon, &device).matmul(embedded);
+        // One GEMM over all `B H` actions, then a running sum along the horizon.
+        let prefix_sums = linear_rows(&self.action_embed, actions).cumsum(1);
         let horizons =
             Tensor::<B, 1, Int>::arange(0..horizon as i64, &device).reshape([1, horizon]);
         let summary = prefix_sums + self.horizon_embed.forward(horizons);
@@ -60,12 +61,4 @@ impl<B: Backend> ActionPrefix<B> {
             .forward(Tensor::cat(vec![start.clone(), summary], 2));
         start + delta
     }
-}
-
-/// `[1, H, H]` with ones on and below the diagonal: multiplying by it sums prefixes.
-fn lower_triangular<B: Backend>(horizon: usize, device: &B::Device) -> Tensor<B, 3> {
-    let values: Vec<f32> = (0..horizon)
-        .flat_map(|row| (0..horizon).map(move |col| if col <= row { 1.0 } else { 0.0 }))
-        .collect();
-    Tensor::from_data(TensorData::new(values, [1, horizon, horizon]), device)
 }

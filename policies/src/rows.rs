@@ -1,0 +1,43 @@
+//! Linear layers over many rows as one matrix product.
+//!
+//! burn-ndarray multiplies a `[B, H, K]` input by a `[K, N]` weight as `B` separate
+//! products: it broadcasts the weight and loops over the batch, so a layer applied to
+//! `[512, 1, K]` (one step of closed-loop imagination) is 512 matrix-vector products.
+//! Folding every leading dimension into rows makes it one GEMM, which the GEMM's own
+//! threads then split (docs/performance.md).
+
+use burn::nn::Linear;
+use burn::prelude::*;
+
+/// `layer` applied to the last dimension of `input`, all leading dimensions folded
+/// into the rows of one product; the same values as `layer.forward(input)`.
+pub fn linear_rows<B: Backend, const D: usize>(
+    layer: &Linear<B>,
+    input: Tensor<B, D>,
+) -> Tensor<B, D> {
+    let mut dims = input.dims();
+    let rows = dims[..D - 1].iter().product();
+    let out = layer.forward(input.reshape([rows, dims[D - 1]]));
+    dims[D - 1] = out.dims()[1];
+    out.reshape(dims)
+}
+
+#[cfg(test)]
+mod tests {
+    use burn::backend::NdArray;
+    use burn::nn::LinearConfig;
+    use burn::tensor::Distribution;
+
+    use super::*;
+
+    #[test]
+    fn folded_rows_match_the_broadcast_product() {
+        let device = Default::default();
+        let layer = LinearConfig::new(5, 3).init::<NdArray>(&device);
+        let input = Tensor::<NdArray, 3>::random([4, 2, 5], Distribution::Default, &device);
+        let folded = linear_rows(&layer, input.clone());
+        assert_eq!(folded.dims(), [4, 2, 3]);
+        let gap = (folded - layer.forward(input)).abs().max().into_scalar();
+        assert!(gap < 1e-6, "{gap}");
+    }
+}
