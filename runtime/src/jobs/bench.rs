@@ -29,6 +29,8 @@ use crate::store::replay::read_replay;
 pub struct BenchReport {
     /// The device.
     pub device: String,
+    /// Parameters of the policy (weights and biases).
+    pub parameters: usize,
     /// Transitions per training step.
     pub batch_size: usize,
     /// Timed training steps.
@@ -91,6 +93,7 @@ pub fn bench_policy(
     )?;
     Ok(BenchReport {
         device: device.description.clone(),
+        parameters: config.parameter_count(),
         batch_size,
         steps,
         train_step_p50_ms: quantile(&times, 0.5),
@@ -107,6 +110,8 @@ pub struct WorldModelBenchRow {
     pub device: String,
     /// The transition family.
     pub family: TransitionFamily,
+    /// Parameters of the world model (both encoders, every member, the heads).
+    pub parameters: usize,
     /// Windows per training step.
     pub batch_size: usize,
     /// Horizon of training windows and of imagination.
@@ -250,6 +255,7 @@ pub fn bench_world_model(
         rows.push(WorldModelBenchRow {
             device: device.description.clone(),
             family,
+            parameters: config.parameter_count(),
             batch_size,
             horizon,
             train_step_p50_ms: quantile(&times, 0.5),
