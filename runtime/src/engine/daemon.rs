@@ -457,6 +457,9 @@ pub fn run_daemon(
     } = prepare(config, options, device)?;
     let finetune = &config.learner.finetune;
     let mailbox = SnapshotMailbox::default();
+    // The learner computes on lower-priority threads so that the actor keeps its
+    // deadlines on the same cores (engine/priority.rs).
+    let learner_pool = super::priority::learner_pool()?;
     let started = Instant::now();
     let deadline = options.duration.map(|d| started + d);
     let mut learning_steps = 0u64;
@@ -488,14 +491,14 @@ pub fn run_daemon(
                     std::thread::sleep(Duration::from_millis(50));
                     continue;
                 }
-                let step = (|| -> anyhow::Result<bool> {
+                let step = learner_pool.install(|| -> anyhow::Result<bool> {
                     let Some(episodes) = fresh_replay(&replay, &learner, &config.learner)? else {
                         return Ok(false);
                     };
                     learner.learn(&episodes, finetune, device)?;
                     mailbox.publish(snapshot(&learner));
                     Ok(true)
-                })();
+                });
                 match step {
                     Ok(true) => learning_steps += 1,
                     Ok(false) => std::thread::sleep(Duration::from_millis(200)),

@@ -6,6 +6,7 @@
 mod actor;
 mod clock;
 pub mod daemon;
+mod priority;
 mod snapshot;
 mod stats;
 mod status;
@@ -88,18 +89,24 @@ pub fn run_control_loop(
         let actor_thread = scope.spawn(move || {
             // Whatever way the actor ends (a return, an error, a panic), everyone stops.
             let _stop_all = StopOnDrop(stop);
-            let stats = run_actor(
-                config,
-                policy_config,
-                Arc::new(initial),
-                device,
-                mailbox,
-                &sender,
-                first_episode,
-                live,
-                telemetry,
-                stop,
-            );
+            // The actor's tensor math runs on a pool of its own, never queued behind
+            // the learner's (engine/priority.rs).
+            let stats = priority::actor_pool().and_then(|pool| {
+                pool.install(|| {
+                    run_actor(
+                        config,
+                        policy_config,
+                        Arc::new(initial),
+                        device,
+                        mailbox,
+                        &sender,
+                        first_episode,
+                        live,
+                        telemetry,
+                        stop,
+                    )
+                })
+            });
             drop(sender);
             stats
         });
