@@ -541,7 +541,7 @@ mod tests {
     use super::*;
     use crate::input::PolicyBatch;
     use crate::loss::{ImitationTargets, imitation_loss};
-    use burn::backend::{Autodiff, Flex};
+    use burn::backend::{Autodiff, Flex, NdArray};
     use burn::optim::{AdamConfig, GradientsParams, Optimizer};
     use imago_robots::reacher2d::Reacher2d;
     use imago_robots::{Observation, Robot};
@@ -649,6 +649,11 @@ mod tests {
 
     #[test]
     fn actions_are_displacements_from_the_action_origin() {
+        // The flow loss draws its noise from the backend's global generator, seeded just
+        // before each of the two losses compared. Other tests of this crate initialise
+        // models on Flex at the same time, so this one runs on a backend no other test
+        // here draws from.
+        type Solo = Autodiff<NdArray>;
         let device = Default::default();
         let obs = observations(3);
         let mut absolute = config();
@@ -662,7 +667,7 @@ mod tests {
             .collect();
         for head in ActionHeadKind::ALL {
             // One network; only where its displacements are measured from differs.
-            let policy = absolute.clone().with_head(head).init::<B>(&device);
+            let policy = absolute.clone().with_head(head).init::<Solo>(&device);
             let act = |config: &VlaPolicyConfig| -> Vec<f32> {
                 let input = batch_of(config, &obs).to_input(&device);
                 policy.act(input, None).into_data().to_vec().unwrap()
@@ -674,22 +679,22 @@ mod tests {
             }
             // The loss sees the same displacements: target `origin + c` under the
             // relative batch is target `c` under the absolute one.
-            let chunk = Tensor::<B, 3>::from_data(
+            let chunk = Tensor::<Solo, 3>::from_data(
                 TensorData::new([0.3f32, -0.2].repeat(12), [3, 4, 2]),
                 &device,
             );
-            let loss = |config: &VlaPolicyConfig, actions: Tensor<B, 3>| -> f32 {
+            let loss = |config: &VlaPolicyConfig, actions: Tensor<Solo, 3>| -> f32 {
                 let input = batch_of(config, &obs).to_input(&device);
                 let targets = ImitationTargets {
                     actions,
                     mask: Tensor::ones([3, 4], &device),
                     weights: None,
                 };
-                B::seed(&device, 11);
+                Solo::seed(&device, 11);
                 imitation_loss(&policy, input, &targets, None).into_scalar()
             };
             let shifted = chunk.clone()
-                + Tensor::<B, 2>::from_data(TensorData::new(origin.clone(), [3, 2]), &device)
+                + Tensor::<Solo, 2>::from_data(TensorData::new(origin.clone(), [3, 2]), &device)
                     .unsqueeze_dim::<3>(1);
             let (plain, moved) = (loss(&absolute, chunk), loss(&relative, shifted));
             assert!((plain - moved).abs() < 1e-4, "{head}: {plain} vs {moved}");

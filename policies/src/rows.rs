@@ -24,7 +24,7 @@ pub fn linear_rows<B: Backend, const D: usize>(
 
 #[cfg(test)]
 mod tests {
-    use burn::backend::NdArray;
+    use burn::backend::Flex;
     use burn::nn::LinearConfig;
     use burn::tensor::Distribution;
 
@@ -33,8 +33,8 @@ mod tests {
     #[test]
     fn folded_rows_match_the_broadcast_product() {
         let device = Default::default();
-        let layer = LinearConfig::new(5, 3).init::<NdArray>(&device);
-        let input = Tensor::<NdArray, 3>::random([4, 2, 5], Distribution::Default, &device);
+        let layer = LinearConfig::new(5, 3).init::<Flex>(&device);
+        let input = Tensor::<Flex, 3>::random([4, 2, 5], Distribution::Default, &device);
         let folded = linear_rows(&layer, input.clone());
         assert_eq!(folded.dims(), [4, 2, 3]);
         let gap = (folded - layer.forward(input)).abs().max().into_scalar();
