@@ -32,6 +32,6 @@ pub use loss::{BehaviourAnchor, ImitationTargets, gaussian_nll, imitation_loss};
 pub use model::{
     MAX_PARAMETERS, MAX_PATCHES, MAX_VECTOR, VlaPolicy, VlaPolicyConfig, validate_action_limit,
 };
-pub use rows::linear_rows;
+pub use rows::{linear_rows, on_rows};
 pub use tokenizer::{TokenizerError, VOCABULARY, WordTokenizer};
 pub use vision::{StemActivation, film_modulate, spatial_softmax};

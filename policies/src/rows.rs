@@ -9,17 +9,26 @@
 use burn::nn::Linear;
 use burn::prelude::*;
 
+/// `f`, a map from rows `[R, K]` to rows `[R, N]`, applied to the last dimension of
+/// `input`: every leading dimension is folded into the rows first and unfolded after.
+pub fn on_rows<B: Backend, const D: usize>(
+    input: Tensor<B, D>,
+    f: impl FnOnce(Tensor<B, 2>) -> Tensor<B, 2>,
+) -> Tensor<B, D> {
+    let mut dims = input.dims();
+    let rows = dims[..D - 1].iter().product();
+    let out = f(input.reshape([rows, dims[D - 1]]));
+    dims[D - 1] = out.dims()[1];
+    out.reshape(dims)
+}
+
 /// `layer` applied to the last dimension of `input`, all leading dimensions folded
 /// into the rows of one product; the same values as `layer.forward(input)`.
 pub fn linear_rows<B: Backend, const D: usize>(
     layer: &Linear<B>,
     input: Tensor<B, D>,
 ) -> Tensor<B, D> {
-    let mut dims = input.dims();
-    let rows = dims[..D - 1].iter().product();
-    let out = layer.forward(input.reshape([rows, dims[D - 1]]));
-    dims[D - 1] = out.dims()[1];
-    out.reshape(dims)
+    on_rows(input, |rows| layer.forward(rows))
 }
 
 #[cfg(test)]

@@ -3,6 +3,7 @@
 use burn::nn::{Initializer, Linear, LinearConfig};
 use burn::prelude::*;
 use burn::tensor::activation::gelu;
+use imago_policies::on_rows;
 
 /// Layer sizes of an [`Mlp`].
 #[derive(Config, Debug)]
@@ -51,18 +52,14 @@ pub struct Mlp<B: Backend> {
 
 impl<B: Backend> Mlp<B> {
     /// Applies the MLP to the last dimension of `input`, every leading dimension folded
-    /// into rows first so that each layer is one GEMM (`imago_policies::rows`).
+    /// into rows first so that each layer is one GEMM ([`on_rows`]).
     pub fn forward<const D: usize>(&self, input: Tensor<B, D>) -> Tensor<B, D> {
-        let mut dims = input.dims();
-        let rows = dims[..D - 1].iter().product();
-        let x = self
-            .hidden
-            .iter()
-            .fold(input.reshape([rows, dims[D - 1]]), |x, layer| {
-                gelu(layer.forward(x))
-            });
-        let out = self.output.forward(x);
-        dims[D - 1] = out.dims()[1];
-        out.reshape(dims)
+        on_rows(input, |rows| {
+            let x = self
+                .hidden
+                .iter()
+                .fold(rows, |x, layer| gelu(layer.forward(x)));
+            self.output.forward(x)
+        })
     }
 }

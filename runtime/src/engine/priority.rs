@@ -35,29 +35,48 @@ pub fn learner_pool() -> anyhow::Result<rayon::ThreadPool> {
         .map_err(|e| anyhow::anyhow!("cannot start the learner's compute threads: {e}"))
 }
 
-/// Lowers the calling thread's scheduling priority by `increment` nice levels (never
-/// above 19) and returns its new nice value. Linux keeps a nice value per thread, so
-/// only this thread is affected; lowering needs no privilege. Elsewhere, and if the
-/// system refuses, nothing changes and `None` is returned.
-pub fn lower_thread_priority(increment: i32) -> Option<i32> {
+/// The calling thread's id, the `who` of the priority calls: Linux keeps a nice value
+/// per thread.
+#[cfg(target_os = "linux")]
+fn this_thread() -> libc::id_t {
+    // SAFETY: gettid takes no arguments and cannot fail.
+    unsafe { libc::syscall(libc::SYS_gettid) as libc::id_t }
+}
+
+/// The calling thread's nice value; `None` elsewhere than on Linux or if the system
+/// does not say.
+pub fn thread_nice() -> Option<i32> {
     #[cfg(target_os = "linux")]
     {
-        // SAFETY: gettid, getpriority and setpriority take plain integers and touch
-        // only the calling thread's scheduling attributes.
+        // SAFETY: getpriority only reads this thread's scheduling attributes, and
+        // errno is this thread's (-1 is also a valid nice value: errno tells them apart).
         unsafe {
-            let thread = libc::syscall(libc::SYS_gettid) as libc::id_t;
             *libc::__errno_location() = 0;
-            let current = libc::getpriority(libc::PRIO_PROCESS, thread);
-            if current == -1 && *libc::__errno_location() != 0 {
-                return None;
-            }
-            let wanted = (current + increment).min(19);
-            (libc::setpriority(libc::PRIO_PROCESS, thread, wanted) == 0).then_some(wanted)
+            let nice = libc::getpriority(libc::PRIO_PROCESS, this_thread());
+            (nice != -1 || *libc::__errno_location() == 0).then_some(nice)
         }
     }
     #[cfg(not(target_os = "linux"))]
     {
-        let _ = increment;
+        None
+    }
+}
+
+/// Lowers the calling thread's scheduling priority by `increment` nice levels (never
+/// above 19) and returns its new nice value. Only this thread is affected, and
+/// lowering needs no privilege. Elsewhere than on Linux, and if the system refuses,
+/// nothing changes and `None` is returned.
+pub fn lower_thread_priority(increment: i32) -> Option<i32> {
+    let wanted = (thread_nice()? + increment).min(19);
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: setpriority changes only this thread's nice value.
+        let set = unsafe { libc::setpriority(libc::PRIO_PROCESS, this_thread(), wanted) };
+        (set == 0).then_some(wanted)
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = wanted;
         None
     }
 }
@@ -73,20 +92,14 @@ mod tests {
         let learner = learner_pool().unwrap();
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         assert_eq!(learner.install(rayon::current_num_threads), cores);
+        let here = thread_nice();
         #[cfg(target_os = "linux")]
-        {
-            let nice = || unsafe {
-                libc::getpriority(
-                    libc::PRIO_PROCESS,
-                    libc::syscall(libc::SYS_gettid) as libc::id_t,
-                )
-            };
-            let here = nice();
-            // A learner worker runs LEARNER_NICENESS levels lower (capped at 19); the
-            // actor's worker and this thread keep their priority.
-            assert_eq!(learner.install(nice), (here + LEARNER_NICENESS).min(19));
-            assert_eq!(actor.install(nice), here);
-            assert_eq!(nice(), here);
-        }
+        assert!(here.is_some(), "Linux reports a thread's nice value");
+        // A learner worker runs LEARNER_NICENESS levels lower (capped at 19); the
+        // actor's worker and this thread keep their priority.
+        let lowered = here.map(|n| (n + LEARNER_NICENESS).min(19));
+        assert_eq!(learner.install(thread_nice), lowered);
+        assert_eq!(actor.install(thread_nice), here);
+        assert_eq!(thread_nice(), here);
     }
 }
