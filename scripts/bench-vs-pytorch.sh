@@ -8,11 +8,19 @@
 # Usage: PYTHON=/path/to/python-with-torch scripts/bench-vs-pytorch.sh [ROUNDS] [--compile]
 #   ROUNDS   rounds of each side (default 2)
 #   --compile  also time torch.compile'd twins (minutes of compilation per model)
-# Figures and raw JSON go to target/bench-vs-pytorch/.
+# Figures and raw JSON go to target/bench-vs-pytorch/, replaced by each run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds="${1:-2}"
 compile="${2:-}"
+if ! [[ "$rounds" =~ ^[1-9][0-9]*$ ]]; then
+    echo "bench-vs-pytorch: ROUNDS must be a positive whole number, got '$rounds'" >&2
+    exit 2
+fi
+if [ -n "$compile" ] && [ "$compile" != "--compile" ]; then
+    echo "bench-vs-pytorch: unknown option '$compile' (the only one is --compile)" >&2
+    exit 2
+fi
 python="${PYTHON:-python3}"
 threads="${THREADS:-2}"
 out=target/bench-vs-pytorch

@@ -147,13 +147,19 @@ def gaussian_nll(mean, log_std, target, mask):
     return (per_step * mask).sum() / mask.sum().clamp_min(1e-6)
 
 
+def instruction_host(rows, rng):
+    """Word ids and mean weights of 4-word instructions padded to WORDS."""
+    words = np.zeros((rows, WORDS), dtype=np.int64)
+    words[:, :4] = rng.integers(1, VOCAB, size=(rows, 4))
+    weights = np.zeros((rows, WORDS), dtype=np.float32)
+    weights[:, :4] = 0.25
+    return words, weights
+
+
 def policy_host_batch(batch, rng):
     """Host buffers shaped as PolicyBatch fills them."""
     tokens = 2 + WORDS + (IMAGE // PATCH) ** 2
-    words = np.zeros((batch, WORDS), dtype=np.int64)
-    words[:, :4] = rng.integers(1, VOCAB, size=(batch, 4))
-    weights = np.zeros((batch, WORDS), dtype=np.float32)
-    weights[:, :4] = 0.25
+    words, weights = instruction_host(batch, rng)
     pad = np.zeros((batch, tokens), dtype=bool)
     pad[:, 2 + 4 : 2 + WORDS] = True
     return {
@@ -378,10 +384,7 @@ def world_model_loss(model, starts, frames, actions, rewards, continues, returns
 
 
 def wm_host_batch(rows, rng):
-    words = np.zeros((rows, WORDS), dtype=np.int64)
-    words[:, :4] = rng.integers(1, VOCAB, size=(rows, 4))
-    weights = np.zeros((rows, WORDS), dtype=np.float32)
-    weights[:, :4] = 0.25
+    words, weights = instruction_host(rows, rng)
     return (
         rng.random((rows, IMAGE * IMAGE, 3), dtype=np.float32),
         words,
@@ -427,8 +430,8 @@ def bench_world_model(batch, steps, compiled):
         model = WorldModel(family)
         parameters = sum(p.numel() for p in model.parameters())
         loss_fn = torch.compile(world_model_loss) if compiled else world_model_loss
-        optimizer = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=3e-3)
         trainable = [p for p in model.parameters() if p.requires_grad]
+        optimizer = torch.optim.Adam(trainable, lr=3e-3)
         # A pool of windows drawn from as WindowDataset::fill copies them, inside the
         # timed region.
         pool = 64
@@ -439,14 +442,14 @@ def bench_world_model(batch, steps, compiled):
         times = []
         for step in range(steps + 3):
             start = time.perf_counter()
-            rows_ = rng.integers(0, pool, batch)
-            frame_rows = (rows_[:, None] * (horizon + 1) + np.arange(horizon + 1)).reshape(-1)
-            starts = tuple(torch.from_numpy(x[rows_]) for x in pool_starts)
+            windows = rng.integers(0, pool, batch)
+            frame_rows = (windows[:, None] * (horizon + 1) + np.arange(horizon + 1)).reshape(-1)
+            starts = tuple(torch.from_numpy(x[windows]) for x in pool_starts)
             frames = tuple(torch.from_numpy(x[frame_rows]) for x in pool_frames)
-            actions = torch.from_numpy(pool_actions[rows_])
-            rewards = torch.from_numpy(pool_rewards[rows_])
+            actions = torch.from_numpy(pool_actions[windows])
+            rewards = torch.from_numpy(pool_rewards[windows])
             continues = torch.ones(batch, horizon)
-            returns = torch.from_numpy(pool_rewards[rows_])
+            returns = torch.from_numpy(pool_rewards[windows])
             member_weights = torch.from_numpy(
                 rng.poisson(1.0, (ENSEMBLE, batch)).astype(np.float32)
             )
@@ -469,7 +472,7 @@ def bench_world_model(batch, steps, compiled):
             start_latents = model.encoder(*(torch.tensor(x) for x in wm_host_batch(imagination_batch, rng)))
             index = torch.arange(imagination_batch * horizon * ACTIONS, dtype=torch.float32)
             fixed = torch.sin(index * 0.37).reshape(imagination_batch, horizon, ACTIONS)
-            closed_fn = torch.compile(imagine) if compiled else imagine
+            imagine_fn = torch.compile(imagine) if compiled else imagine
 
             def timed(call):
                 times = []
@@ -480,8 +483,8 @@ def bench_world_model(batch, steps, compiled):
                         times.append((time.perf_counter() - begin) * 1e3)
                 return statistics.median(times)
 
-            closed = timed(lambda: closed_fn(model, start_latents))
-            open_loop = timed(lambda: closed_fn(model, start_latents, fixed))
+            closed = timed(lambda: imagine_fn(model, start_latents))
+            open_loop = timed(lambda: imagine_fn(model, start_latents, fixed))
         rows.append({
             "family": family,
             "parameters": parameters,
@@ -518,6 +521,7 @@ def gemm(threads):
 
 
 def median_of(paths, key, select=lambda report: report):
+    """The median of `key` over the reports in `paths`; None without any."""
     values = []
     for path in paths:
         with open(path) as f:
@@ -536,6 +540,8 @@ def table(directory):
         rows.append((f"world model step, {family}, p50 ms", "train_step_p50_ms", "worldmodel", family, False))
     for family in ("residual-mlp", "salt", "action-prefix"):
         rows.append((f"imagination 512x8 closed loop, {family}, steps/s", "imagined_steps_per_s", "worldmodel", family, True))
+    if not files("imago-*.json") or not files("torch-*.json"):
+        raise SystemExit(f"{directory}: no imago-*.json and torch-*.json reports; run scripts/bench-vs-pytorch.sh first")
     compiled = bool(files("compiled-*.json"))
     header = f"{'figure':<52} {'imago':>10} {'eager':>10} {'imago/eager':>12}"
     if compiled:
@@ -574,6 +580,10 @@ def main():
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--compile", action="store_true")
     args = parser.parse_args()
+    for name in ("batch_size", "steps", "threads"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            parser.error(f"--{name.replace('_', '-')} must be at least 1, got {value}")
     if args.table:
         print(table(args.table))
         return
