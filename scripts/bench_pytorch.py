@@ -521,11 +521,13 @@ def gemm(threads):
 
 
 def median_of(paths, key, select=lambda report: report):
-    """The median of `key` over the reports in `paths`; None without any."""
+    """The median of `key` over the reports in `paths` that have it; None without any."""
     values = []
     for path in paths:
         with open(path) as f:
-            values.append(select(json.load(f))[key])
+            value = select(json.load(f)).get(key)
+        if value is not None:
+            values.append(value)
     return statistics.median(values) if values else None
 
 
@@ -534,8 +536,12 @@ def table(directory):
     files = lambda pattern: sorted(glob.glob(os.path.join(directory, pattern)))
     lines = []
     policy = files("imago-policy-*.json")
+    # (label, imago's key, report kind, family, higher is better); PyTorch's key is the
+    # same, except that imago's host forward is compared with PyTorch's one inference.
     rows = [("policy BC step, batch 32, p50 ms", "train_step_p50_ms", "policy", None, False),
-            ("policy inference, batch 1, p50 ms", "inference_p50_ms", "policy", None, False)]
+            ("policy inference, batch 1, p50 ms", "inference_p50_ms", "policy", None, False),
+            ("policy inference, batch 1, host forward, p50 ms", "host_inference_p50_ms", "policy", None, False)]
+    torch_key = {"host_inference_p50_ms": "inference_p50_ms"}
     for family in ("residual-mlp", "salt", "action-prefix"):
         rows.append((f"world model step, {family}, p50 ms", "train_step_p50_ms", "worldmodel", family, False))
     for family in ("residual-mlp", "salt", "action-prefix"):
@@ -550,8 +556,11 @@ def table(directory):
     for label, key, what, family, higher_is_better in rows:
         select = (lambda r: r) if family is None else (
             lambda rows, family=family: next(r for r in rows if r["family"] == family))
-        figures = [median_of(files(f"{side}-{what}-*.json"), key, select)
+        figures = [median_of(files(f"{side}-{what}-*.json"),
+                             key if side == "imago" else torch_key.get(key, key), select)
                    for side in ("imago", "torch", "compiled")]
+        if figures[0] is None:
+            continue
         counts = [median_of(files(f"{side}-{what}-*.json"), "parameters", select)
                   for side in ("imago", "torch")]
         if counts[0] != counts[1]:

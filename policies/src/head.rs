@@ -77,12 +77,12 @@ impl<B: Backend> GaussianChunk<B> {
 /// The Gaussian head: an MLP from the summary to means and bounded log stds.
 #[derive(Module, Debug)]
 pub struct GaussianHead<B: Backend> {
-    hidden: Linear<B>,
-    out: Linear<B>,
+    pub(crate) hidden: Linear<B>,
+    pub(crate) out: Linear<B>,
     chunk_len: usize,
     action_dim: usize,
-    min_log_std: f64,
-    max_log_std: f64,
+    pub(crate) min_log_std: f64,
+    pub(crate) max_log_std: f64,
 }
 
 impl<B: Backend> GaussianHead<B> {

@@ -77,6 +77,22 @@ pub struct PolicyInput<B: Backend> {
     pub action_origin: Tensor<B, 2>,
 }
 
+/// One observation of a [`PolicyBatch`], as the host forward reads it.
+pub(crate) struct BatchRow<'a> {
+    /// `[size * size * 3]`, in `[0, 1]`.
+    pub images: &'a [f32],
+    /// `[max_words]`.
+    pub words: &'a [i64],
+    /// `[max_words]`.
+    pub word_weights: &'a [f32],
+    /// `[tokens]`, `true` = padding.
+    pub pad: &'a [bool],
+    /// `[inputs]`.
+    pub proprio: &'a [f32],
+    /// `[A]`.
+    pub action_origin: &'a [f32],
+}
+
 /// Host-side buffers of a batch of observations, filled one observation at a time
 /// and turned into tensors in one transfer.
 #[derive(Debug, Clone)]
@@ -200,6 +216,20 @@ impl PolicyBatch {
         }
         self.len += 1;
         Ok(())
+    }
+
+    /// Observation `i` (pushed earlier) as host slices.
+    pub(crate) fn row(&self, i: usize) -> BatchRow<'_> {
+        let c = &self.config;
+        let slice = |len: usize| i * len..(i + 1) * len;
+        BatchRow {
+            images: &self.images[slice(c.image_size * c.image_size * 3)],
+            words: &self.words[slice(c.max_words)],
+            word_weights: &self.word_weights[slice(c.max_words)],
+            pad: &self.pad[slice(c.token_count())],
+            proprio: &self.proprio[slice(c.proprio_inputs.len())],
+            action_origin: &self.action_origin[slice(c.action_dim())],
+        }
     }
 
     /// The batch as tensors on `device` (images at the policy's `image_size`).

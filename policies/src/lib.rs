@@ -13,6 +13,7 @@ pub mod advantage;
 pub mod flow;
 pub mod habc;
 pub mod head;
+pub mod host;
 pub mod importance;
 pub mod input;
 pub mod loss;
@@ -26,6 +27,7 @@ pub use advantage::{
 };
 pub use habc::{HabcGate, SegmentCredit, segment_credit};
 pub use head::{ActionHead, ActionHeadKind, FlowHead, GaussianChunk, GaussianHead};
+pub use host::{HostPolicy, HostScratch};
 pub use importance::{effective_sample_size, truncated_importance_weights};
 pub use input::{PolicyBatch, PolicyInput, PolicyInputError};
 pub use loss::{BehaviourAnchor, ImitationTargets, gaussian_nll, imitation_loss};

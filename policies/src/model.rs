@@ -358,28 +358,28 @@ pub fn validate_action_limit(limit: &[f32]) -> Result<(), ConfigError> {
 /// The vision-language-action policy; see the crate documentation.
 #[derive(Module, Debug)]
 pub struct VlaPolicy<B: Backend> {
-    stem: Linear<B>,
-    keypoint_embed: Linear<B>,
+    pub(crate) stem: Linear<B>,
+    pub(crate) keypoint_embed: Linear<B>,
     /// Inverse temperature of each channel's spatial softmax; it starts high so that a
     /// few strongly activated pixels (a target) dominate thousands of background ones.
-    keypoint_sharpness: Param<Tensor<B, 1>>,
-    film: Linear<B>,
-    patch_embed: Linear<B>,
-    patch_coordinates: Linear<B>,
-    word_embed: Embedding<B>,
-    word_position: Embedding<B>,
-    proprio_embed: Linear<B>,
-    token_type: Embedding<B>,
-    encoder: TransformerEncoder<B>,
-    readout_norm: LayerNorm<B>,
-    head: ActionHead<B>,
+    pub(crate) keypoint_sharpness: Param<Tensor<B, 1>>,
+    pub(crate) film: Linear<B>,
+    pub(crate) patch_embed: Linear<B>,
+    pub(crate) patch_coordinates: Linear<B>,
+    pub(crate) word_embed: Embedding<B>,
+    pub(crate) word_position: Embedding<B>,
+    pub(crate) proprio_embed: Linear<B>,
+    pub(crate) token_type: Embedding<B>,
+    pub(crate) encoder: TransformerEncoder<B>,
+    pub(crate) readout_norm: LayerNorm<B>,
+    pub(crate) head: ActionHead<B>,
     #[module(skip)]
-    stem_activation: StemActivation,
-    image_size: usize,
-    patch_size: usize,
-    chunk_len: usize,
-    action_dim: usize,
-    flow_steps: usize,
+    pub(crate) stem_activation: StemActivation,
+    pub(crate) image_size: usize,
+    pub(crate) patch_size: usize,
+    pub(crate) chunk_len: usize,
+    pub(crate) action_dim: usize,
+    pub(crate) flow_steps: usize,
 }
 
 impl<B: Backend> VlaPolicy<B> {
@@ -517,7 +517,18 @@ const COORDINATE_FEATURES: usize = 14;
 /// (x right, y up), `[1, N, COORDINATE_FEATURES]`: explicit, smooth positions that let
 /// attention turn "which patch" into "where" linearly.
 fn patch_coordinate_features<B: Backend>(grid: usize, device: &B::Device) -> Tensor<B, 3> {
-    let features: Vec<f32> = (0..grid)
+    Tensor::from_data(
+        TensorData::new(
+            patch_coordinate_values(grid),
+            [1, grid * grid, COORDINATE_FEATURES],
+        ),
+        device,
+    )
+}
+
+/// The values of [`patch_coordinate_features`], row-major `[N, COORDINATE_FEATURES]`.
+pub(crate) fn patch_coordinate_values(grid: usize) -> Vec<f32> {
+    (0..grid)
         .flat_map(|row| (0..grid).map(move |col| (row, col)))
         .flat_map(|(row, col)| {
             let x = -1.0 + (2 * col + 1) as f32 / grid as f32;
@@ -529,11 +540,7 @@ fn patch_coordinate_features<B: Backend>(grid: usize, device: &B::Device) -> Ten
             }
             f
         })
-        .collect();
-    Tensor::from_data(
-        TensorData::new(features, [1, grid * grid, COORDINATE_FEATURES]),
-        device,
-    )
+        .collect()
 }
 
 #[cfg(test)]

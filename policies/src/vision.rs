@@ -37,15 +37,22 @@ pub fn spatial_softmax<B: Backend>(
 ) -> Tensor<B, 2> {
     let [batch, pixels, channels] = features.dims();
     let weights = softmax(features, 1);
-    // Row 0 holds every pixel's x, row 1 its y.
-    let xs = (0..size).flat_map(|_| (0..size).map(|col| -1.0 + (2 * col + 1) as f32 / size as f32));
-    let ys =
-        (0..size).flat_map(|row| (0..size).map(move |_| 1.0 - (2 * row + 1) as f32 / size as f32));
-    let coordinates: Vec<f32> = xs.chain(ys).collect();
-    let grid = Tensor::<B, 3>::from_data(TensorData::new(coordinates, [1, 2, pixels]), device);
+    let grid = Tensor::<B, 3>::from_data(
+        TensorData::new(pixel_coordinates(size), [1, 2, pixels]),
+        device,
+    );
     // [1, 2, pixels] x [B, pixels, C] -> [B, 2, C]: the x row then the y row, with no
     // transposed copy of the weights.
     grid.matmul(weights).reshape([batch, 2 * channels])
+}
+
+/// The coordinates of every pixel of a `size x size` frame (row-major) in `[-1, 1]`,
+/// y up: every pixel's x, then every pixel's y (`2 * size * size` values).
+pub(crate) fn pixel_coordinates(size: usize) -> Vec<f32> {
+    let xs = (0..size).flat_map(|_| (0..size).map(|col| -1.0 + (2 * col + 1) as f32 / size as f32));
+    let ys =
+        (0..size).flat_map(|row| (0..size).map(move |_| 1.0 - (2 * row + 1) as f32 / size as f32));
+    xs.chain(ys).collect()
 }
 
 /// FiLM (feature-wise linear modulation, as in RT-1): scales and shifts each channel

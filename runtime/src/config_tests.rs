@@ -46,6 +46,8 @@ const KEYS: &[(&str, Kind, f64, f64)] = &[
     ("actor.robot.safety.max_rate", Kind::Float, 0.001, 100.0),
     ("actor.robot.safety.trip_factor", Kind::Float, 1.0, 1000.0),
     ("learner.min_episodes", Kind::Integer, 1.0, 100_000.0),
+    // From `learner.min_episodes` (8 by default) on.
+    ("learner.window_episodes", Kind::Integer, 8.0, 100_000.0),
     ("learner.finetune.rounds", Kind::Integer, 1.0, 10_000.0),
     (
         "learner.finetune.episodes_per_round",
@@ -255,4 +257,17 @@ fn the_retention_limit_depends_on_the_segment_size() {
     let text = "robot = \"reacher2d\"\n[replay]\nsegment_bytes = 65536\nretention_bytes = 1000\n";
     let error = format!("{:#}", DaemonConfig::parse(text).unwrap_err());
     assert!(error.contains("replay.retention_bytes"), "{error}");
+}
+
+#[test]
+fn the_learner_window_holds_at_least_the_episodes_a_step_waits_for() {
+    let text = "robot = \"reacher2d\"\n[learner]\nmin_episodes = 20\nwindow_episodes = 16\n";
+    let error = format!("{:#}", DaemonConfig::parse(text).unwrap_err());
+    assert!(error.contains("learner.window_episodes"), "{error}");
+    assert!(error.contains("20"), "{error}");
+    let fits = "robot = \"reacher2d\"\n[learner]\nmin_episodes = 16\nwindow_episodes = 16\n";
+    assert_eq!(
+        DaemonConfig::parse(fits).unwrap().learner.window_episodes,
+        16
+    );
 }

@@ -5,10 +5,12 @@ use std::path::PathBuf;
 use clap::{Args, ValueEnum};
 use imago_kernels::bench::KernelBenchRow;
 use imago_runtime::device::{DeviceSpec, resolve};
+use imago_runtime::engine::daemon::LearnerConfig;
 use imago_runtime::jobs::bench::{
     DaemonBenchRow, RenderBenchRow, WorldModelBenchRow, bench_daemon, bench_kernels, bench_policy,
     bench_render, bench_world_model,
 };
+use imago_runtime::jobs::bench_learner::{LearnerBenchRow, NEW_PER_STEP, bench_learner};
 use imago_runtime::learn::finetune::MAX_BATCH;
 use imago_runtime::learn::world_model::WorldModelTrainConfig;
 
@@ -24,9 +26,15 @@ pub struct BenchArgs {
     /// for policy, 16 for worldmodel].
     #[arg(long)]
     batch_size: Option<usize>,
-    /// Timed training steps.
-    #[arg(long, default_value_t = 30)]
-    steps: usize,
+    /// Timed steps [default: 30; 3 learning steps per replay size for learner].
+    #[arg(long)]
+    steps: Option<usize>,
+    /// Replay sizes, in episodes, at which the learner is timed (learner only).
+    #[arg(long, value_delimiter = ',', default_values_t = [100, 500, 2000])]
+    episodes: Vec<usize>,
+    /// The learner's window, in episodes (learner only) [default: the daemon's].
+    #[arg(long)]
+    window: Option<usize>,
     /// Also write the figures as JSON here.
     #[arg(long)]
     report: Option<PathBuf>,
@@ -43,6 +51,9 @@ enum BenchTarget {
     /// The daemon: `--steps` learning steps with actor and learner overlapped versus
     /// in turns, and the control loop's tick latency meanwhile.
     Daemon,
+    /// The daemon's learning step as the replay grows to each of `--episodes`: its
+    /// time and the process's resident memory with the learner's window.
+    Learner,
     /// The robot's camera frames: the CPU renderer versus the batched WGSL renderer
     /// on the first wgpu adapter, at `--batch-size` scenes per call [default: 1, 16,
     /// 64, 256].
@@ -55,10 +66,15 @@ enum BenchTarget {
 
 /// Times what `--what` names and prints the figures.
 pub fn run(args: BenchArgs, device: DeviceSpec) -> anyhow::Result<()> {
-    let (batch_size, steps, report) = (args.batch_size, args.steps, args.report);
+    let (batch_size, report) = (args.batch_size, args.report);
     if let Some(batch_size) = batch_size {
         flag_in_range("--batch-size", batch_size, 1..=MAX_BATCH)?;
     }
+    let default_steps = match args.what {
+        BenchTarget::Learner => 3,
+        _ => 30,
+    };
+    let steps = args.steps.unwrap_or(default_steps);
     flag_in_range("--steps", steps, 1..=100_000)?;
     let robot = args.robot.resolve()?;
     if let BenchTarget::Render = args.what {
@@ -89,6 +105,24 @@ pub fn run(args: BenchArgs, device: DeviceSpec) -> anyhow::Result<()> {
             }
             report.map_or(Ok(()), |path| write_json(&path, &rows))
         }
+        BenchTarget::Learner => {
+            let window = args
+                .window
+                .unwrap_or(LearnerConfig::default().window_episodes);
+            flag_in_range("--window", window, 1..=100_000)?;
+            let mut sizes = args.episodes;
+            for &size in &sizes {
+                flag_in_range("--episodes", size, 1..=1_000_000)?;
+            }
+            sizes.sort_unstable();
+            println!(
+                "{}: {steps} learning steps per replay size, {NEW_PER_STEP} new episodes before each",
+                device.description
+            );
+            let rows = bench_learner(&device, &robot, &sizes, window, steps)?;
+            print!("{}", LearnerBenchRow::table(&rows));
+            report.map_or(Ok(()), |path| write_json(&path, &rows))
+        }
         BenchTarget::Worldmodel => {
             let batch_size = batch_size.unwrap_or(WorldModelTrainConfig::default().batch_size);
             let rows = bench_world_model(&device, &robot, batch_size, steps)?;
@@ -107,6 +141,13 @@ pub fn run(args: BenchArgs, device: DeviceSpec) -> anyhow::Result<()> {
                 bench.inference_p50_ms,
                 bench.inference_p99_ms
             );
+            if let (Some(p50), Some(p99)) =
+                (bench.host_inference_p50_ms, bench.host_inference_p99_ms)
+            {
+                println!(
+                    "inference (batch 1) through the host forward the daemon's actor runs on the CPU: p50 {p50:.3} ms, p99 {p99:.3} ms"
+                );
+            }
             report.map_or(Ok(()), |path| write_json(&path, &bench))
         }
     }

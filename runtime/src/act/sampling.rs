@@ -5,7 +5,7 @@
 //! (`engine::actor`), so both record the same behaviour.
 
 use burn::prelude::*;
-use imago_policies::{PolicyBatch, VlaPolicy, VlaPolicyConfig};
+use imago_policies::{HostPolicy, HostScratch, PolicyBatch, VlaPolicy, VlaPolicyConfig};
 use imago_robots::{Action, Observation};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
@@ -62,29 +62,16 @@ pub fn sample_first_actions<B: Backend>(
     let input = batch.to_input(device);
     match policy.gaussian(input.clone()) {
         Some(chunk) => {
-            let [n, k, a] = chunk.mean.dims();
+            let [_, k, a] = chunk.mean.dims();
             let (mean, log_std) = (read(chunk.mean)?, read(chunk.log_std)?);
-            let mut out = Vec::with_capacity(n);
-            for (row, &i) in acting.iter().enumerate() {
-                let first = row * k * a;
-                let mut action = Vec::with_capacity(a);
-                let mut log_prob = 0.0f32;
-                for j in first..first + a {
-                    let std = log_std[j].exp() * exploration.max(1e-6);
-                    let z: f32 = normal.sample(&mut rngs[i]);
-                    // The density of the action as recorded: clamped to the limit.
-                    let value = (mean[j] + std * z).clamp(-1.0, 1.0);
-                    let z = (value - mean[j]) / std;
-                    action.push(value);
-                    log_prob -= 0.5 * z * z + std.ln() + 0.5 * (2.0 * std::f32::consts::PI).ln();
-                }
-                out.push(SampledCommand {
-                    action,
-                    log_prob: Some(log_prob),
-                    chunk: mean[first..first + k * a].to_vec(),
-                });
-            }
-            Ok(out)
+            Ok(sample_gaussian(
+                &mean,
+                &log_std,
+                (k, a),
+                rngs,
+                acting,
+                exploration,
+            ))
         }
         None => {
             let n = acting.len();
@@ -113,6 +100,68 @@ pub fn sample_first_actions<B: Backend>(
                 .collect())
         }
     }
+}
+
+/// [`sample_first_actions`] through the policy's host forward ([`HostPolicy`]: the
+/// same numbers within 1e-5, without tensors), for a Gaussian-head policy on the CPU.
+pub fn sample_first_actions_on_host(
+    host: &HostPolicy,
+    scratch: &mut HostScratch,
+    batch: &PolicyBatch,
+    rngs: &mut [StdRng],
+    acting: &[usize],
+    exploration: f32,
+) -> Vec<SampledCommand> {
+    let (k, a) = host.chunk_shape();
+    let n = batch.len();
+    let (mut mean, mut log_std) = (vec![0.0; n * k * a], vec![0.0; n * k * a]);
+    for row in 0..n {
+        let rows = row * k * a..(row + 1) * k * a;
+        host.gaussian(
+            batch,
+            row,
+            scratch,
+            &mut mean[rows.clone()],
+            &mut log_std[rows],
+        );
+    }
+    sample_gaussian(&mean, &log_std, (k, a), rngs, acting, exploration)
+}
+
+/// The first action of a chunk sampled from each row's Gaussian (`mean` and
+/// `log_std` `[rows, k, a]`, row-major; row `row` explores with `rngs[acting[row]]`,
+/// its standard deviations scaled by `exploration`), clamped to the limits, with its
+/// log-density as recorded; the intended chunk is the mean.
+fn sample_gaussian(
+    mean: &[f32],
+    log_std: &[f32],
+    (k, a): (usize, usize),
+    rngs: &mut [StdRng],
+    acting: &[usize],
+    exploration: f32,
+) -> Vec<SampledCommand> {
+    let normal = Normal::new(0.0f32, 1.0).expect("unit normal");
+    let mut out = Vec::with_capacity(acting.len());
+    for (row, &i) in acting.iter().enumerate() {
+        let first = row * k * a;
+        let mut action = Vec::with_capacity(a);
+        let mut log_prob = 0.0f32;
+        for j in first..first + a {
+            let std = log_std[j].exp() * exploration.max(1e-6);
+            let z: f32 = normal.sample(&mut rngs[i]);
+            // The density of the action as recorded: clamped to the limit.
+            let value = (mean[j] + std * z).clamp(-1.0, 1.0);
+            let z = (value - mean[j]) / std;
+            action.push(value);
+            log_prob -= 0.5 * z * z + std.ln() + 0.5 * (2.0 * std::f32::consts::PI).ln();
+        }
+        out.push(SampledCommand {
+            action,
+            log_prob: Some(log_prob),
+            chunk: mean[first..first + k * a].to_vec(),
+        });
+    }
+    out
 }
 
 /// The mean action chunks of `policy` for `observations`, in robot units.

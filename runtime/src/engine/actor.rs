@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use burn::Dispatch;
 use crossbeam_channel::{Sender, TrySendError};
-use imago_policies::{PolicyBatch, VlaPolicyConfig};
+use imago_policies::{HostScratch, PolicyBatch, VlaPolicyConfig};
 use imago_robots::Robot;
 use imago_robots::bounds::{ConfigError, in_range};
 use serde::{Deserialize, Serialize};
@@ -18,7 +18,9 @@ use super::snapshot::{PolicySnapshot, SnapshotMailbox};
 use super::stats::ControlStats;
 use super::status::LiveCounters;
 use crate::act::rollout::{TakeoverConfig, TakeoverWatch};
-use crate::act::sampling::{exploration_rng, sample_first_actions, to_robot_units};
+use crate::act::sampling::{
+    exploration_rng, sample_first_actions, sample_first_actions_on_host, to_robot_units,
+};
 use crate::robot::RobotConfig;
 use crate::store::replay::{EpisodeEnd, EpisodeStart, ReplayRecord, Transition};
 use crate::telemetry::{
@@ -137,6 +139,7 @@ pub fn run_actor(
     let mut stats = ControlStats::default();
     let mut current = initial;
     let mut batch = PolicyBatch::new(policy_config);
+    let mut scratch = HostScratch::default();
     let (mut episode, mut seed) = (first_episode, config.first_seed);
     'episodes: while !stop.load(Ordering::Relaxed) {
         let mut observation = robot.reset(seed);
@@ -181,15 +184,25 @@ pub fn run_actor(
                 None => {
                     batch.clear();
                     batch.push(&observation)?;
-                    let command = sample_first_actions(
-                        &current.policy,
-                        &batch,
-                        device,
-                        &mut rngs,
-                        &[0],
-                        config.exploration,
-                    )?
-                    .remove(0);
+                    let mut commands = match &current.host {
+                        Some(host) => sample_first_actions_on_host(
+                            host,
+                            &mut scratch,
+                            &batch,
+                            &mut rngs,
+                            &[0],
+                            config.exploration,
+                        ),
+                        None => sample_first_actions(
+                            &current.policy,
+                            &batch,
+                            device,
+                            &mut rngs,
+                            &[0],
+                            config.exploration,
+                        )?,
+                    };
+                    let command = commands.remove(0);
                     stats.policy_versions.insert(current.version);
                     let intended = logged.then(|| to_robot_units(&command.chunk, &limits).0);
                     (
@@ -297,10 +310,11 @@ mod tests {
             ..ActorConfig::default()
         };
         let policy_config = VlaPolicyConfig::for_robot(&config.robot.spec()).unwrap();
-        let initial = Arc::new(PolicySnapshot {
-            version: 1,
-            policy: policy_config.init::<Dispatch>(&device),
-        });
+        let initial = Arc::new(PolicySnapshot::new(
+            1,
+            policy_config.init::<Dispatch>(&device),
+            &device,
+        ));
         // A writer that has stalled: the queue holds 8 records and is never drained.
         let (sender, receiver) = crossbeam_channel::bounded(8);
         let stop = AtomicBool::new(false);

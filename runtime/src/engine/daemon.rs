@@ -18,8 +18,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::device::{DeviceSpec, ResolvedDevice};
 use crate::engine::{
-    ActorConfig, ControlReport, PolicySnapshot, Recording, ReplayWriterConfig, SnapshotMailbox,
-    run_control_loop,
+    ActorConfig, ControlReport, PolicySnapshot, Recording, ReplayWindow, ReplayWriterConfig,
+    SnapshotMailbox, run_control_loop,
 };
 use crate::learn::finetune::{FinetuneConfig, Learner};
 use crate::learn::world_model::WorldModelTrainConfig;
@@ -31,7 +31,6 @@ use crate::store::lock::DirLock;
 use crate::store::outputs::{
     Holding, Input, OutputKind, check_output, holding, mark_run_directory,
 };
-use crate::store::replay::read_replay;
 use crate::telemetry::{Telemetry, TelemetryConfig};
 use crate::toml_file::parse_toml;
 
@@ -44,6 +43,10 @@ pub struct LearnerConfig {
     /// Complete episodes recorded within the staleness bound that a learning step
     /// waits for. Range: [1, 100000].
     pub min_episodes: usize,
+    /// The newest whole episodes a learning step trains on, kept in memory
+    /// ([`ReplayWindow`]): the step's time and the learner's memory stop growing once
+    /// the window is full. Range: [min_episodes, 100000].
+    pub window_episodes: usize,
     /// The learning step's settings (rollout and round fields are not used: the actor
     /// collects).
     pub finetune: FinetuneConfig,
@@ -54,6 +57,7 @@ impl Default for LearnerConfig {
         Self {
             enabled: true,
             min_episodes: 8,
+            window_episodes: 100,
             finetune: FinetuneConfig {
                 policy_steps: 100,
                 world_model_steps: 50,
@@ -190,6 +194,21 @@ impl DaemonConfig {
             self.learner.min_episodes,
             1..=100_000,
         )?;
+        in_range(
+            "learner.window_episodes",
+            self.learner.window_episodes,
+            1..=100_000,
+        )?;
+        if self.learner.window_episodes < self.learner.min_episodes {
+            return Err(ConfigError::new(
+                "learner.window_episodes",
+                self.learner.window_episodes,
+                format!(
+                    "must be at least learner.min_episodes ({}): a learning step waits for that many episodes in the window",
+                    self.learner.min_episodes
+                ),
+            ));
+        }
         self.learner
             .finetune
             .validate()
@@ -236,10 +255,12 @@ pub fn policy_checkpoint(run_dir: &Path) -> PathBuf {
 }
 
 /// What the daemon starts from: the learner (policy, world model, critic), where it
-/// records, and the run directory's lock (held until the daemon ends).
+/// records, the learner's window on that replay, and the run directory's lock (held
+/// until the daemon ends).
 struct Prepared {
     learner: Learner,
     replay: PathBuf,
+    window: ReplayWindow,
     checkpoint: PathBuf,
     _lock: DirLock,
 }
@@ -373,11 +394,15 @@ fn prepare(
         }
         None => (expected.init(&device.training), expected, 1),
     };
-    if options.resume && replay.join(crate::store::replay::SEGMENTS).exists() {
+    // With `--resume`, the window catches up on the replay once (reading it segment by
+    // segment, keeping only the newest episodes); from then on it reads what is new.
+    let mut window = ReplayWindow::new(&replay, config.learner.window_episodes);
+    if options.resume {
+        window.refresh()?;
         // Versions the learner published after the last checkpoint acted (and were
         // recorded) before a crash; their weights are lost. The checkpoint's weights
         // continue under a new number, so that no version names two sets of weights.
-        let recorded = read_replay(&replay)?.max_policy_version;
+        let recorded = window.max_policy_version();
         if recorded > version {
             eprintln!(
                 "--resume: the replay holds policy versions up to {recorded}, newer than the checkpoint's {version} (lost in a crash); its weights continue as version {}",
@@ -412,25 +437,24 @@ fn prepare(
     Ok(Prepared {
         learner,
         replay,
+        window,
         checkpoint,
         _lock: lock,
     })
 }
 
-/// Episodes the next learning step may train on (recorded by a version within the
-/// staleness bound of the one it produces), or `None` while there are too few.
-fn fresh_replay(
-    replay: &Path,
+/// Takes in what the actor recorded since the last look; whether the window now holds
+/// enough episodes recorded by a version within the staleness bound of the one the
+/// next learning step produces.
+fn enough_fresh(
+    window: &mut ReplayWindow,
     learner: &Learner,
     config: &LearnerConfig,
-) -> anyhow::Result<Option<Vec<crate::store::replay::Episode>>> {
-    let episodes = match read_replay(replay) {
-        Ok(contents) => contents.episodes,
-        Err(_) if !replay.join("segments").exists() => return Ok(None),
-        Err(e) => return Err(e),
-    };
+) -> anyhow::Result<bool> {
+    window.refresh()?;
     let next = learner.version() + 1;
-    let fresh = episodes
+    let fresh = window
+        .episodes()
         .iter()
         .filter(|e| {
             e.transitions
@@ -438,7 +462,7 @@ fn fresh_replay(
                 .any(|t| config.finetune.within_staleness(t.policy_version, next))
         })
         .count();
-    Ok((fresh >= config.min_episodes).then_some(episodes))
+    Ok(fresh >= config.min_episodes)
 }
 
 /// Runs the daemon until `stop` is set (by a signal), `options.duration` passes or
@@ -452,6 +476,7 @@ pub fn run_daemon(
     let Prepared {
         mut learner,
         replay,
+        mut window,
         checkpoint,
         _lock,
     } = prepare(config, options, device)?;
@@ -465,7 +490,7 @@ pub fn run_daemon(
     let mut learning_steps = 0u64;
     let mut learner_error: Option<anyhow::Error> = None;
     let mut last_checkpoint = Instant::now();
-    let initial = snapshot(&learner);
+    let initial = snapshot(&learner, device);
     let policy_config = learner.policy_config().clone();
     let out_of_time = || deadline.is_some_and(|d| Instant::now() >= d);
     let control = run_control_loop(
@@ -492,11 +517,11 @@ pub fn run_daemon(
                     continue;
                 }
                 let step = learner_pool.install(|| -> anyhow::Result<bool> {
-                    let Some(episodes) = fresh_replay(&replay, &learner, &config.learner)? else {
+                    if !enough_fresh(&mut window, &learner, &config.learner)? {
                         return Ok(false);
-                    };
-                    learner.learn(&episodes, finetune, device)?;
-                    mailbox.publish(snapshot(&learner));
+                    }
+                    learner.learn(window.episodes(), finetune, device)?;
+                    mailbox.publish(snapshot(&learner, device));
                     Ok(true)
                 });
                 match step {
@@ -563,6 +588,7 @@ pub fn run_in_turns(
     let Prepared {
         mut learner,
         replay,
+        mut window,
         checkpoint,
         _lock,
     } = prepare(config, options, device)?;
@@ -570,12 +596,12 @@ pub fn run_in_turns(
     let mut control: Option<ControlReport> = None;
     for _ in 0..steps {
         let stop = AtomicBool::new(false);
-        let mut episodes = None;
+        let mut ready = false;
         let policy_config = learner.policy_config().clone();
         let turn = run_control_loop(
             &config.actor,
             &policy_config,
-            snapshot(&learner),
+            snapshot(&learner, device),
             &device.inference,
             Recording {
                 dir: &replay,
@@ -587,10 +613,10 @@ pub fn run_in_turns(
             &SnapshotMailbox::default(),
             &stop,
             || {
-                while episodes.is_none() {
+                while !ready {
                     std::thread::sleep(Duration::from_millis(100));
-                    match fresh_replay(&replay, &learner, &config.learner) {
-                        Ok(found) => episodes = found,
+                    match enough_fresh(&mut window, &learner, &config.learner) {
+                        Ok(enough) => ready = enough,
                         Err(error) => {
                             eprintln!("warning: {error:#}");
                             break;
@@ -604,8 +630,8 @@ pub fn run_in_turns(
             None => turn,
             Some(total) => total.merged(turn),
         });
-        let episodes = episodes.ok_or_else(|| anyhow::anyhow!("the replay could not be read"))?;
-        learner.learn(&episodes, &config.learner.finetune, device)?;
+        anyhow::ensure!(ready, "the replay could not be read");
+        learner.learn(window.episodes(), &config.learner.finetune, device)?;
     }
     save(&learner, &config.spec(), &checkpoint)?;
     Ok(DaemonReport {
@@ -617,12 +643,9 @@ pub fn run_in_turns(
     })
 }
 
-/// The learner's current policy, ready for the actor.
-fn snapshot(learner: &Learner) -> PolicySnapshot {
-    PolicySnapshot {
-        version: learner.version(),
-        policy: learner.policy(),
-    }
+/// The learner's current policy, ready for the actor inferring on `device`.
+fn snapshot(learner: &Learner, device: &ResolvedDevice) -> PolicySnapshot {
+    PolicySnapshot::new(learner.version(), learner.policy(), &device.inference)
 }
 
 fn save(learner: &Learner, spec: &RobotSpec, dir: &Path) -> anyhow::Result<()> {
@@ -647,6 +670,7 @@ mod tests {
         assert_eq!(config.spec().control_hz, 20.0);
         assert_eq!(config.replay.retention_bytes, Some(8 << 30));
         assert_eq!(config.learner.finetune.policy_steps, 100);
+        assert_eq!(config.learner.window_episodes, 100);
         assert_eq!(config.telemetry.frame_every, 5);
     }
 }

@@ -7,6 +7,7 @@ mod actor;
 mod clock;
 pub mod daemon;
 mod priority;
+mod replay_window;
 mod snapshot;
 mod stats;
 mod status;
@@ -21,6 +22,7 @@ use imago_policies::VlaPolicyConfig;
 
 pub use actor::{ActorConfig, run_actor};
 pub use clock::DeadlineClock;
+pub use replay_window::ReplayWindow;
 pub use snapshot::{PolicySnapshot, SnapshotMailbox};
 pub use stats::{ControlReport, ControlStats, LatencySummary};
 pub use status::{LiveCounters, run_status};
@@ -198,10 +200,7 @@ mod tests {
 
     /// A fresh policy for `config`'s robot, version 1.
     fn fresh_policy(config: &VlaPolicyConfig, device: &DispatchDevice) -> PolicySnapshot {
-        PolicySnapshot {
-            version: 1,
-            policy: config.init::<Dispatch>(device),
-        }
+        PolicySnapshot::new(1, config.init::<Dispatch>(device), device)
     }
 
     #[test]
@@ -215,9 +214,8 @@ mod tests {
             ..ActorConfig::default()
         };
         let policy_config = VlaPolicyConfig::for_robot(&config.robot.spec()).unwrap();
-        let snapshot = |version| PolicySnapshot {
-            version,
-            policy: policy_config.init::<Dispatch>(&device),
+        let snapshot = |version| {
+            PolicySnapshot::new(version, policy_config.init::<Dispatch>(&device), &device)
         };
         let mailbox = SnapshotMailbox::default();
         let stop = AtomicBool::new(false);

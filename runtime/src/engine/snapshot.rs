@@ -3,8 +3,8 @@
 
 use std::sync::{Arc, Mutex, TryLockError};
 
-use burn::Dispatch;
-use imago_policies::VlaPolicy;
+use burn::{Dispatch, DispatchDevice};
+use imago_policies::{HostPolicy, VlaPolicy};
 
 /// A policy ready for inference, and the version it is.
 #[derive(Debug)]
@@ -13,6 +13,22 @@ pub struct PolicySnapshot {
     pub version: u64,
     /// The weights, on the inference device.
     pub policy: VlaPolicy<Dispatch>,
+    /// The same weights for the host forward, which the actor runs instead of burn's
+    /// when inference is on a CPU device and the head is Gaussian (built here, on the
+    /// publishing thread, so that a hot-swap costs the actor nothing).
+    pub host: Option<HostPolicy>,
+}
+
+impl PolicySnapshot {
+    /// `policy`, on `device`, as version `version`.
+    pub fn new(version: u64, policy: VlaPolicy<Dispatch>, device: &DispatchDevice) -> Self {
+        let on_cpu = matches!(device, DispatchDevice::NdArray(_) | DispatchDevice::Flex(_));
+        Self {
+            version,
+            host: on_cpu.then(|| HostPolicy::of(&policy)).flatten(),
+            policy,
+        }
+    }
 }
 
 /// Holds at most one unread snapshot: a newer publication replaces an unread older one.

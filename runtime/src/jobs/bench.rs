@@ -8,7 +8,9 @@ use burn::module::AutodiffModule;
 use burn::optim::{AdamConfig, GradientsParams, Optimizer};
 use burn::prelude::*;
 use imago_kernels::bench::{KernelBenchDevice, KernelBenchRow};
-use imago_policies::{ImitationTargets, PolicyBatch, VlaPolicyConfig, imitation_loss};
+use imago_policies::{
+    HostPolicy, HostScratch, ImitationTargets, PolicyBatch, VlaPolicyConfig, imitation_loss,
+};
 use imago_robots::Robot;
 use serde::{Deserialize, Serialize};
 
@@ -17,8 +19,9 @@ use imago_worldmodel::{
 };
 
 use crate::act::collect::{CollectConfig, collect_demonstrations};
-use crate::act::evaluate::measure_latency;
+use crate::act::evaluate::{Latency, measure_latency};
 use crate::device::ResolvedDevice;
+use crate::engine::PolicySnapshot;
 use crate::learn::world_model::{WindowDataset, WorldModelTrainConfig, train_world_model};
 use crate::robot::{BatchRenderer, RobotConfig, SimRobot};
 use crate::stats::quantile;
@@ -43,6 +46,11 @@ pub struct BenchReport {
     pub inference_p50_ms: f64,
     /// 99th percentile batch-1 inference latency.
     pub inference_p99_ms: f64,
+    /// Median batch-1 inference latency through the host forward (what the daemon's
+    /// actor runs on a CPU device); `None` on other devices.
+    pub host_inference_p50_ms: Option<f64>,
+    /// 99th percentile of the same.
+    pub host_inference_p99_ms: Option<f64>,
 }
 
 /// Times `steps` behaviour-cloning steps of the default policy for `robot` at
@@ -84,13 +92,12 @@ pub fn bench_policy(
             times.push(start.elapsed().as_secs_f64() * 1e3);
         }
     }
-    let latency = measure_latency(
-        &policy.valid(),
-        &config,
-        &device.inference,
-        &robot.reset(0),
-        100,
-    )?;
+    let policy = policy.valid();
+    let latency = measure_latency(&policy, &config, &device.inference, &robot.reset(0), 100)?;
+    let host = PolicySnapshot::new(1, policy, &device.inference)
+        .host
+        .map(|host| measure_host_latency(&host, &config, &robot.reset(0), 1000))
+        .transpose()?;
     Ok(BenchReport {
         device: device.description.clone(),
         parameters: config.parameter_count(),
@@ -100,6 +107,36 @@ pub fn bench_policy(
         train_step_p90_ms: quantile(&times, 0.9),
         inference_p50_ms: latency.p50,
         inference_p99_ms: latency.p99,
+        host_inference_p50_ms: host.as_ref().map(|l| l.p50),
+        host_inference_p99_ms: host.as_ref().map(|l| l.p99),
+    })
+}
+
+/// Batch-1 latency of the host forward as the actor runs it (the observation pushed,
+/// the chunk distribution computed), over `repeats` calls after 20 warm-up calls.
+fn measure_host_latency(
+    host: &HostPolicy,
+    config: &VlaPolicyConfig,
+    observation: &imago_robots::Observation,
+    repeats: usize,
+) -> anyhow::Result<Latency> {
+    let mut batch = PolicyBatch::new(config);
+    let mut scratch = HostScratch::default();
+    let ka = config.chunk_len * config.action_dim();
+    let (mut mean, mut log_std) = (vec![0.0; ka], vec![0.0; ka]);
+    let mut times = Vec::with_capacity(repeats);
+    for call in 0..repeats + 20 {
+        let start = Instant::now();
+        batch.clear();
+        batch.push(observation)?;
+        host.gaussian(&batch, 0, &mut scratch, &mut mean, &mut log_std);
+        if call >= 20 {
+            times.push(start.elapsed().as_secs_f64() * 1e3);
+        }
+    }
+    Ok(Latency {
+        p50: quantile(&times, 0.5),
+        p99: quantile(&times, 0.99),
     })
 }
 

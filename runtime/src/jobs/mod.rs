@@ -4,6 +4,7 @@
 //! tables they print.
 
 pub mod bench;
+pub mod bench_learner;
 pub mod demo;
 pub mod device_check;
 pub mod finetune;

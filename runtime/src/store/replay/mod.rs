@@ -17,10 +17,13 @@
 //! joined across the damage; intact episodes after the damage are read again. A crash
 //! can leave the last open segment with a torn tail; [`ReplayWriter::open`] truncates
 //! such a tail (only a tail with no intact record after it), keeping every record
-//! before it, and continues in a fresh segment.
+//! before it, and continues in a fresh segment. [`ReplayFollower`] reads a replay
+//! while it is written, only what was appended since its last look, with the same
+//! checks (the daemon's learner).
 
 mod assemble;
 mod check;
+mod follow;
 mod frame;
 mod reader;
 mod record;
@@ -29,6 +32,7 @@ mod writer;
 
 pub use assemble::{DamagedEpisode, EpisodeShape};
 pub use check::{RepairReport, check_replay, repair_replay};
+pub use follow::ReplayFollower;
 pub use frame::{FrameError, encode_frame};
 pub use reader::{Corruption, ReplayContents, SegmentSummary, read_replay};
 pub use record::{Episode, EpisodeEnd, EpisodeStart, ReplayRecord, Transition};

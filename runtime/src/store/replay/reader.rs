@@ -250,38 +250,14 @@ fn read_segment(
         Some(listed) if (listed as usize) < data.len() => listed as usize,
         _ => data.len(),
     };
-    let data_read = &data[..end];
-    let mut offset = 0;
-    while offset < data_read.len() {
-        match decode_record(&data_read[offset..]) {
-            Ok((record, used)) => {
-                if let ReplayRecord::Transition(t) = &record {
-                    summary.max_policy_version = summary.max_policy_version.max(t.policy_version);
-                }
-                assembler.record(record, name);
-                summary.records += 1;
-                offset += used;
-            }
-            Err(error) => {
-                let next = resync(data_read, offset, |p| {
-                    postcard::from_bytes::<ReplayRecord>(p).is_ok()
-                });
-                if open_tail && next.is_none() && error.is_torn() {
-                    break;
-                }
-                let until = next.unwrap_or(data_read.len());
-                let reason = error.to_string();
-                corruptions.push(Corruption {
-                    segment: name.to_string(),
-                    offset: offset as u64,
-                    skipped_bytes: (until - offset) as u64,
-                    reason,
-                });
-                assembler.cut(&format!("{name} byte {offset}"));
-                offset = until;
-            }
-        }
-    }
+    read_records(
+        (name, 0),
+        &data[..end],
+        open_tail,
+        assembler,
+        corruptions,
+        &mut summary,
+    );
     match expected {
         Some(listed) if listed as usize > data.len() => {
             corruptions.push(Corruption {
@@ -310,6 +286,53 @@ fn read_segment(
         _ => {}
     }
     summary
+}
+
+/// Decodes the records of `data`, the bytes of one segment from byte `base` on, into
+/// `assembler`, cutting at every damaged stretch and going on from the next intact
+/// record; counts them in `summary`.
+/// Returns the bytes consumed: all of `data`, except that in an `open_tail` a record
+/// cut off by the end of `data` is left unread (it is being written, or a crash tore
+/// it).
+pub(super) fn read_records(
+    (name, base): (&str, u64),
+    data: &[u8],
+    open_tail: bool,
+    assembler: &mut Assembler,
+    corruptions: &mut Vec<Corruption>,
+    summary: &mut SegmentSummary,
+) -> usize {
+    let mut offset = 0;
+    while offset < data.len() {
+        match decode_record(&data[offset..]) {
+            Ok((record, used)) => {
+                if let ReplayRecord::Transition(t) = &record {
+                    summary.max_policy_version = summary.max_policy_version.max(t.policy_version);
+                }
+                assembler.record(record, name);
+                summary.records += 1;
+                offset += used;
+            }
+            Err(error) => {
+                let next = resync(data, offset, |p| {
+                    postcard::from_bytes::<ReplayRecord>(p).is_ok()
+                });
+                if open_tail && next.is_none() && error.is_torn() {
+                    break;
+                }
+                let until = next.unwrap_or(data.len());
+                corruptions.push(Corruption {
+                    segment: name.to_string(),
+                    offset: base + offset as u64,
+                    skipped_bytes: (until - offset) as u64,
+                    reason: error.to_string(),
+                });
+                assembler.cut(&format!("{name} byte {}", base + offset as u64));
+                offset = until;
+            }
+        }
+    }
+    offset
 }
 
 /// Why a record could not be read.
