@@ -45,7 +45,8 @@ const KEYS: &[(&str, Kind, f64, f64)] = &[
     ),
     ("actor.robot.safety.max_rate", Kind::Float, 0.001, 100.0),
     ("actor.robot.safety.trip_factor", Kind::Float, 1.0, 1000.0),
-    ("learner.min_episodes", Kind::Integer, 1.0, 100_000.0),
+    // Up to `learner.window_episodes` (100 by default).
+    ("learner.min_episodes", Kind::Integer, 1.0, 100.0),
     // From `learner.min_episodes` (8 by default) on.
     ("learner.window_episodes", Kind::Integer, 8.0, 100_000.0),
     ("learner.finetune.rounds", Kind::Integer, 1.0, 10_000.0),

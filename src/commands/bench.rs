@@ -10,7 +10,7 @@ use imago_runtime::jobs::bench::{
     DaemonBenchRow, RenderBenchRow, WorldModelBenchRow, bench_daemon, bench_kernels, bench_policy,
     bench_render, bench_world_model,
 };
-use imago_runtime::jobs::bench_learner::{LearnerBenchRow, NEW_PER_STEP, bench_learner};
+use imago_runtime::jobs::bench_learner::{LearnerBenchRow, bench_learner};
 use imago_runtime::learn::finetune::MAX_BATCH;
 use imago_runtime::learn::world_model::WorldModelTrainConfig;
 
@@ -106,9 +106,8 @@ pub fn run(args: BenchArgs, device: DeviceSpec) -> anyhow::Result<()> {
             report.map_or(Ok(()), |path| write_json(&path, &rows))
         }
         BenchTarget::Learner => {
-            let window = args
-                .window
-                .unwrap_or(LearnerConfig::default().window_episodes);
+            let learner = LearnerConfig::default();
+            let window = args.window.unwrap_or(learner.window_episodes);
             flag_in_range("--window", window, 1..=100_000)?;
             let mut sizes = args.episodes;
             for &size in &sizes {
@@ -116,8 +115,8 @@ pub fn run(args: BenchArgs, device: DeviceSpec) -> anyhow::Result<()> {
             }
             sizes.sort_unstable();
             println!(
-                "{}: {steps} learning steps per replay size, {NEW_PER_STEP} new episodes before each",
-                device.description
+                "{}: {steps} learning steps per replay size, {} new episodes before each",
+                device.description, learner.min_episodes
             );
             let rows = bench_learner(&device, &robot, &sizes, window, steps)?;
             print!("{}", LearnerBenchRow::table(&rows));

@@ -267,13 +267,24 @@ pub fn measure_latency<B: Backend>(
     observation: &Observation,
     repeats: usize,
 ) -> anyhow::Result<Latency> {
-    for _ in 0..5 {
-        plan(policy, config, device, std::iter::once(observation))?;
+    time_calls(5, repeats, || {
+        plan(policy, config, device, std::iter::once(observation)).map(drop)
+    })
+}
+
+/// The latency of `call` over `repeats` timed calls after `warm_up` untimed ones.
+pub fn time_calls(
+    warm_up: usize,
+    repeats: usize,
+    mut call: impl FnMut() -> anyhow::Result<()>,
+) -> anyhow::Result<Latency> {
+    for _ in 0..warm_up {
+        call()?;
     }
     let mut times = Vec::with_capacity(repeats);
     for _ in 0..repeats {
         let start = Instant::now();
-        plan(policy, config, device, std::iter::once(observation))?;
+        call()?;
         times.push(start.elapsed().as_secs_f64() * 1e3);
     }
     Ok(Latency {

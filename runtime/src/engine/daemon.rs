@@ -41,7 +41,7 @@ pub struct LearnerConfig {
     /// Train at all (off: the daemon only runs and records).
     pub enabled: bool,
     /// Complete episodes recorded within the staleness bound that a learning step
-    /// waits for. Range: [1, 100000].
+    /// waits for. Range: [1, 100000], and at most `window_episodes`.
     pub min_episodes: usize,
     /// The newest whole episodes a learning step trains on, kept in memory
     /// ([`ReplayWindow`]): the step's time and the learner's memory stop growing once
@@ -204,7 +204,7 @@ impl DaemonConfig {
                 "learner.window_episodes",
                 self.learner.window_episodes,
                 format!(
-                    "must be at least learner.min_episodes ({}): a learning step waits for that many episodes in the window",
+                    "must be at least learner.min_episodes ({}): a learning step waits for that many episodes in the window; raise window_episodes or lower min_episodes",
                     self.learner.min_episodes
                 ),
             ));

@@ -29,7 +29,7 @@ impl ReplayWindow {
         Self {
             follower: ReplayFollower::new(dir),
             capacity: capacity.max(1),
-            episodes: VecDeque::with_capacity(capacity.max(1)),
+            episodes: VecDeque::new(),
         }
     }
 

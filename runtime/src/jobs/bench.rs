@@ -19,7 +19,7 @@ use imago_worldmodel::{
 };
 
 use crate::act::collect::{CollectConfig, collect_demonstrations};
-use crate::act::evaluate::{Latency, measure_latency};
+use crate::act::evaluate::{Latency, measure_latency, time_calls};
 use crate::device::ResolvedDevice;
 use crate::engine::PolicySnapshot;
 use crate::learn::world_model::{WindowDataset, WorldModelTrainConfig, train_world_model};
@@ -124,19 +124,11 @@ fn measure_host_latency(
     let mut scratch = HostScratch::default();
     let ka = config.chunk_len * config.action_dim();
     let (mut mean, mut log_std) = (vec![0.0; ka], vec![0.0; ka]);
-    let mut times = Vec::with_capacity(repeats);
-    for call in 0..repeats + 20 {
-        let start = Instant::now();
+    time_calls(20, repeats, || {
         batch.clear();
         batch.push(observation)?;
         host.gaussian(&batch, 0, &mut scratch, &mut mean, &mut log_std);
-        if call >= 20 {
-            times.push(start.elapsed().as_secs_f64() * 1e3);
-        }
-    }
-    Ok(Latency {
-        p50: quantile(&times, 0.5),
-        p99: quantile(&times, 0.99),
+        Ok(())
     })
 }
 

@@ -20,10 +20,6 @@ use crate::robot::RobotConfig;
 use crate::stats::quantile;
 use crate::store::replay::{Episode, ReplayWriter, ReplayWriterConfig, read_replay};
 
-/// Episodes the actor would record between two learning steps (the daemon's
-/// `min_episodes`).
-pub const NEW_PER_STEP: usize = 8;
-
 /// The learning step at one replay size.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LearnerBenchRow {
@@ -65,8 +61,8 @@ impl LearnerBenchRow {
 
 /// Grows a replay of `robot`'s episodes to each of `sizes` (ascending) and times
 /// `steps` learning steps of the daemon's default learner with a window of `window`
-/// episodes at each size; before every step, [`NEW_PER_STEP`] episodes are appended,
-/// as the actor would. The episodes are copies (fresh ids, the learner's current
+/// episodes at each size; before every step, the daemon's `min_episodes` episodes are
+/// appended, as the actor would record them. The episodes are copies (fresh ids, the learner's current
 /// version) of a few recorded by the scripted expert, so that the replay grows fast.
 pub fn bench_learner(
     device: &ResolvedDevice,
@@ -133,7 +129,7 @@ pub fn bench_learner(
                 &mut writer,
                 &originals,
                 &mut written,
-                NEW_PER_STEP,
+                config.min_episodes,
                 learner.version(),
             )?;
             let started = Instant::now();

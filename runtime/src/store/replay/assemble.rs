@@ -117,6 +117,16 @@ pub struct DamagedEpisode {
     pub reason: String,
 }
 
+impl std::fmt::Display for DamagedEpisode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "episode {} (segment {}) left out: {}",
+            self.episode, self.segment, self.reason
+        )
+    }
+}
+
 /// The episode being assembled.
 struct Open {
     start: EpisodeStart,

@@ -133,18 +133,10 @@ impl ReplayFollower {
                 handed += 1;
             }
         }
-        self.damage.extend(corruptions.iter().map(|c| {
-            format!(
-                "segment {} is damaged at byte {} ({}): {} bytes skipped",
-                c.segment, c.offset, c.reason, c.skipped_bytes
-            )
-        }));
-        self.damage.extend(assembler.damaged.drain(..).map(|d| {
-            format!(
-                "episode {} (segment {}) left out: {}",
-                d.episode, d.segment, d.reason
-            )
-        }));
+        self.damage
+            .extend(corruptions.iter().map(ToString::to_string));
+        self.damage
+            .extend(assembler.damaged.drain(..).map(|d| d.to_string()));
         Ok(handed)
     }
 }

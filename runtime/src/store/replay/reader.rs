@@ -24,6 +24,16 @@ pub struct Corruption {
     pub reason: String,
 }
 
+impl std::fmt::Display for Corruption {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "segment {} is damaged at byte {} ({}): {} bytes skipped",
+            self.segment, self.offset, self.reason, self.skipped_bytes
+        )
+    }
+}
+
 /// What one segment holds, as `imago replay check` prints it.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct SegmentSummary {
@@ -86,18 +96,8 @@ impl ReplayContents {
         if let Some(problem) = &self.manifest_problem {
             lines.push(format!("the manifest: {problem}; segments read without it"));
         }
-        for c in &self.corruptions {
-            lines.push(format!(
-                "segment {} is damaged at byte {} ({}): {} bytes skipped",
-                c.segment, c.offset, c.reason, c.skipped_bytes
-            ));
-        }
-        for d in &self.damaged {
-            lines.push(format!(
-                "episode {} (segment {}) left out: {}",
-                d.episode, d.segment, d.reason
-            ));
-        }
+        lines.extend(self.corruptions.iter().map(ToString::to_string));
+        lines.extend(self.damaged.iter().map(ToString::to_string));
         lines
     }
 }
