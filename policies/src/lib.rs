@@ -11,6 +11,7 @@
 
 pub mod advantage;
 pub mod flow;
+pub mod gelu;
 pub mod habc;
 pub mod head;
 pub mod host;
@@ -19,6 +20,7 @@ pub mod input;
 pub mod loss;
 pub mod model;
 pub mod rows;
+mod stem_host;
 pub mod tokenizer;
 pub mod vision;
 
@@ -36,4 +38,4 @@ pub use model::{
 };
 pub use rows::{linear_rows, on_rows};
 pub use tokenizer::{TokenizerError, VOCABULARY, WordTokenizer};
-pub use vision::{StemActivation, film_modulate, spatial_softmax};
+pub use vision::{ComputePath, StemActivation, StemReading, spatial_softmax};

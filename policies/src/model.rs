@@ -3,19 +3,19 @@
 
 use burn::module::Param;
 use burn::nn::Initializer;
-use burn::nn::transformer::{
-    TransformerEncoder, TransformerEncoderConfig, TransformerEncoderInput,
-};
+use burn::nn::attention::MhaInput;
+use burn::nn::transformer::{TransformerEncoder, TransformerEncoderConfig};
 use burn::nn::{Embedding, EmbeddingConfig, LayerNorm, LayerNormConfig, Linear, LinearConfig};
 use burn::prelude::*;
 
 use imago_robots::RobotSpec;
 use imago_robots::bounds::{ConfigError, all_in_range, in_range, length_in_range};
 
+use crate::gelu::gelu;
 use crate::head::{ActionHead, ActionHeadKind, FlowHead, GaussianChunk, GaussianHead};
 use crate::input::PolicyInput;
 use crate::tokenizer::VOCABULARY;
-use crate::vision::{StemActivation, film_modulate, spatial_softmax};
+use crate::vision::{ComputePath, StemActivation, StemReading};
 
 /// Shape and size of a [`VlaPolicy`].
 #[derive(Config, Debug, PartialEq)]
@@ -318,6 +318,7 @@ impl VlaPolicyConfig {
             readout_norm: LayerNormConfig::new(d).init(device),
             head,
             stem_activation: self.stem_activation,
+            compute_path: ComputePath::Auto,
             image_size: self.image_size,
             patch_size: self.patch_size,
             chunk_len: k,
@@ -375,6 +376,8 @@ pub struct VlaPolicy<B: Backend> {
     pub(crate) head: ActionHead<B>,
     #[module(skip)]
     pub(crate) stem_activation: StemActivation,
+    #[module(skip)]
+    pub(crate) compute_path: ComputePath,
     pub(crate) image_size: usize,
     pub(crate) patch_size: usize,
     pub(crate) chunk_len: usize,
@@ -386,6 +389,13 @@ impl<B: Backend> VlaPolicy<B> {
     /// Chunk length `K` and action width `A` of the chunks this policy predicts.
     pub fn chunk_shape(&self) -> (usize, usize) {
         (self.chunk_len, self.action_dim)
+    }
+
+    /// The same policy with its per-pixel stem computed on `path` (by default, on the
+    /// host for the CPU backends): the same function either way.
+    pub fn with_compute_path(mut self, path: ComputePath) -> Self {
+        self.compute_path = path;
+        self
     }
 
     /// The action-chunk head.
@@ -453,13 +463,25 @@ impl<B: Backend> VlaPolicy<B> {
         // a spatial softmax per channel gives keypoints (expected image coordinates, as in
         // robomimic's visual encoders), and each patch's mean feature becomes a token, to
         // which the patch centre's Fourier features add where it is.
-        let stem = self.stem_activation.apply(self.stem.forward(input.images));
-        let channels = stem.dims()[2];
-        let features = film_modulate(stem, self.film.forward(instruction.clone()));
+        // FiLM scales a channel by `1 + gamma` and shifts it by `beta` per frame; the
+        // shift cannot move a softmax over pixels, and the patch means are linear, so
+        // the modulation is applied to the readings rather than to every pixel.
+        let channels = self.keypoint_sharpness.dims()[0];
+        let film = self.film.forward(instruction.clone());
+        let gain = film.clone().narrow(2, 0, channels) + 1.0;
+        let shift = film.narrow(2, channels, channels);
         let sharpness = self.keypoint_sharpness.val().reshape([1, 1, channels]);
-        let keypoints = spatial_softmax(features.clone() * sharpness, size, &device);
-        let pooled = patch_means(features, size, self.patch_size);
         debug_assert_eq!(pixels, size * size);
+        let (keypoints, stem_means) = StemReading {
+            pixels: input.images,
+            stem: &self.stem,
+            activation: self.stem_activation,
+            scale: gain.clone() * sharpness,
+            size,
+            path: self.compute_path,
+        }
+        .keypoints_and_patch_means(self.patch_size);
+        let pooled = stem_means * gain + shift;
         let patch_tokens = self.patch_embed.forward(pooled)
             + self
                 .patch_coordinates
@@ -486,27 +508,33 @@ impl<B: Backend> VlaPolicy<B> {
         let tokens = Tensor::cat(vec![readout, proprio_token, word_tokens, patch_tokens], 1)
             + self.token_type.forward(type_ids);
 
-        let encoded = self
-            .encoder
-            .forward(TransformerEncoderInput::new(tokens).mask_pad(input.pad_mask));
+        let encoded = self.encode(tokens, input.pad_mask);
         self.readout_norm
             .forward(encoded.narrow(1, 0, 1).reshape([batch, d]))
     }
-}
 
-/// The mean feature of each patch of `features` `[B, size * size, C]` (row-major
-/// pixels): `[B, N, C]`, row-major patches of `patch x patch` pixels. Two sums over
-/// the pixel grid's axes, which costs a read of the features; a pooling matrix applied
-/// by matmul would be copied once per batch row, forward and backward.
-fn patch_means<B: Backend>(features: Tensor<B, 3>, size: usize, patch: usize) -> Tensor<B, 3> {
-    let [batch, _, channels] = features.dims();
-    let grid = size / patch;
-    features
-        .reshape([batch, grid, patch, grid, patch, channels])
-        .sum_dim(4)
-        .sum_dim(2)
-        .reshape([batch, grid * grid, channels])
-        / (patch * patch) as f32
+    /// The transformer encoder's forward pass, as burn's `TransformerEncoder` computes
+    /// it for this policy's layers (norm first, no dropout), with the feed-forward
+    /// blocks' GELU from [`gelu`] so that the CPU backends get its one-pass backward.
+    fn encode(&self, tokens: Tensor<B, 3>, pad_mask: Tensor<B, 2, Bool>) -> Tensor<B, 3> {
+        self.encoder.layers.iter().fold(tokens, |x, layer| {
+            let attended = layer
+                .mha
+                .forward(
+                    MhaInput::self_attn(layer.norm_2.forward(x.clone())).mask_pad(pad_mask.clone()),
+                )
+                .context;
+            let x = x + attended;
+            let inner = gelu(
+                layer
+                    .pwff
+                    .linear_inner
+                    .forward(layer.norm_1.forward(x.clone())),
+                self.compute_path,
+            );
+            x + layer.pwff.linear_outer.forward(inner)
+        })
+    }
 }
 
 /// Number of features describing a patch centre: `(x, y)` and their sines and cosines
@@ -573,24 +601,6 @@ mod tests {
             batch.push(obs).unwrap();
         }
         batch
-    }
-
-    #[test]
-    fn patch_means_average_each_patch_in_row_major_order() {
-        let device = Default::default();
-        // A 4x4 image of 2 channels in patches of 2: pixel (row, col) holds
-        // `row * 4 + col` in channel 0 and its negative in channel 1.
-        let values: Vec<f32> = (0..16).flat_map(|p| [p as f32, -(p as f32)]).collect();
-        let features = Tensor::<B, 3>::from_data(TensorData::new(values, [1, 16, 2]), &device);
-        let means: Vec<f32> = patch_means(features, 4, 2)
-            .into_data()
-            .convert::<f32>()
-            .to_vec()
-            .unwrap();
-        // Patch (0, 0) holds pixels 0, 1, 4, 5: mean 2.5; (0, 1): 2, 3, 6, 7: 4.5;
-        // (1, 0): 8, 9, 12, 13: 10.5; (1, 1): 12.5.
-        let expected = [2.5, -2.5, 4.5, -4.5, 10.5, -10.5, 12.5, -12.5];
-        assert_eq!(means, expected);
     }
 
     #[test]

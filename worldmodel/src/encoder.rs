@@ -3,8 +3,7 @@
 use burn::module::Param;
 use burn::nn::{Embedding, EmbeddingConfig, Linear, LinearConfig};
 use burn::prelude::*;
-use burn::tensor::activation::gelu;
-use imago_policies::{PolicyInput, film_modulate, linear_rows, spatial_softmax};
+use imago_policies::{ComputePath, PolicyInput, StemActivation, StemReading, linear_rows};
 
 use crate::config::WorldModelConfig;
 use crate::mlp::{Mlp, MlpConfig};
@@ -29,6 +28,8 @@ pub struct ObservationEncoder<B: Backend> {
     mix: Mlp<B>,
     image_size: usize,
     image_stride: usize,
+    #[module(skip)]
+    compute_path: ComputePath,
 }
 
 impl WorldModelConfig {
@@ -48,6 +49,7 @@ impl WorldModelConfig {
             .init(device),
             image_size: self.image_size,
             image_stride: self.image_stride,
+            compute_path: ComputePath::Auto,
         }
     }
 }
@@ -71,11 +73,19 @@ impl<B: Backend> ObservationEncoder<B> {
             .collect();
         let kept = Tensor::<B, 1, Int>::from_data(TensorData::new(kept, [size * size]), &device);
         let pixels = input.images.clone().select(1, kept);
-        let stem = gelu(linear_rows(&self.stem, pixels));
-        let channels = stem.dims()[2];
-        let features = film_modulate(stem, linear_rows(&self.film, instruction.clone()));
-        let sharpness = self.sharpness.val().reshape([1, 1, channels]);
-        let keypoints = spatial_softmax(features * sharpness, size, &device);
+        // FiLM's shift (the second half of `film`) cannot move a softmax over pixels:
+        // only its gain reaches the keypoints.
+        let channels = self.stem.weight.dims()[1];
+        let gain = linear_rows(&self.film, instruction.clone()).narrow(2, 0, channels) + 1.0;
+        let keypoints = StemReading {
+            pixels,
+            stem: &self.stem,
+            activation: StemActivation::Gelu,
+            scale: gain * self.sharpness.val().reshape([1, 1, channels]),
+            size,
+            path: self.compute_path,
+        }
+        .keypoints();
         let [batch, _, word_dim] = instruction.dims();
         let joined = Tensor::cat(
             vec![

@@ -2,8 +2,8 @@
 
 use burn::nn::{Initializer, Linear, LinearConfig};
 use burn::prelude::*;
-use burn::tensor::activation::gelu;
-use imago_policies::on_rows;
+use imago_policies::gelu::gelu;
+use imago_policies::{ComputePath, on_rows};
 
 /// Layer sizes of an [`Mlp`].
 #[derive(Config, Debug)]
@@ -39,6 +39,7 @@ impl MlpConfig {
         Mlp {
             hidden,
             output: output.init(device),
+            compute_path: ComputePath::Auto,
         }
     }
 }
@@ -48,6 +49,9 @@ impl MlpConfig {
 pub struct Mlp<B: Backend> {
     hidden: Vec<Linear<B>>,
     output: Linear<B>,
+    /// Where the activations run (on the host for the CPU backends).
+    #[module(skip)]
+    compute_path: ComputePath,
 }
 
 impl<B: Backend> Mlp<B> {
@@ -58,7 +62,7 @@ impl<B: Backend> Mlp<B> {
             let x = self
                 .hidden
                 .iter()
-                .fold(rows, |x, layer| gelu(layer.forward(x)));
+                .fold(rows, |x, layer| gelu(layer.forward(x), self.compute_path));
             self.output.forward(x)
         })
     }

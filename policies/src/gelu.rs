@@ -1,0 +1,112 @@
+//! GELU whose backward pass is one multiplication on the CPU backends.
+//!
+//! burn 0.21 computes GELU's forward in five tensor passes and its backward (the
+//! derivative of the tanh approximation, which burn's CPU backends do not override) in
+//! fifteen, two of them `powf` and one `tanh`: 8% of the policy's cloning step in the
+//! transformer's feed-forward blocks alone, and most of the world model's activation
+//! cost (docs/performance.md). On the host path one parallel pass computes the exact
+//! GELU and its exact slope; autodiff then sees `y + slope * (x - x.detach())`, zero
+//! added in value, `slope * grad` in the backward pass.
+
+use burn::prelude::*;
+use burn::tensor::activation;
+use rayon::prelude::*;
+
+use crate::vision::{ComputePath, StemActivation};
+
+/// Elements per parallel task: enough that a task outweighs its scheduling.
+const CHUNK: usize = 4096;
+
+/// The exact GELU, `x Phi(x)`, of `x`. Where `path` says host and `x` is tracked by
+/// autodiff, values and slopes come from one host pass; otherwise (other backends, or
+/// a forward pass alone, where burn's five passes measured faster than the round trip
+/// through host memory) it is burn's GELU.
+pub fn gelu<B: Backend, const D: usize>(x: Tensor<B, D>, path: ComputePath) -> Tensor<B, D> {
+    let device = x.device();
+    if !x.is_require_grad() || !path.on_host::<B>(&device) {
+        return activation::gelu(x);
+    }
+    let shape = x.shape();
+    // Read back a tensor no one else holds: burn-ndarray hands over a unique array's
+    // buffer, but copies a shared one element by element through a generic iterator
+    // (ten times slower than the GELU itself); `x` itself is still needed.
+    let input = (x.clone().detach() * 1.0)
+        .into_data()
+        .convert::<f32>()
+        .into_vec::<f32>()
+        .expect("a tensor converted to f32 reads as f32");
+    let mut values = vec![0.0f32; input.len()];
+    let mut slopes = vec![0.0f32; input.len()];
+    values
+        .par_chunks_mut(CHUNK)
+        .zip(slopes.par_chunks_mut(CHUNK))
+        .zip(input.par_chunks(CHUNK))
+        .for_each(|((values, slopes), input)| {
+            for ((v, s), &x) in values.iter_mut().zip(slopes.iter_mut()).zip(input) {
+                (*v, *s) = StemActivation::Gelu.value_and_slope(x);
+            }
+        });
+    let y = Tensor::<B, D>::from_data(TensorData::new(values, shape.clone()), &device);
+    let slope = Tensor::<B, D>::from_data(TensorData::new(slopes, shape), &device);
+    y + slope * (x.clone() - x.detach())
+}
+
+#[cfg(test)]
+mod tests {
+    use burn::backend::{Autodiff, NdArray};
+    use burn::tensor::Distribution;
+
+    use super::*;
+
+    type A = Autodiff<NdArray>;
+
+    fn value_and_gradient(path: ComputePath) -> (Vec<f32>, Vec<f32>) {
+        let device = Default::default();
+        <A as Backend>::seed(&device, 3);
+        let x = Tensor::<A, 2>::random([40, 300], Distribution::Uniform(-5.0, 5.0), &device)
+            .require_grad();
+        let weights = Tensor::<A, 2>::random([40, 300], Distribution::Default, &device);
+        let y = gelu(x.clone(), path);
+        let gradients = (y.clone() * weights).sum().backward();
+        (
+            y.into_data().to_vec().unwrap(),
+            x.grad(&gradients).unwrap().into_data().to_vec().unwrap(),
+        )
+    }
+
+    #[test]
+    fn host_gelu_matches_burn_in_value_and_the_exact_derivative() {
+        let (host, host_grad) = value_and_gradient(ComputePath::Host);
+        let (burn, burn_grad) = value_and_gradient(ComputePath::Tensors);
+        for (h, b) in host.iter().zip(&burn) {
+            assert!((h - b).abs() <= 1e-6 * (1.0 + b.abs()), "{h} vs {b}");
+        }
+        // burn's backward differentiates GELU's tanh approximation: it differs from
+        // the exact slope by up to about 2e-3 of the upstream gradient.
+        let gap = host_grad
+            .iter()
+            .zip(&burn_grad)
+            .map(|(h, b)| (h - b).abs())
+            .fold(0.0f32, f32::max);
+        assert!(gap < 1e-2, "{gap}");
+        // The exact slope at a few points, times the upstream weights, recovered.
+        let (x, slope) = (
+            1.0f64,
+            0.5 * (1.0 + libm::erf(1.0 / 2f64.sqrt()))
+                + (-0.5f64).exp() / (2.0 * std::f64::consts::PI).sqrt(),
+        );
+        assert!((StemActivation::Gelu.value_and_slope(x as f32).1 as f64 - slope).abs() < 1e-6);
+    }
+
+    #[test]
+    fn untracked_gelu_is_burns() {
+        let device = Default::default();
+        let x = Tensor::<NdArray, 1>::from_floats([-2.0, -0.5, 0.0, 1.0], &device);
+        let y: Vec<f32> = gelu(x.clone(), ComputePath::Host)
+            .into_data()
+            .to_vec()
+            .unwrap();
+        let burn: Vec<f32> = activation::gelu(x).into_data().to_vec().unwrap();
+        assert_eq!(y, burn);
+    }
+}

@@ -1,0 +1,331 @@
+//! The per-pixel stem and what the models read from it, computed on the host in one
+//! pass over each frame, with the exact Jacobians a training step needs.
+//!
+//! Why: through burn's CPU backends the stem's pipeline (a 1x1 convolution, its
+//! activation, the channel scale, a softmax over the pixels, the expected coordinates,
+//! the patch means, and the backward of each) is about fifteen tensor passes over
+//! `batch x pixels x channels` values, each with its own allocation: 90% of the
+//! policy's cloning step (docs/performance.md). Here each frame is read once, the
+//! keypoints, the patch means and their derivatives with respect to every parameter
+//! of the pipeline come out of two loops over its pixels, and the frames of a batch
+//! run in parallel. The parameters are few (the stem's 3 weights and bias per channel,
+//! one scale per frame and channel), so the derivatives are small dense Jacobians,
+//! which `crate::vision` turns into gradients through burn's autodiff.
+
+use rayon::prelude::*;
+
+use crate::vision::StemActivation;
+
+/// Shared parameters per channel whose derivatives are returned: the stem's three
+/// colour weights and its bias.
+pub(crate) const SHARED: usize = 4;
+
+/// The stem of one model, on the host: `activation(rgb W + b)` per pixel.
+pub(crate) struct HostStem<'a> {
+    /// `[3, C]` row-major, as burn stores a linear layer's weight.
+    pub weight: &'a [f32],
+    /// `[C]`.
+    pub bias: &'a [f32],
+    pub activation: StemActivation,
+    /// Side of the square frame, pixels.
+    pub size: usize,
+    /// Side of the square patches whose means are read, if any.
+    pub patch: Option<usize>,
+}
+
+/// What [`HostStem::read`] returns for a batch of `B` frames, `C` channels and `N`
+/// patches; each row-major.
+#[derive(Debug, Default)]
+pub(crate) struct HostReadings {
+    /// `[B, 2, C]`: each channel's expected x under its spatial softmax, then its y.
+    pub keypoints: Vec<f32>,
+    /// `[B, N, C]`: each patch's mean of the stem's output (empty without patches).
+    pub patch_means: Vec<f32>,
+    /// The derivatives, when asked for.
+    pub jacobians: Option<Jacobians>,
+}
+
+/// Derivatives of [`HostReadings`] with respect to the stem's shared parameters
+/// (index `i` of [`SHARED`]: weight rows 0-2, then the bias) and the per-frame,
+/// per-channel scale of the softmax's input.
+#[derive(Debug, Default)]
+pub(crate) struct Jacobians {
+    /// `[B, 2, SHARED, C]`: d keypoint (axis, channel) / d shared parameter (i, channel).
+    pub keypoints_shared: Vec<f32>,
+    /// `[B, 2, C]`: d keypoint (axis, channel) / d scale (channel).
+    pub keypoints_scale: Vec<f32>,
+    /// `[B, N, SHARED, C]`: d patch mean (patch, channel) / d shared parameter.
+    pub patch_means_shared: Vec<f32>,
+}
+
+/// One frame's share of [`HostReadings`].
+struct FrameReadings {
+    keypoints: Vec<f32>,
+    patch_means: Vec<f32>,
+    keypoints_shared: Vec<f32>,
+    keypoints_scale: Vec<f32>,
+    patch_means_shared: Vec<f32>,
+}
+
+impl StemActivation {
+    /// `out = activation(pre)`, element by element.
+    fn apply_to(self, pre: &[f32], out: &mut [f32]) {
+        match self {
+            Self::Relu => out.iter_mut().zip(pre).for_each(|(o, p)| *o = p.max(0.0)),
+            Self::Gelu => out
+                .iter_mut()
+                .zip(pre)
+                .for_each(|(o, &p)| *o = self.value_and_slope(p).0),
+        }
+    }
+
+    /// `out = activation(pre)` and `slope = activation'(pre)`, element by element.
+    fn apply_with_slope(self, pre: &[f32], out: &mut [f32], slope: &mut [f32]) {
+        for ((o, s), &p) in out.iter_mut().zip(slope.iter_mut()).zip(pre) {
+            (*o, *s) = self.value_and_slope(p);
+        }
+    }
+
+    /// The activation's value and slope at `x`; GELU's exactly (`x Phi(x)`, slope
+    /// `Phi(x) + x phi(x)`), in double precision as burn's CPU backends compute it.
+    pub(crate) fn value_and_slope(self, x: f32) -> (f32, f32) {
+        match self {
+            Self::Relu if x > 0.0 => (x, 1.0),
+            Self::Relu => (0.0, 0.0),
+            Self::Gelu => {
+                let x = x as f64;
+                let cdf = 0.5 * (1.0 + libm::erf(x / std::f64::consts::SQRT_2));
+                let density = (-0.5 * x * x).exp() / (2.0 * std::f64::consts::PI).sqrt();
+                ((x * cdf) as f32, (cdf + x * density) as f32)
+            }
+        }
+    }
+}
+
+impl HostStem<'_> {
+    fn channels(&self) -> usize {
+        self.bias.len()
+    }
+
+    /// Reads `frames` `[B, size * size, 3]` (row-major pixels, RGB) with the softmax's
+    /// input scaled by `scale` `[B, C]`; with `jacobians`, also the derivatives.
+    pub fn read(&self, frames: &[f32], scale: &[f32], jacobians: bool) -> HostReadings {
+        let pixels = self.size * self.size;
+        let channels = self.channels();
+        let batch = scale.len() / channels;
+        assert_eq!(self.weight.len(), 3 * channels, "stem weight is [3, C]");
+        assert_eq!(
+            frames.len(),
+            batch * pixels * 3,
+            "frames are [B, pixels, 3]"
+        );
+        let rows: Vec<FrameReadings> = frames
+            .par_chunks_exact(pixels * 3)
+            .zip(scale.par_chunks_exact(channels))
+            .map(|(frame, scale)| self.read_frame(frame, scale, jacobians))
+            .collect();
+        let gather = |part: fn(&FrameReadings) -> &[f32]| -> Vec<f32> {
+            rows.iter()
+                .flat_map(|row| part(row).iter().copied())
+                .collect()
+        };
+        HostReadings {
+            keypoints: gather(|r| &r.keypoints),
+            patch_means: gather(|r| &r.patch_means),
+            jacobians: jacobians.then(|| Jacobians {
+                keypoints_shared: gather(|r| &r.keypoints_shared),
+                keypoints_scale: gather(|r| &r.keypoints_scale),
+                patch_means_shared: gather(|r| &r.patch_means_shared),
+            }),
+        }
+    }
+
+    /// One frame: a pass computing the stem, its slope, the patch sums and each
+    /// channel's largest softmax input; the softmax's exponentials; a pass
+    /// accumulating their weighted sums, from which the keypoints and their
+    /// derivatives follow: with `e_p = exp(z_p - max)`, `z_p = scale h_p`,
+    /// `S = sum e_p`, `k = sum e_p g_p / S` and `dk/dz_p = e_p (g_p - k) / S`. Every
+    /// inner loop runs over the channels of one pixel, contiguous, so it vectorises.
+    fn read_frame(&self, frame: &[f32], scale: &[f32], jacobians: bool) -> FrameReadings {
+        let (size, channels) = (self.size, self.channels());
+        let pixels = size * size;
+        let (grid, patch) = self.patch.map_or((0, size), |patch| (size / patch, patch));
+        let (w, bias) = (self.weight, self.bias);
+        let (w0, rest) = w.split_at(channels);
+        let (w1, w2) = rest.split_at(channels);
+        let mut stem = vec![0.0f32; pixels * channels];
+        let mut slope = vec![0.0f32; if jacobians { pixels * channels } else { 0 }];
+        let mut max = vec![f32::NEG_INFINITY; channels];
+        let mut patch_means = vec![0.0f32; grid * grid * channels];
+        let mut patch_means_shared = vec![
+            0.0f32;
+            if jacobians {
+                grid * grid * SHARED * channels
+            } else {
+                0
+            }
+        ];
+        let mut pre = vec![0.0f32; channels];
+        for (pixel, rgb) in frame.chunks_exact(3).enumerate() {
+            let at = pixel * channels..(pixel + 1) * channels;
+            for (c, p) in pre.iter_mut().enumerate() {
+                *p = rgb[0] * w0[c] + rgb[1] * w1[c] + rgb[2] * w2[c] + bias[c];
+            }
+            let h = &mut stem[at.clone()];
+            if jacobians {
+                self.activation
+                    .apply_with_slope(&pre, h, &mut slope[at.clone()]);
+            } else {
+                self.activation.apply_to(&pre, h);
+            }
+            for ((m, h), s) in max.iter_mut().zip(h.iter()).zip(scale) {
+                *m = m.max(h * s);
+            }
+            if grid > 0 {
+                let n = (pixel / size / patch) * grid + (pixel % size) / patch;
+                add_scaled(&mut patch_means[n * channels..(n + 1) * channels], 1.0, h);
+                if jacobians {
+                    let dh = &slope[at];
+                    let shared =
+                        &mut patch_means_shared[n * SHARED * channels..(n + 1) * SHARED * channels];
+                    for (row, x) in shared
+                        .chunks_exact_mut(channels)
+                        .zip([rgb[0], rgb[1], rgb[2], 1.0])
+                    {
+                        add_scaled(row, x, dh);
+                    }
+                }
+            }
+        }
+        let per_patch = (patch * patch) as f32;
+        patch_means.iter_mut().for_each(|v| *v /= per_patch);
+        patch_means_shared.iter_mut().for_each(|v| *v /= per_patch);
+
+        let mut exps = vec![0.0f32; pixels * channels];
+        for (e_row, h_row) in exps
+            .chunks_exact_mut(channels)
+            .zip(stem.chunks_exact(channels))
+        {
+            for (((e, h), s), m) in e_row.iter_mut().zip(h_row).zip(scale).zip(&max) {
+                *e = exp_nonpositive(h * s - m);
+            }
+        }
+
+        // Rows of `channels` sums: S, S_x, S_y; with derivatives also sum e h,
+        // sum e h g_x, sum e h g_y, then per shared parameter i sum q x_i,
+        // sum q x_i g_x, sum q x_i g_y with q = e scale slope.
+        let rows = if jacobians { 6 + 3 * SHARED } else { 3 };
+        let mut sums = vec![0.0f32; rows * channels];
+        let mut weighted = vec![0.0f32; channels];
+        for (pixel, rgb) in frame.chunks_exact(3).enumerate() {
+            let (row, col) = (pixel / size, pixel % size);
+            let gx = -1.0 + (2 * col + 1) as f32 / size as f32;
+            let gy = 1.0 - (2 * row + 1) as f32 / size as f32;
+            let at = pixel * channels..(pixel + 1) * channels;
+            let e = &exps[at.clone()];
+            let mut rows = sums.chunks_exact_mut(channels);
+            let mut next = || rows.next().expect("one row of sums per term");
+            add_scaled(next(), 1.0, e);
+            add_scaled(next(), gx, e);
+            add_scaled(next(), gy, e);
+            if jacobians {
+                for ((v, e), h) in weighted.iter_mut().zip(e).zip(&stem[at.clone()]) {
+                    *v = e * h;
+                }
+                add_scaled(next(), 1.0, &weighted);
+                add_scaled(next(), gx, &weighted);
+                add_scaled(next(), gy, &weighted);
+                for (((v, e), s), dh) in weighted.iter_mut().zip(e).zip(scale).zip(&slope[at]) {
+                    *v = e * s * dh;
+                }
+                for x in [rgb[0], rgb[1], rgb[2], 1.0] {
+                    add_scaled(next(), x, &weighted);
+                    add_scaled(next(), x * gx, &weighted);
+                    add_scaled(next(), x * gy, &weighted);
+                }
+            }
+        }
+        let sum = |term: usize, c: usize| sums[term * channels + c];
+        let mut keypoints = vec![0.0f32; 2 * channels];
+        let mut keypoints_shared = vec![0.0f32; if jacobians { 2 * SHARED * channels } else { 0 }];
+        let mut keypoints_scale = vec![0.0f32; if jacobians { 2 * channels } else { 0 }];
+        for c in 0..channels {
+            let total = sum(0, c);
+            for axis in 0..2 {
+                let k = sum(1 + axis, c) / total;
+                keypoints[axis * channels + c] = k;
+                if jacobians {
+                    // dk/dscale = sum_p w_p (g_p - k) h_p; dk/dtheta_i likewise with
+                    // scale * slope * input_i in place of h.
+                    keypoints_scale[axis * channels + c] =
+                        (sum(4 + axis, c) - k * sum(3, c)) / total;
+                    for i in 0..SHARED {
+                        let plain = sum(6 + 3 * i, c);
+                        let along = sum(6 + 3 * i + 1 + axis, c);
+                        keypoints_shared[(axis * SHARED + i) * channels + c] =
+                            (along - k * plain) / total;
+                    }
+                }
+            }
+        }
+        FrameReadings {
+            keypoints,
+            patch_means,
+            keypoints_shared,
+            keypoints_scale,
+            patch_means_shared,
+        }
+    }
+}
+
+/// `acc += factor * values`, element by element.
+#[inline]
+fn add_scaled(acc: &mut [f32], factor: f32, values: &[f32]) {
+    for (a, v) in acc.iter_mut().zip(values) {
+        *a += factor * v;
+    }
+}
+
+/// `exp(x)` for `x <= 0` in plain arithmetic, so that loops over it vectorise: `2^n
+/// e^r` with `n` the nearest integer to `x / ln 2` and a degree-6 polynomial for
+/// `e^r` on `|r| <= ln 2 / 2` (Cephes' `expf` coefficients; within 2 ulp of libm's).
+/// Below -87 it returns about 1e-38 instead of underflowing: these are softmax
+/// weights next to a largest weight of 1.
+#[inline]
+fn exp_nonpositive(x: f32) -> f32 {
+    const ROUNDING: f32 = 12_582_912.0; // 1.5 * 2^23: adding it rounds to an integer.
+    let x = x.max(-87.0);
+    let shifted = x * std::f32::consts::LOG2_E + ROUNDING;
+    let n = shifted - ROUNDING;
+    // x - n ln 2, with ln 2 split in two so that the product is exact.
+    let r = x - n * 0.693_359_4 + n * 2.121_944_4e-4;
+    let p = 1.987_569_1e-4;
+    let p = p * r + 1.398_199_9e-3;
+    let p = p * r + 8.333_452e-3;
+    let p = p * r + 4.166_579_6e-2;
+    let p = p * r + 1.666_666_5e-1;
+    let p = p * r + 5e-1;
+    let e_r = p * r * r + r + 1.0;
+    let exponent = (shifted.to_bits() as i32 - ROUNDING.to_bits() as i32 + 127) as u32;
+    e_r * f32::from_bits(exponent << 23)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fast_exponential_matches_the_library_within_two_ulp() {
+        for i in 0..=200_000 {
+            let x = -87.0 * i as f32 / 200_000.0;
+            let (fast, exact) = (exp_nonpositive(x), x.exp());
+            let ulp = f32::EPSILON * exact;
+            assert!(
+                (fast - exact).abs() <= 2.0 * ulp,
+                "exp({x}): {fast} vs {exact}"
+            );
+        }
+        assert_eq!(exp_nonpositive(0.0), 1.0);
+        assert!(exp_nonpositive(-1e4) > 0.0 && exp_nonpositive(-1e4) < 1e-37);
+    }
+}
