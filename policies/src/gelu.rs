@@ -12,7 +12,9 @@ use burn::prelude::*;
 use burn::tensor::activation;
 use rayon::prelude::*;
 
-use crate::vision::{ComputePath, StemActivation};
+use crate::activation::StemActivation;
+use crate::readback::values;
+use crate::vision::ComputePath;
 
 /// Elements per parallel task: enough that a task outweighs its scheduling.
 const CHUNK: usize = 4096;
@@ -27,14 +29,9 @@ pub fn gelu<B: Backend, const D: usize>(x: Tensor<B, D>, path: ComputePath) -> T
         return activation::gelu(x);
     }
     let shape = x.shape();
-    // Read back a tensor no one else holds: burn-ndarray hands over a unique array's
-    // buffer, but copies a shared one element by element through a generic iterator
-    // (ten times slower than the GELU itself); `x` itself is still needed.
-    let input = (x.clone().detach() * 1.0)
-        .into_data()
-        .convert::<f32>()
-        .into_vec::<f32>()
-        .expect("a tensor converted to f32 reads as f32");
+    // `x` itself is still needed, so its values are read back from a copy no one else
+    // holds (see `readback::values`).
+    let input = values(x.clone().detach() * 1.0);
     let mut values = vec![0.0f32; input.len()];
     let mut slopes = vec![0.0f32; input.len()];
     values

@@ -15,23 +15,17 @@
 use burn::nn::{Embedding, LayerNorm, Linear};
 use burn::prelude::*;
 
+use crate::activation::{StemActivation, gelu_value};
 use crate::head::ActionHead;
 use crate::input::PolicyBatch;
 use crate::model::{VlaPolicy, patch_coordinate_values};
-use crate::vision::{StemActivation, pixel_coordinates};
+use crate::readback::values;
+use crate::vision::pixel_coordinates;
 
 /// burn's `LayerNormConfig` default, which every norm of the policy uses.
 const LAYER_NORM_EPSILON: f32 = 1e-5;
 /// The score burn's attention gives a padded key (`min_float`).
 const MASKED_SCORE: f32 = -1e4;
-
-fn values<B: Backend, const D: usize>(tensor: Tensor<B, D>) -> Vec<f32> {
-    tensor
-        .into_data()
-        .convert::<f32>()
-        .to_vec()
-        .expect("a tensor converted to f32 reads as f32")
-}
 
 /// `y = x W + b` for `rows` rows, `W` `[inputs, outputs]` row-major as burn stores it.
 struct Dense {
@@ -119,13 +113,6 @@ impl Norm {
             }
         }
     }
-}
-
-/// The exact GELU, `x Φ(x)`, with the error function in double precision as burn's CPU
-/// backends compute it.
-fn gelu(x: f32) -> f32 {
-    let x = x as f64;
-    (0.5 * x * (1.0 + libm::erf(x / std::f64::consts::SQRT_2))) as f32
 }
 
 fn embedding<B: Backend>(embedding: &Embedding<B>) -> Vec<f32> {
@@ -311,7 +298,7 @@ impl HostPolicy {
         self.stem.forward(pixels, input.images, features);
         match self.stem_activation {
             StemActivation::Relu => features.iter_mut().for_each(|v| *v = v.max(0.0)),
-            StemActivation::Gelu => features.iter_mut().for_each(|v| *v = gelu(*v)),
+            StemActivation::Gelu => features.iter_mut().for_each(|v| *v = gelu_value(*v)),
         }
         self.film.forward(1, instruction, film);
         let (gamma, beta) = film.split_at(channels);
@@ -404,7 +391,7 @@ impl HostPolicy {
         self.readout_norm.forward(1, &tokens[..d], normed);
         let hidden = sized(&mut scratch.hidden, d);
         self.head_hidden.forward(1, normed, hidden);
-        hidden.iter_mut().for_each(|v| *v = gelu(*v));
+        hidden.iter_mut().for_each(|v| *v = gelu_value(*v));
         let ka = self.chunk_len * self.action_dim;
         let out = sized(&mut scratch.projected, 2 * ka);
         self.head_out.forward(1, hidden, out);
@@ -492,7 +479,7 @@ impl EncoderLayer {
         self.feed_forward_norm.forward(queries, tokens, normed);
         let hidden = sized(&mut scratch.hidden, queries * self.inner.outputs);
         self.inner.forward(queries, normed, hidden);
-        hidden.iter_mut().for_each(|v| *v = gelu(*v));
+        hidden.iter_mut().for_each(|v| *v = gelu_value(*v));
         let projected = sized(&mut scratch.projected, queries * d);
         self.outer.forward(queries, hidden, projected);
         tokens[..queries * d]

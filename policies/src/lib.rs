@@ -9,6 +9,7 @@
 //! Everything is generic over the burn backend; the backend is chosen at run time by
 //! `imago-runtime`.
 
+pub mod activation;
 pub mod advantage;
 pub mod flow;
 pub mod gelu;
@@ -19,11 +20,13 @@ pub mod importance;
 pub mod input;
 pub mod loss;
 pub mod model;
+mod readback;
 pub mod rows;
 mod stem_host;
 pub mod tokenizer;
 pub mod vision;
 
+pub use activation::StemActivation;
 pub use advantage::{
     AdvantageNormaliser, awr_weights, discounted_returns, generalised_advantages, lambda_returns,
 };
@@ -38,4 +41,4 @@ pub use model::{
 };
 pub use rows::{linear_rows, on_rows};
 pub use tokenizer::{TokenizerError, VOCABULARY, WordTokenizer};
-pub use vision::{ComputePath, StemActivation, StemReading, spatial_softmax};
+pub use vision::{ComputePath, StemReading, spatial_softmax};

@@ -11,11 +11,12 @@ use burn::prelude::*;
 use imago_robots::RobotSpec;
 use imago_robots::bounds::{ConfigError, all_in_range, in_range, length_in_range};
 
+use crate::activation::StemActivation;
 use crate::gelu::gelu;
 use crate::head::{ActionHead, ActionHeadKind, FlowHead, GaussianChunk, GaussianHead};
 use crate::input::PolicyInput;
 use crate::tokenizer::VOCABULARY;
-use crate::vision::{ComputePath, StemActivation, StemReading};
+use crate::vision::{ComputePath, StemReading};
 
 /// Shape and size of a [`VlaPolicy`].
 #[derive(Config, Debug, PartialEq)]

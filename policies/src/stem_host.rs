@@ -14,7 +14,7 @@
 
 use rayon::prelude::*;
 
-use crate::vision::StemActivation;
+use crate::activation::StemActivation;
 
 /// Shared parameters per channel whose derivatives are returned: the stem's three
 /// colour weights and its bias.
@@ -65,41 +65,6 @@ struct FrameReadings {
     keypoints_shared: Vec<f32>,
     keypoints_scale: Vec<f32>,
     patch_means_shared: Vec<f32>,
-}
-
-impl StemActivation {
-    /// `out = activation(pre)`, element by element.
-    fn apply_to(self, pre: &[f32], out: &mut [f32]) {
-        match self {
-            Self::Relu => out.iter_mut().zip(pre).for_each(|(o, p)| *o = p.max(0.0)),
-            Self::Gelu => out
-                .iter_mut()
-                .zip(pre)
-                .for_each(|(o, &p)| *o = self.value_and_slope(p).0),
-        }
-    }
-
-    /// `out = activation(pre)` and `slope = activation'(pre)`, element by element.
-    fn apply_with_slope(self, pre: &[f32], out: &mut [f32], slope: &mut [f32]) {
-        for ((o, s), &p) in out.iter_mut().zip(slope.iter_mut()).zip(pre) {
-            (*o, *s) = self.value_and_slope(p);
-        }
-    }
-
-    /// The activation's value and slope at `x`; GELU's exactly (`x Phi(x)`, slope
-    /// `Phi(x) + x phi(x)`), in double precision as burn's CPU backends compute it.
-    pub(crate) fn value_and_slope(self, x: f32) -> (f32, f32) {
-        match self {
-            Self::Relu if x > 0.0 => (x, 1.0),
-            Self::Relu => (0.0, 0.0),
-            Self::Gelu => {
-                let x = x as f64;
-                let cdf = 0.5 * (1.0 + libm::erf(x / std::f64::consts::SQRT_2));
-                let density = (-0.5 * x * x).exp() / (2.0 * std::f64::consts::PI).sqrt();
-                ((x * cdf) as f32, (cdf + x * density) as f32)
-            }
-        }
-    }
 }
 
 impl HostStem<'_> {

@@ -2,35 +2,12 @@
 
 use burn::nn::Linear;
 use burn::prelude::*;
-use burn::tensor::activation::{gelu, relu, softmax};
-use serde::{Deserialize, Serialize};
+use burn::tensor::activation::softmax;
 
+use crate::activation::StemActivation;
+use crate::readback::values;
 use crate::rows::linear_rows;
 use crate::stem_host::{HostStem, SHARED};
-
-/// The nonlinearity after the per-pixel stem, the one activation applied to every pixel
-/// of every frame (batch x pixels x channels values), so the cheapest one pays most.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum StemActivation {
-    /// `max(x, 0)`: one pass forward, a mask backward. The default since it cut the
-    /// policy's cloning step by 31% on the CPU (docs/performance.md).
-    #[default]
-    Relu,
-    /// The exact GELU, which checkpoints written before this choice existed use; burn's
-    /// GELU backward is 15 tensor ops on the CPU backends.
-    Gelu,
-}
-
-impl StemActivation {
-    /// Applies the activation.
-    pub fn apply<B: Backend, const D: usize>(self, x: Tensor<B, D>) -> Tensor<B, D> {
-        match self {
-            Self::Relu => relu(x),
-            Self::Gelu => gelu(x),
-        }
-    }
-}
 
 /// Expected image coordinates of each channel of `features` `[B, size * size, C]` under
 /// a softmax over its pixels: `[B, 2C]` as `(x_1..x_C, y_1..y_C)` in `[-1, 1]`, y up.
@@ -215,14 +192,6 @@ fn patch_means<B: Backend>(features: Tensor<B, 3>, size: usize, patch: usize) ->
         / (patch * patch) as f32
 }
 
-fn values<B: Backend, const D: usize>(tensor: Tensor<B, D>) -> Vec<f32> {
-    tensor
-        .into_data()
-        .convert::<f32>()
-        .to_vec()
-        .expect("a tensor converted to f32 reads as f32")
-}
-
 #[cfg(test)]
 mod tests {
     use burn::backend::{Autodiff, Flex, NdArray};
@@ -249,26 +218,6 @@ mod tests {
             .convert::<f32>()
             .to_vec()
             .unwrap()
-    }
-
-    #[test]
-    fn stem_activations_are_relu_and_exact_gelu() {
-        let device = Default::default();
-        let x = Tensor::<NdArray, 1>::from_floats([-2.0, -0.5, 0.0, 1.0], &device);
-        let values = |a: StemActivation| -> Vec<f32> {
-            a.apply(x.clone())
-                .into_data()
-                .convert::<f32>()
-                .to_vec()
-                .unwrap()
-        };
-        assert_eq!(values(StemActivation::Relu), [0.0, 0.0, 0.0, 1.0]);
-        // x * Phi(x): Phi(-2) = 0.02275, Phi(-0.5) = 0.30854, Phi(1) = 0.84134.
-        let expected = [-0.045_5, -0.154_27, 0.0, 0.841_34];
-        for (g, e) in values(StemActivation::Gelu).iter().zip(expected) {
-            assert!((g - e).abs() < 1e-4, "{g} vs {e}");
-        }
-        assert_eq!(StemActivation::default(), StemActivation::Relu);
     }
 
     #[test]
