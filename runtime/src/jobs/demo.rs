@@ -101,10 +101,12 @@ impl DemoPlan {
     /// The plan for `robot`: [`Self::quick`] or [`Self::full`], resized for pusht,
     /// whose episodes run up to 300 ticks (five times reacher2d's) on a 96x96 camera,
     /// and whose demonstrator has its own imperfections: the robot's default target
-    /// noise (0.02 of the half workspace, 5 units) and 30% near-miss episodes (a placement 12 units and
-    /// 0.2 rad off the goal that looks right and fails the 0.95 coverage). Cloning
-    /// gets about three times reacher2d's steps (2400 and 4000 against 800 and 1200):
-    /// on pusht the cloned policy's coverage kept rising with steps (docs/policy.md).
+    /// noise (0.02 of the half workspace, 5 units) and 30% near-miss episodes (a
+    /// placement 12 units and 0.2 rad off the goal that looks right and fails the 0.95
+    /// coverage). Cloning gets six and ten times reacher2d's steps (4800 and 12000
+    /// against 800 and 1200): on pusht the cloned policy's coverage kept rising with
+    /// steps (docs/policy.md, docs/pusht.md), and a step at its 24x24 read side costs
+    /// about a third of reacher2d's.
     pub fn for_robot(robot: &RobotConfig, quick: bool) -> Self {
         let plan = if quick { Self::quick() } else { Self::full() };
         if robot.name() != imago_robots::pusht::NAME {
@@ -120,7 +122,7 @@ impl DemoPlan {
                 ..robot.default_expert()
             },
             bc: BcConfig {
-                steps: scale(2400, 4000),
+                steps: scale(4800, 12_000),
                 ..plan.bc
             },
             world_model: WorldModelTrainConfig {
