@@ -32,7 +32,9 @@ if ! "$python" -c "import torch" 2>/dev/null; then
     echo "bench-vs-pytorch: $python cannot import torch; set PYTHON to one that can" >&2
     exit 1
 fi
-cargo build --release
+# Built as a workspace, like README's test command, so that the binary reuses that
+# build (runtime/Cargo.toml's regex-syntax note tells how the two once diverged).
+cargo build --release --workspace
 imago=target/release/imago
 for round in $(seq 1 "$rounds"); do
     echo "== round $round of $rounds"
