@@ -6,29 +6,40 @@
 //! transformer's feed-forward blocks alone, and most of the world model's activation
 //! cost (docs/performance.md). On the host path one parallel pass computes the exact
 //! GELU and its exact slope; autodiff then sees `y + slope * (x - x.detach())`, zero
-//! added in value, `slope * grad` in the backward pass.
+//! added in value, `slope * grad` in the backward pass. Without autodiff one parallel
+//! pass computes the values, reading back the input it owns.
 
 use burn::prelude::*;
 use burn::tensor::activation;
 use rayon::prelude::*;
 
-use crate::activation::StemActivation;
+use crate::activation::{StemActivation, gelu_value};
 use crate::readback::values;
 use crate::vision::ComputePath;
 
 /// Elements per parallel task: enough that a task outweighs its scheduling.
 const CHUNK: usize = 4096;
 
-/// The exact GELU, `x Phi(x)`, of `x`. Where `path` says host and `x` is tracked by
-/// autodiff, values and slopes come from one host pass; otherwise (other backends, or
-/// a forward pass alone, where burn's five passes measured faster than the round trip
-/// through host memory) it is burn's GELU.
+/// The exact GELU, `x Phi(x)`, of `x`. Where `path` says host, one parallel host pass
+/// computes it: values and slopes on a device with autodiff (whether or not `x` is in
+/// a graph: `Tensor::is_require_grad` is true only for leaves, so it cannot tell an
+/// intermediate activation from a constant), the values alone on a device without
+/// (imagination, inference). Elsewhere it is burn's GELU.
 pub fn gelu<B: Backend, const D: usize>(x: Tensor<B, D>, path: ComputePath) -> Tensor<B, D> {
     let device = x.device();
-    if !x.is_require_grad() || !path.on_host::<B>(&device) {
+    if !path.on_host::<B>(&device) {
         return activation::gelu(x);
     }
     let shape = x.shape();
+    if !B::ad_enabled(&device) {
+        let mut values = values(x);
+        values.par_chunks_mut(CHUNK).for_each(|chunk| {
+            for v in chunk {
+                *v = gelu_value(*v);
+            }
+        });
+        return Tensor::from_data(TensorData::new(values, shape), &device);
+    }
     // `x` itself is still needed, so its values are read back from a copy no one else
     // holds (see `readback::values`).
     let input = values(x.clone().detach() * 1.0);
@@ -96,14 +107,34 @@ mod tests {
     }
 
     #[test]
-    fn untracked_gelu_is_burns() {
+    fn an_intermediate_activation_gets_the_exact_slope() {
+        // `x` computed from a leaf is in the graph but not `is_require_grad`: the host
+        // path must still carry its gradient, and with the exact slope.
         let device = Default::default();
-        let x = Tensor::<NdArray, 1>::from_floats([-2.0, -0.5, 0.0, 1.0], &device);
-        let y: Vec<f32> = gelu(x.clone(), ComputePath::Host)
+        let leaf = Tensor::<A, 1>::from_floats([-2.0, -0.5, 0.3, 1.0, 3.0], &device).require_grad();
+        let x = leaf.clone() * 2.0;
+        assert!(!x.is_require_grad());
+        let gradients = gelu(x, ComputePath::Host).sum().backward();
+        let grad: Vec<f32> = leaf.grad(&gradients).unwrap().into_data().to_vec().unwrap();
+        for (g, l) in grad.iter().zip([-2.0f32, -0.5, 0.3, 1.0, 3.0]) {
+            let exact = 2.0 * StemActivation::Gelu.value_and_slope(2.0 * l).1;
+            assert!((g - exact).abs() < 1e-6, "{g} vs {exact}");
+        }
+    }
+
+    #[test]
+    fn gelu_without_autodiff_matches_burns() {
+        let device = Default::default();
+        <NdArray as Backend>::seed(&device, 5);
+        let x = Tensor::<NdArray, 2>::random([70, 300], Distribution::Uniform(-8.0, 8.0), &device);
+        let host: Vec<f32> = gelu(x.clone(), ComputePath::Host)
             .into_data()
             .to_vec()
             .unwrap();
         let burn: Vec<f32> = activation::gelu(x).into_data().to_vec().unwrap();
-        assert_eq!(y, burn);
+        assert_eq!(host.len(), burn.len());
+        for (h, b) in host.iter().zip(&burn) {
+            assert!((h - b).abs() <= 1e-6 * (1.0 + b.abs()), "{h} vs {b}");
+        }
     }
 }
