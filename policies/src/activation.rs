@@ -39,6 +39,14 @@ impl StemActivation {
         }
     }
 
+    /// `values = activation(values)`, element by element.
+    pub(crate) fn apply_in_place(self, values: &mut [f32]) {
+        match self {
+            Self::Relu => values.iter_mut().for_each(|v| *v = v.max(0.0)),
+            Self::Gelu => values.iter_mut().for_each(|v| *v = gelu_value(*v)),
+        }
+    }
+
     /// `out = activation(pre)` and `slope = activation'(pre)`, element by element.
     pub(crate) fn apply_with_slope(self, pre: &[f32], out: &mut [f32], slope: &mut [f32]) {
         for ((o, s), &p) in out.iter_mut().zip(slope.iter_mut()).zip(pre) {
@@ -109,6 +117,9 @@ mod tests {
             activation.apply_to(&pre, &mut out);
             activation.apply_with_slope(&pre, &mut with_slope, &mut slope);
             assert_eq!(out, with_slope, "{activation:?}");
+            let mut in_place = pre;
+            activation.apply_in_place(&mut in_place);
+            assert_eq!(out, in_place, "{activation:?}");
             let tensor: Vec<f32> = activation
                 .apply(Tensor::<NdArray, 1>::from_floats(pre, &Default::default()))
                 .into_data()

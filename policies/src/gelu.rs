@@ -13,7 +13,7 @@ use burn::prelude::*;
 use burn::tensor::activation;
 use rayon::prelude::*;
 
-use crate::activation::{StemActivation, gelu_value};
+use crate::activation::StemActivation;
 use crate::readback::values;
 use crate::vision::ComputePath;
 
@@ -33,11 +33,9 @@ pub fn gelu<B: Backend, const D: usize>(x: Tensor<B, D>, path: ComputePath) -> T
     let shape = x.shape();
     if !B::ad_enabled(&device) {
         let mut values = values(x);
-        values.par_chunks_mut(CHUNK).for_each(|chunk| {
-            for v in chunk {
-                *v = gelu_value(*v);
-            }
-        });
+        values
+            .par_chunks_mut(CHUNK)
+            .for_each(|chunk| StemActivation::Gelu.apply_in_place(chunk));
         return Tensor::from_data(TensorData::new(values, shape), &device);
     }
     // `x` itself is still needed, so its values are read back from a copy no one else
@@ -50,9 +48,7 @@ pub fn gelu<B: Backend, const D: usize>(x: Tensor<B, D>, path: ComputePath) -> T
         .zip(slopes.par_chunks_mut(CHUNK))
         .zip(input.par_chunks(CHUNK))
         .for_each(|((values, slopes), input)| {
-            for ((v, s), &x) in values.iter_mut().zip(slopes.iter_mut()).zip(input) {
-                (*v, *s) = StemActivation::Gelu.value_and_slope(x);
-            }
+            StemActivation::Gelu.apply_with_slope(input, values, slopes)
         });
     let y = Tensor::<B, D>::from_data(TensorData::new(values, shape.clone()), &device);
     let slope = Tensor::<B, D>::from_data(TensorData::new(slopes, shape), &device);

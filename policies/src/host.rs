@@ -296,10 +296,7 @@ impl HostPolicy {
         // The per-pixel stem, FiLM-modulated by the instruction.
         let features = sized(&mut scratch.features, pixels * channels);
         self.stem.forward(pixels, input.images, features);
-        match self.stem_activation {
-            StemActivation::Relu => features.iter_mut().for_each(|v| *v = v.max(0.0)),
-            StemActivation::Gelu => features.iter_mut().for_each(|v| *v = gelu_value(*v)),
-        }
+        self.stem_activation.apply_in_place(features);
         self.film.forward(1, instruction, film);
         let (gamma, beta) = film.split_at(channels);
         for pixel in features.chunks_exact_mut(channels) {
