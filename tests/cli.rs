@@ -336,7 +336,8 @@ fn finetune_every_method_and_paired_eval() {
         &config,
         "episodes_per_round = 4\ngroup_size = 2\npolicy_steps = 3\nbatch_size = 4\n\
          world_model_steps = 2\ncritic_steps = 2\ncritic_batch = 8\ninitial_world_model_steps = 2\n\
-         [rollout]\nexploration = 1.0\ntakeover = { window = 5, min_progress = 0.02 }\n",
+         [rollout]\nexploration = 1.0\ntakeover = { window = 5, min_progress = 0.02 }\n\
+         coaching = { probability = 0.2, ticks = 3 }\n",
     )
     .unwrap();
     let mut episodes_before = 12;
@@ -345,6 +346,7 @@ fn finetune_every_method_and_paired_eval() {
         ("awr-imagination", &bc),
         ("habc", &bc),
         ("advantage-flow", &flow),
+        ("dagger", &bc),
     ] {
         let out = path(&dir.path().join(method));
         let report = dir.path().join(format!("{method}.json"));
@@ -379,6 +381,19 @@ fn finetune_every_method_and_paired_eval() {
         assert!(round["update"]["last_loss"].as_f64().unwrap().is_finite());
         let ess = round["update"]["importance_ess_fraction"].as_f64().unwrap();
         assert!((0.0..=1.0).contains(&ess), "{method}: {ess}");
+        // The coach (and the takeover) intervened; DAgger imitates exactly those
+        // commands and the demonstrations', and weighs none by an advantage.
+        let interventions = round["interventions"].as_u64().unwrap();
+        assert!(interventions > 0, "{method}: {round}");
+        if method == "dagger" {
+            let advantages = &round["advantages"];
+            assert_eq!(advantages["weighted"], 0, "{round}");
+            // At least one command of each of the 12 demonstrations.
+            assert!(
+                advantages["unweighted"].as_u64().unwrap() >= 12 + interventions,
+                "{round}"
+            );
+        }
         // The collected episodes were appended to the replay.
         episodes_before += 4;
     }

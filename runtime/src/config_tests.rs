@@ -63,6 +63,18 @@ const KEYS: &[(&str, Kind, f64, f64)] = &[
         0.0,
         10.0,
     ),
+    (
+        "learner.finetune.rollout.coaching.probability",
+        Kind::Float,
+        0.0,
+        1.0,
+    ),
+    (
+        "learner.finetune.rollout.coaching.ticks",
+        Kind::Integer,
+        1.0,
+        10_000.0,
+    ),
     ("learner.finetune.policy_steps", Kind::Integer, 0.0, 1e7),
     ("learner.finetune.batch_size", Kind::Integer, 1.0, 4096.0),
     ("learner.finetune.learning_rate", Kind::Float64, 1e-9, 1.0),

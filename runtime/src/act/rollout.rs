@@ -1,13 +1,15 @@
 //! Collecting episodes with the current policy: sampled (exploring) action chunks,
 //! batched over many simulated robots in lock-step, each transition stamped with the
 //! policy version and the behaviour log-density, optionally with a scripted takeover
-//! when the policy stalls (a simulated human intervention).
+//! when the policy stalls (a simulated human intervention) or with the scripted expert
+//! coaching short stretches at random ticks (DAgger's mixture of expert and learner).
 
 use burn::prelude::*;
 use imago_policies::{PolicyBatch, VlaPolicy, VlaPolicyConfig};
 use imago_robots::bounds::{ConfigError, in_range};
 use imago_robots::{ExpertConfig, Observation, Robot};
 use rand::rngs::StdRng;
+use rand::{RngExt, SeedableRng};
 use serde::{Deserialize, Serialize};
 
 use crate::act::camera::BatchCamera;
@@ -45,6 +47,45 @@ impl Default for TakeoverConfig {
     }
 }
 
+/// When the scripted expert coaches: stretches of its commands among the policy's,
+/// starting at random ticks. The states the policy's own mistakes lead to then get the
+/// expert's commands, flagged as interventions: DAgger's mixture of expert and
+/// learner, the simulated stand-in for a person who corrects the robot now and then.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CoachingConfig {
+    /// Chance, at every tick the policy would act, that a coached stretch starts.
+    /// Range: [0, 1].
+    pub probability: f32,
+    /// Ticks the expert commands once a stretch starts (the policy's chunk length
+    /// lets a stretch label whole chunks). Range: [1, 10000].
+    pub ticks: u32,
+}
+
+impl CoachingConfig {
+    /// Checks both values against their documented ranges.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        in_range("probability", self.probability, 0.0..=1.0)?;
+        in_range("ticks", self.ticks, 1..=10_000)
+    }
+
+    /// The expected share of coached ticks: a stretch of `ticks` after, on average,
+    /// `1 / probability` policy ticks.
+    pub fn coached_share(&self) -> f32 {
+        let stretch = self.probability * self.ticks as f32;
+        stretch / (1.0 + stretch)
+    }
+}
+
+impl Default for CoachingConfig {
+    fn default() -> Self {
+        Self {
+            probability: 0.1,
+            ticks: 8,
+        }
+    }
+}
+
 /// How policy episodes are collected.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -55,14 +96,20 @@ pub struct RolloutConfig {
     /// Let the scripted expert take over when the policy stalls; taken-over ticks are
     /// flagged as interventions.
     pub takeover: Option<TakeoverConfig>,
+    /// Let the scripted expert coach stretches at random ticks; coached ticks are
+    /// flagged as interventions.
+    pub coaching: Option<CoachingConfig>,
 }
 
 impl RolloutConfig {
     /// Checks every value against its documented range.
     pub fn validate(&self) -> Result<(), ConfigError> {
         in_range("exploration", self.exploration, 0.0..=10.0)?;
-        match &self.takeover {
-            Some(takeover) => takeover.validate().map_err(|e| e.within("takeover")),
+        if let Some(takeover) = &self.takeover {
+            takeover.validate().map_err(|e| e.within("takeover"))?;
+        }
+        match &self.coaching {
+            Some(coaching) => coaching.validate().map_err(|e| e.within("coaching")),
             None => Ok(()),
         }
     }
@@ -73,6 +120,7 @@ impl Default for RolloutConfig {
         Self {
             exploration: 1.0,
             takeover: None,
+            coaching: None,
         }
     }
 }
@@ -84,6 +132,7 @@ struct Running {
     start: EpisodeStart,
     transitions: Vec<Transition>,
     takeover: TakeoverWatch,
+    coach: CoachStretches,
     seed: u64,
     done: bool,
 }
@@ -110,6 +159,10 @@ pub fn collect_policy_episodes<B: Backend>(
             let mut robot = robot_config.build();
             robot.set_frame_source(camera.frame_source());
             let observation = robot.reset(seed);
+            let coach = CoachStretches::new(rollout.coaching.as_ref(), seed, version);
+            if coach.is_on() {
+                robot.start_expert(&ExpertConfig::noiseless(), seed);
+            }
             Running {
                 start: EpisodeStart {
                     episode: 0,
@@ -118,6 +171,7 @@ pub fn collect_policy_episodes<B: Backend>(
                     instruction: observation.instruction.clone(),
                 },
                 takeover: TakeoverWatch::new(rollout.takeover.as_ref(), &robot),
+                coach,
                 robot,
                 observation,
                 transitions: Vec::new(),
@@ -137,8 +191,13 @@ pub fn collect_policy_episodes<B: Backend>(
     let mut episodes: Vec<Option<Episode>> = vec![None; seeds.len()];
     let bar = progress::bar("collect policy episodes", max_steps as u64);
     while running.iter().any(|r| !r.done) {
+        // Who commands this tick: the expert (taken over, or coaching) or the policy.
+        let expert_commands: Vec<bool> = running
+            .iter_mut()
+            .map(|r| !r.done && (r.takeover.is_active() || r.coach.coaches_this_tick()))
+            .collect();
         let acting: Vec<usize> = (0..running.len())
-            .filter(|&i| !running[i].done && !running[i].takeover.is_active())
+            .filter(|&i| !running[i].done && !expert_commands[i])
             .collect();
         let mut commands: Vec<Option<SampledCommand>> = vec![None; running.len()];
         if !acting.is_empty() {
@@ -163,16 +222,19 @@ pub fn collect_policy_episodes<B: Backend>(
             if run.done {
                 continue;
             }
-            let (action, log_prob, intervention) =
-                match (run.robot.expert_action(), commands[i].take()) {
-                    (Some(rescue), _) => (rescue, None, true),
-                    (None, Some(command)) => (
-                        to_robot_units(&command.action, limits),
-                        command.log_prob,
-                        false,
-                    ),
-                    (None, None) => unreachable!("every acting robot got a command"),
-                };
+            let (action, log_prob, intervention) = if expert_commands[i] {
+                let expert = run.robot.expert_action();
+                (expert.expect("a started expert commands"), None, true)
+            } else {
+                let command = commands[i]
+                    .take()
+                    .expect("every acting robot got a command");
+                (
+                    to_robot_units(&command.action, limits),
+                    command.log_prob,
+                    false,
+                )
+            };
             debug_assert_eq!(action.0.len(), a);
             let outcome = run.robot.step(&action);
             let observation = std::mem::replace(&mut run.observation, outcome.observation);
@@ -228,6 +290,46 @@ pub fn collect_policy_episodes<B: Backend>(
     }
     bar.finish_and_clear();
     Ok(episodes.into_iter().flatten().collect())
+}
+
+/// One episode's coaching: where the expert's stretches start (drawn from the
+/// episode's seed and the policy version, apart from the exploration noise) and how
+/// many ticks of the current one are left. Without a config it never coaches.
+struct CoachStretches {
+    config: Option<CoachingConfig>,
+    rng: StdRng,
+    left: u32,
+}
+
+impl CoachStretches {
+    fn new(config: Option<&CoachingConfig>, seed: u64, version: u64) -> Self {
+        Self {
+            config: config.cloned(),
+            rng: StdRng::seed_from_u64(seed ^ version.rotate_left(29) ^ 0xc0ac_4ed0),
+            left: 0,
+        }
+    }
+
+    /// Whether the expert may coach in this episode.
+    fn is_on(&self) -> bool {
+        self.config.is_some()
+    }
+
+    /// Whether the expert commands the tick about to be taken; called once a tick.
+    fn coaches_this_tick(&mut self) -> bool {
+        let Some(config) = &self.config else {
+            return false;
+        };
+        if self.left > 0 {
+            self.left -= 1;
+            return true;
+        }
+        if self.rng.random::<f32>() < config.probability {
+            self.left = config.ticks - 1;
+            return true;
+        }
+        false
+    }
 }
 
 /// One episode's takeover: the tracked point's path, and whether the robot's
@@ -313,6 +415,7 @@ mod tests {
                 window: 5,
                 min_progress: 10.0,
             }),
+            coaching: None,
         };
         for head in ActionHeadKind::ALL {
             let config = VlaPolicyConfig::for_robot(&spec).unwrap().with_head(head);
@@ -346,6 +449,78 @@ mod tests {
         assert_eq!(stored.len(), 6);
         let ids: Vec<u64> = stored.iter().map(|e| e.start.episode).collect();
         assert_eq!(ids, (0..6).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn coached_stretches_carry_the_experts_commands_on_the_policys_states() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut writer = writer_in(dir.path());
+        let device = DispatchDevice::NdArray(NdArrayDevice::Cpu);
+        let robot = RobotConfig::default();
+        let coaching = CoachingConfig {
+            probability: 0.2,
+            ticks: 3,
+        };
+        let rollout = RolloutConfig {
+            exploration: 1.0,
+            takeover: None,
+            coaching: Some(coaching.clone()),
+        };
+        let config = VlaPolicyConfig::for_robot(&robot.spec()).unwrap();
+        let policy = config.init::<Dispatch>(&device);
+        let seeds = [21, 22, 23, 24];
+        let episodes = collect_policy_episodes(
+            &policy,
+            &config,
+            &device,
+            3,
+            &robot,
+            &seeds,
+            &rollout,
+            &mut writer,
+        )
+        .unwrap();
+        let (mut coached, mut ticks) = (0, 0);
+        for episode in &episodes {
+            // Replaying the recorded commands reaches the same states, where each
+            // coached command is the noiseless expert's.
+            let mut replay = robot.build();
+            replay.reset(episode.start.seed);
+            assert!(replay.start_expert(&ExpertConfig::noiseless(), episode.start.seed));
+            let flags: Vec<bool> = episode.transitions.iter().map(|t| t.intervention).collect();
+            for t in &episode.transitions {
+                let expert = replay.expert_action().unwrap();
+                if t.intervention {
+                    assert_eq!(t.action, expert, "step {}", t.step);
+                    assert!(t.behaviour_log_prob.is_none());
+                } else {
+                    assert!(t.behaviour_log_prob.is_some());
+                }
+                replay.step(&t.action);
+            }
+            // Stretches last `ticks` ticks unless the episode ends first.
+            let mut run = 0;
+            for (step, &flag) in flags.iter().enumerate() {
+                if flag {
+                    run += 1;
+                } else {
+                    assert!(
+                        run == 0 || run >= 3,
+                        "a stretch of {run} before step {step}"
+                    );
+                    run = 0;
+                }
+            }
+            coached += flags.iter().filter(|&&f| f).count();
+            ticks += flags.len();
+        }
+        let share = coached as f32 / ticks as f32;
+        let expected = coaching.coached_share();
+        assert!(
+            (share - expected).abs() < 0.15,
+            "coached share {share}, expected about {expected}"
+        );
+        writer.close().unwrap();
     }
 
     #[test]

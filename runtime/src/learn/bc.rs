@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::learn::schedule::warmup_cosine;
 use crate::progress;
-use crate::store::replay::Episode;
+use crate::store::replay::{Episode, Transition};
 
 /// Behaviour-cloning settings.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -131,8 +131,9 @@ impl<'a> ImitationDataset<'a> {
             batch.push(&episode[t].observation).map_err(|err| {
                 anyhow::anyhow!("episode {} step {t}: {err}", self.episodes[e].start.episode)
             })?;
-            for k in 0..self.chunk_len {
-                match episode.get(t + k) {
+            let mut chunk = chunk_from(episode, t);
+            for _ in 0..self.chunk_len {
+                match chunk.next() {
                     Some(next) => {
                         mask.push(1.0);
                         targets.extend(
@@ -152,6 +153,17 @@ impl<'a> ImitationDataset<'a> {
         }
         Ok((targets, mask))
     }
+}
+
+/// The transitions whose commands form the target chunk of `episode[t]`: the
+/// episode from `t` on, except that an intervention's chunk ends where the
+/// intervention does (the commands after it are the policy's, not what the expert
+/// meant to do next).
+fn chunk_from(episode: &[Transition], t: usize) -> impl Iterator<Item = &Transition> {
+    let intervention = episode[t].intervention;
+    episode[t..]
+        .iter()
+        .take_while(move |next| !intervention || next.intervention)
 }
 
 /// Trains `policy` by behaviour cloning on `data`; returns it with the loss of every step.
@@ -195,6 +207,42 @@ pub fn train_bc<B: AutodiffBackend>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_interventions_chunk_ends_with_the_intervention() {
+        use imago_robots::{Action, Observation};
+        // Policy, expert, expert, policy, expert.
+        let flags = [false, true, true, false, true];
+        let episode: Vec<Transition> = flags
+            .iter()
+            .enumerate()
+            .map(|(step, &intervention)| Transition {
+                episode: 0,
+                step: step as u32,
+                observation: Observation {
+                    image: None,
+                    proprio: vec![],
+                    instruction: String::new(),
+                },
+                action: Action(vec![step as f32]),
+                executed: Action(vec![step as f32]),
+                reward: 0.0,
+                done: false,
+                success: false,
+                policy_version: 1,
+                intervention,
+                behaviour_log_prob: None,
+            })
+            .collect();
+        let steps = |t: usize| -> Vec<u32> { chunk_from(&episode, t).map(|x| x.step).collect() };
+        // The policy's chunks run on through the expert's commands (what followed).
+        assert_eq!(steps(0), vec![0, 1, 2, 3, 4]);
+        assert_eq!(steps(3), vec![3, 4]);
+        // The expert's stop where the policy took back over.
+        assert_eq!(steps(1), vec![1, 2]);
+        assert_eq!(steps(2), vec![2]);
+        assert_eq!(steps(4), vec![4]);
+    }
 
     #[test]
     fn learning_rate_warms_up_then_decays_to_a_tenth() {

@@ -17,7 +17,8 @@ use crate::store::replay::Episode;
 pub struct AdvantageSummary {
     /// Transitions weighted by their advantage.
     pub weighted: usize,
-    /// Transitions kept at weight 1 (interventions, under HABC).
+    /// Transitions kept at weight 1 (interventions, under HABC; the expert's
+    /// commands, under DAgger).
     pub unweighted: usize,
     /// Mean AWR weight of the weighted transitions.
     pub mean_weight: f32,
@@ -80,6 +81,8 @@ fn read(values: Tensor<Dispatch, 1>) -> anyhow::Result<Vec<f32>> {
 /// - `awr-imagination` and `advantage-flow`: generalised advantages of the real
 ///   rewards under the critic's imagination-trained values, normalised over all
 ///   transitions;
+/// - `dagger`: 1 for demonstrations and interventions, 0 for the policy's own
+///   commands (no advantage at all);
 /// - `habc`: the gated mix of the viability advantage (segment outcome minus the
 ///   viability head) and the efficiency advantage (`gamma^steps` to the goal, 0 for a
 ///   failed segment, minus the efficiency head) of policy-executed transitions,
@@ -101,6 +104,7 @@ pub fn transition_weights(
                 config,
             ));
         }
+        FinetuneMethod::Dagger => return Ok(expert_commands(episodes)),
         FinetuneMethod::AwrImagination | FinetuneMethod::AdvantageFlow => {
             let values = read(critic.value(encoded.latents.clone()))?;
             for (e, episode) in episodes.iter().enumerate() {
@@ -214,6 +218,36 @@ fn return_advantages(
         }
     }
     advantages
+}
+
+/// `dagger`: weight 1 for every command of an expert (a demonstration's, an
+/// intervention's), 0 for the policy's own.
+fn expert_commands(episodes: &[Episode]) -> (TransitionWeights, AdvantageSummary) {
+    let demonstration: Vec<bool> = episodes.iter().map(is_demonstration).collect();
+    let weights: Vec<Vec<f32>> = episodes
+        .iter()
+        .zip(&demonstration)
+        .map(|(episode, &demonstration)| {
+            episode
+                .transitions
+                .iter()
+                .map(|t| (demonstration || t.intervention) as u8 as f32)
+                .collect()
+        })
+        .collect();
+    let unweighted = weights.iter().flatten().filter(|&&w| w > 0.0).count();
+    let summary = AdvantageSummary {
+        unweighted,
+        ..AdvantageSummary::default()
+    };
+    let advantages = weights.iter().map(|w| vec![None; w.len()]).collect();
+    (
+        TransitionWeights {
+            advantages,
+            weights,
+        },
+        summary,
+    )
 }
 
 /// Turns normalised advantages into clipped AWR weights and summarises them.
@@ -349,6 +383,21 @@ mod tests {
         assert!(a[1] > 0.0 && a[2] < 0.0, "{a:?}");
         // Every transition of an episode carries its advantage.
         assert!(pooled.iter().all(|e| e.iter().all(|x| *x == e[0])));
+    }
+
+    #[test]
+    fn dagger_keeps_the_experts_commands_and_leaves_out_the_policys() {
+        let mut rollout = episode(9, 2, &[0.1, 0.2, 0.3, 0.4]);
+        rollout.transitions[1].intervention = true;
+        rollout.transitions[2].intervention = true;
+        let episodes = vec![episode(1, 0, &[1.0, 1.0]), rollout];
+        let (weights, summary) = expert_commands(&episodes);
+        assert_eq!(
+            weights.weights,
+            vec![vec![1.0, 1.0], vec![0.0, 1.0, 1.0, 0.0]]
+        );
+        assert!(weights.advantages.iter().flatten().all(Option::is_none));
+        assert_eq!((summary.weighted, summary.unweighted), (0, 4));
     }
 
     #[test]

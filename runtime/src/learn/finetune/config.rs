@@ -26,15 +26,21 @@ pub enum FinetuneMethod {
     /// AdvantageFlow: the imagination advantages with a flow-matching head, plus a
     /// regulariser toward the behaviour policy.
     AdvantageFlow,
+    /// DAgger: imitation of the expert's commands alone, the demonstrations and every
+    /// intervention (takeovers, coached stretches: `rollout.coaching`) at weight 1,
+    /// the policy's own commands left out. Its rollouts contribute the states the
+    /// policy's mistakes lead to, labelled by whoever corrected them.
+    Dagger,
 }
 
 impl FinetuneMethod {
     /// Every method, in a fixed order.
-    pub const ALL: [Self; 4] = [
+    pub const ALL: [Self; 5] = [
         Self::AwrReturns,
         Self::AwrImagination,
         Self::Habc,
         Self::AdvantageFlow,
+        Self::Dagger,
     ];
 
     /// The name used in configs and on the command line.
@@ -44,6 +50,7 @@ impl FinetuneMethod {
             Self::AwrImagination => "awr-imagination",
             Self::Habc => "habc",
             Self::AdvantageFlow => "advantage-flow",
+            Self::Dagger => "dagger",
         }
     }
 
@@ -103,7 +110,7 @@ pub struct FinetuneConfig {
     pub group_size: usize,
     /// `awr-returns`: which episodes' returns are normalised together.
     pub return_groups: ReturnGroups,
-    /// How episodes are collected (exploration, takeover).
+    /// How episodes are collected (exploration, takeover, coaching).
     pub rollout: RolloutConfig,
     /// Policy optimiser steps per round. Range: [0, 10000000].
     pub policy_steps: usize,

@@ -152,13 +152,21 @@ pub fn finetune(
             ],
         });
         let (advantages, update) = (&report.learned.advantages, &report.learned.update);
+        let weights = if advantages.weighted == 0 {
+            format!("{} expert commands imitated", advantages.unweighted)
+        } else {
+            format!(
+                "mean AWR weight {:.2} (ESS {:.0}%), importance ESS {:.0}%",
+                advantages.mean_weight,
+                100.0 * advantages.ess_fraction,
+                100.0 * update.importance_ess_fraction,
+            )
+        };
         eprintln!(
-            "round {}: rollouts {:.1}% successful, mean AWR weight {:.2} (ESS {:.0}%), importance ESS {:.0}%, loss {:.3} -> {:.3}, {:.0} s",
+            "round {}: rollouts {:.1}% successful, {} interventions, {weights}, loss {:.3} -> {:.3}, {:.0} s",
             round + 1,
             100.0 * report.rollout_success_rate,
-            advantages.mean_weight,
-            100.0 * advantages.ess_fraction,
-            100.0 * update.importance_ess_fraction,
+            report.interventions,
             update.first_loss,
             update.last_loss,
             report.seconds

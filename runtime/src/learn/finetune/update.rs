@@ -21,8 +21,8 @@ use crate::progress;
 /// What a round's policy update did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct PolicyUpdateReport {
-    /// Transitions eligible for training (demonstrations, and policy data no staler
-    /// than the bound).
+    /// Transitions eligible for training (of weight above 0: demonstrations,
+    /// interventions, and policy data no staler than the bound).
     pub eligible: usize,
     /// Policy transitions left out as too stale.
     pub stale: usize,
@@ -55,11 +55,20 @@ pub fn update_policy(
     rng: &mut StdRng,
 ) -> anyhow::Result<(VlaPolicy<Dispatch>, PolicyUpdateReport)> {
     let episodes = data.episodes();
-    let (eligible, stale): (Vec<usize>, Vec<usize>) = (0..data.len()).partition(|&i| {
-        let (e, t) = data.sample(i);
-        let v = episodes[e].transitions[t].policy_version;
-        v == 0 || config.within_staleness(v, version)
-    });
+    // Transitions of weight 0 (the policy's own, under DAgger) carry nothing to learn.
+    // An intervention's command never goes stale: it does not depend on the policy
+    // that reached the state.
+    let (eligible, stale): (Vec<usize>, Vec<usize>) = (0..data.len())
+        .filter(|&i| {
+            let (e, t) = data.sample(i);
+            weights[e][t] > 0.0
+        })
+        .partition(|&i| {
+            let (e, t) = data.sample(i);
+            let transition = &episodes[e].transitions[t];
+            let v = transition.policy_version;
+            v == 0 || transition.intervention || config.within_staleness(v, version)
+        });
     anyhow::ensure!(
         !eligible.is_empty(),
         "no transition fresh enough to train on"
