@@ -13,7 +13,7 @@ use rand::{RngExt, SeedableRng};
 use serde::{Deserialize, Serialize};
 
 use crate::act::camera::BatchCamera;
-use crate::act::sampling::plan;
+use crate::act::sampling::{host_forward, plan, plan_on_host};
 use crate::progress;
 use crate::robot::{RobotConfig, SimRobot};
 use crate::stats::{MeanInterval, mean_interval, quantile, wilson_interval};
@@ -102,7 +102,10 @@ pub fn evaluate<B: Backend>(
     robot: &RobotConfig,
     seeds: &[u64],
     label: &str,
-) -> anyhow::Result<EvalOutcome> {
+) -> anyhow::Result<EvalOutcome>
+where
+    B::Device: 'static,
+{
     let camera = match controller {
         Controller::Policy { device, .. } => {
             BatchCamera::for_device::<B>(device, robot, seeds.len())
@@ -120,7 +123,10 @@ pub fn evaluate_with_camera<B: Backend>(
     seeds: &[u64],
     label: &str,
     camera: &BatchCamera,
-) -> anyhow::Result<EvalOutcome> {
+) -> anyhow::Result<EvalOutcome>
+where
+    B::Device: 'static,
+{
     let n = seeds.len();
     let spec = robot_config.spec();
     if let Controller::Policy { config, .. } = controller {
@@ -178,6 +184,11 @@ pub fn evaluate_with_camera<B: Backend>(
     };
     let mut max_coverage: Vec<Option<f64>> = vec![None; n];
     let mut active: Vec<bool> = vec![true; n];
+    // On a CPU, the host forward plans (the same chunks within 1e-5, without tensors).
+    let host = match controller {
+        Controller::Policy { policy, device, .. } => host_forward(policy, device),
+        _ => None,
+    };
     let bar = progress::bar(label, spec.max_steps as u64);
     while active.iter().any(|&a| a) {
         if let Controller::Policy {
@@ -192,12 +203,11 @@ pub fn evaluate_with_camera<B: Backend>(
                 .filter(|&i| active[i] && queues[i].is_empty())
                 .collect();
             if !planning.is_empty() {
-                let chunks = plan(
-                    policy,
-                    config,
-                    device,
-                    planning.iter().map(|&i| &observations[i]),
-                )?;
+                let planned = planning.iter().map(|&i| &observations[i]);
+                let chunks = match &host {
+                    Some(host) => plan_on_host(host, config, planned)?,
+                    None => plan(policy, config, device, planned)?,
+                };
                 for (&i, chunk) in planning.iter().zip(chunks) {
                     queues[i].extend(
                         chunk

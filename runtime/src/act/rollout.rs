@@ -5,7 +5,7 @@
 //! coaching short stretches at random ticks (DAgger's mixture of expert and learner).
 
 use burn::prelude::*;
-use imago_policies::{PolicyBatch, VlaPolicy, VlaPolicyConfig};
+use imago_policies::{HostScratch, PolicyBatch, VlaPolicy, VlaPolicyConfig};
 use imago_robots::bounds::{ConfigError, in_range};
 use imago_robots::{ExpertConfig, Observation, Robot};
 use rand::rngs::StdRng;
@@ -13,7 +13,10 @@ use rand::{RngExt, SeedableRng};
 use serde::{Deserialize, Serialize};
 
 use crate::act::camera::BatchCamera;
-use crate::act::sampling::{SampledCommand, exploration_rng, sample_first_actions, to_robot_units};
+use crate::act::sampling::{
+    SampledCommand, exploration_rng, host_forward, sample_first_actions,
+    sample_first_actions_on_host, to_robot_units,
+};
 use crate::progress;
 use crate::robot::{RobotConfig, SimRobot};
 use crate::store::replay::{Episode, EpisodeEnd, EpisodeStart, ReplayWriter, Transition};
@@ -150,7 +153,10 @@ pub fn collect_policy_episodes<B: Backend>(
     seeds: &[u64],
     rollout: &RolloutConfig,
     writer: &mut ReplayWriter,
-) -> anyhow::Result<Vec<Episode>> {
+) -> anyhow::Result<Vec<Episode>>
+where
+    B::Device: 'static,
+{
     let camera = BatchCamera::for_device::<B>(device, robot_config, seeds.len());
     let max_steps = robot_config.spec().max_steps;
     let mut running: Vec<Running> = seeds
@@ -188,6 +194,9 @@ pub fn collect_policy_episodes<B: Backend>(
     let limits = &policy_config.action_limit;
     let a = limits.len();
     let mut batch = PolicyBatch::new(policy_config);
+    // On a CPU, the host forward samples (the same distribution within 1e-5).
+    let host = host_forward(policy, device);
+    let mut scratch = HostScratch::default();
     let mut episodes: Vec<Option<Episode>> = vec![None; seeds.len()];
     let bar = progress::bar("collect policy episodes", max_steps as u64);
     while running.iter().any(|r| !r.done) {
@@ -205,14 +214,24 @@ pub fn collect_policy_episodes<B: Backend>(
             for &i in &acting {
                 batch.push(&running[i].observation)?;
             }
-            let sampled = sample_first_actions(
-                policy,
-                &batch,
-                device,
-                &mut rngs,
-                &acting,
-                rollout.exploration,
-            )?;
+            let sampled = match &host {
+                Some(host) => sample_first_actions_on_host(
+                    host,
+                    &mut scratch,
+                    &batch,
+                    &mut rngs,
+                    &acting,
+                    rollout.exploration,
+                ),
+                None => sample_first_actions(
+                    policy,
+                    &batch,
+                    device,
+                    &mut rngs,
+                    &acting,
+                    rollout.exploration,
+                )?,
+            };
             for (&i, command) in acting.iter().zip(sampled) {
                 commands[i] = Some(command);
             }

@@ -4,12 +4,48 @@
 //! shared by policy rollouts (`act::rollout`) and the daemon's actor
 //! (`engine::actor`), so both record the same behaviour.
 
+use std::any::Any;
+
+use burn::DispatchDevice;
 use burn::prelude::*;
 use imago_policies::{HostPolicy, HostScratch, PolicyBatch, VlaPolicy, VlaPolicyConfig};
 use imago_robots::{Action, Observation};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use rand_distr::{Distribution, Normal};
+use rayon::prelude::*;
+
+/// `policy`'s host forward ([`HostPolicy`]: burn's numbers within 1e-5, without
+/// tensors) when `device` is a CPU device and the head is Gaussian; `None` otherwise
+/// (a GPU runs burn's batched forward, and a flow head has no host forward).
+pub fn host_forward<B: Backend>(policy: &VlaPolicy<B>, device: &B::Device) -> Option<HostPolicy>
+where
+    B::Device: 'static,
+{
+    let on_cpu = (device as &dyn Any)
+        .downcast_ref::<DispatchDevice>()
+        .is_some_and(|d| matches!(d, DispatchDevice::NdArray(_) | DispatchDevice::Flex(_)));
+    on_cpu.then(|| HostPolicy::of(policy)).flatten()
+}
+
+/// The host forward's chunk distribution, `(mean, log_std)` each `[rows, K * A]`
+/// row-major, for every observation of `batch`, the rows spread over rayon's threads
+/// (each with its own scratch buffers).
+fn host_chunks(host: &HostPolicy, batch: &PolicyBatch) -> (Vec<f32>, Vec<f32>) {
+    let (k, a) = host.chunk_shape();
+    let width = k * a;
+    let (mut mean, mut log_std) = (
+        vec![0.0; batch.len() * width],
+        vec![0.0; batch.len() * width],
+    );
+    mean.par_chunks_mut(width)
+        .zip(log_std.par_chunks_mut(width))
+        .enumerate()
+        .for_each_init(HostScratch::default, |scratch, (row, (mean, log_std))| {
+            host.gaussian(batch, row, scratch, mean, log_std)
+        });
+    (mean, log_std)
+}
 
 /// A command (or a chunk of commands, one after another) in units of the action
 /// limit, clamped to it, in robot units.
@@ -113,18 +149,14 @@ pub fn sample_first_actions_on_host(
     exploration: f32,
 ) -> Vec<SampledCommand> {
     let (k, a) = host.chunk_shape();
-    let n = batch.len();
-    let (mut mean, mut log_std) = (vec![0.0; n * k * a], vec![0.0; n * k * a]);
-    for row in 0..n {
-        let rows = row * k * a..(row + 1) * k * a;
-        host.gaussian(
-            batch,
-            row,
-            scratch,
-            &mut mean[rows.clone()],
-            &mut log_std[rows],
-        );
-    }
+    let (mean, log_std) = if batch.len() == 1 {
+        // The control loop's case: on the caller's thread, with its buffers.
+        let (mut mean, mut log_std) = (vec![0.0; k * a], vec![0.0; k * a]);
+        host.gaussian(batch, 0, scratch, &mut mean, &mut log_std);
+        (mean, log_std)
+    } else {
+        host_chunks(host, batch)
+    };
     sample_gaussian(&mean, &log_std, (k, a), rngs, acting, exploration)
 }
 
@@ -175,15 +207,33 @@ pub fn plan<'o, B: Backend>(
     for obs in observations {
         batch.push(obs)?;
     }
-    let n = batch.len();
     let mean: Vec<f32> = policy
         .act(batch.to_input(device), None)
         .into_data()
         .convert::<f32>()
         .to_vec()
         .map_err(|e| anyhow::anyhow!("cannot read policy output: {e:?}"))?;
+    Ok(chunks_in_robot_units(&mean, batch.len(), config))
+}
+
+/// [`plan`] through the policy's host forward (the same numbers within 1e-5).
+pub fn plan_on_host<'o>(
+    host: &HostPolicy,
+    config: &VlaPolicyConfig,
+    observations: impl Iterator<Item = &'o Observation>,
+) -> anyhow::Result<Vec<Vec<Action>>> {
+    let mut batch = PolicyBatch::new(config);
+    for obs in observations {
+        batch.push(obs)?;
+    }
+    let (mean, _) = host_chunks(host, &batch);
+    Ok(chunks_in_robot_units(&mean, batch.len(), config))
+}
+
+/// `n` mean chunks `[n, K, A]` in units of the action limit, as actions in robot units.
+fn chunks_in_robot_units(mean: &[f32], n: usize, config: &VlaPolicyConfig) -> Vec<Vec<Action>> {
     let a = config.action_dim();
-    Ok((0..n)
+    (0..n)
         .map(|i| {
             (0..config.chunk_len)
                 .map(|k| {
@@ -198,5 +248,77 @@ pub fn plan<'o, B: Backend>(
                 })
                 .collect()
         })
-        .collect())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use burn::Dispatch;
+    use burn::backend::ndarray::NdArrayDevice;
+
+    use super::*;
+    use imago_robots::Robot;
+
+    use crate::robot::RobotConfig;
+
+    /// Observations of a few reacher2d episodes after some random-looking commands.
+    fn observations(robot: &RobotConfig, count: u64) -> Vec<Observation> {
+        (0..count)
+            .map(|seed| {
+                let mut sim = robot.build();
+                let mut obs = sim.reset(seed);
+                for tick in 0..seed {
+                    let a = (tick as f32 * 0.9 + seed as f32).sin() * 0.3;
+                    obs = sim.step(&Action(vec![a, -a])).observation;
+                }
+                obs
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_host_paths_plan_and_sample_as_burns_forward_does() {
+        let device = DispatchDevice::NdArray(NdArrayDevice::Cpu);
+        let robot = RobotConfig::default();
+        let config = VlaPolicyConfig::for_robot(&robot.spec()).unwrap();
+        let policy = config.init::<Dispatch>(&device);
+        let host = host_forward(&policy, &device).expect("a Gaussian head on the CPU");
+        let observations = observations(&robot, 5);
+
+        let burn = plan(&policy, &config, &device, observations.iter()).unwrap();
+        let on_host = plan_on_host(&host, &config, observations.iter()).unwrap();
+        assert_eq!(burn.len(), on_host.len());
+        for (b, h) in burn.iter().flatten().zip(on_host.iter().flatten()) {
+            for (x, y) in b.0.iter().zip(&h.0) {
+                assert!((x - y).abs() <= 1e-5 * (1.0 + x.abs()), "{b:?} vs {h:?}");
+            }
+        }
+
+        let mut batch = PolicyBatch::new(&config);
+        observations.iter().for_each(|o| batch.push(o).unwrap());
+        let acting: Vec<usize> = (0..observations.len()).collect();
+        let rngs = || -> Vec<StdRng> { (0..5).map(|s| exploration_rng(s, 1)).collect() };
+        let burn =
+            sample_first_actions(&policy, &batch, &device, &mut rngs(), &acting, 1.0).unwrap();
+        let on_host = sample_first_actions_on_host(
+            &host,
+            &mut HostScratch::default(),
+            &batch,
+            &mut rngs(),
+            &acting,
+            1.0,
+        );
+        for (b, h) in burn.iter().zip(&on_host) {
+            for (x, y) in b.action.iter().zip(&h.action) {
+                assert!((x - y).abs() <= 1e-4, "{b:?} vs {h:?}");
+            }
+            let (x, y) = (b.log_prob.unwrap(), h.log_prob.unwrap());
+            assert!((x - y).abs() <= 1e-3 * (1.0 + x.abs()), "{x} vs {y}");
+        }
+        // A flow head, or a GPU, has no host forward.
+        let flow = config
+            .clone()
+            .with_head(imago_policies::ActionHeadKind::Flow);
+        assert!(host_forward(&flow.init::<Dispatch>(&device), &device).is_none());
+    }
 }

@@ -6,6 +6,8 @@ use std::sync::{Arc, Mutex, TryLockError};
 use burn::{Dispatch, DispatchDevice};
 use imago_policies::{HostPolicy, VlaPolicy};
 
+use crate::act::sampling::host_forward;
+
 /// A policy ready for inference, and the version it is.
 #[derive(Debug)]
 pub struct PolicySnapshot {
@@ -22,10 +24,9 @@ pub struct PolicySnapshot {
 impl PolicySnapshot {
     /// `policy`, on `device`, as version `version`.
     pub fn new(version: u64, policy: VlaPolicy<Dispatch>, device: &DispatchDevice) -> Self {
-        let on_cpu = matches!(device, DispatchDevice::NdArray(_) | DispatchDevice::Flex(_));
         Self {
             version,
-            host: on_cpu.then(|| HostPolicy::of(&policy)).flatten(),
+            host: host_forward(&policy, device),
             policy,
         }
     }

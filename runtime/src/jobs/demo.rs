@@ -155,7 +155,7 @@ impl DemoPlan {
                 },
                 ..plan.finetune
             },
-            eval_episodes: scale(50, 100),
+            eval_episodes: scale(50, 200),
             ..plan
         }
     }
