@@ -14,8 +14,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::act::camera::BatchCamera;
 use crate::act::sampling::{
-    SampledCommand, exploration_rng, host_forward, sample_first_actions,
-    sample_first_actions_on_host, to_robot_units,
+    SampledCommand, exploration_rng, host_forward, sample_first_actions, to_robot_units,
 };
 use crate::progress;
 use crate::robot::{RobotConfig, SimRobot};
@@ -165,10 +164,13 @@ where
             let mut robot = robot_config.build();
             robot.set_frame_source(camera.frame_source());
             let observation = robot.reset(seed);
-            let coach = CoachStretches::new(rollout.coaching.as_ref(), seed, version);
-            if coach.is_on() {
-                robot.start_expert(&ExpertConfig::noiseless(), seed);
-            }
+            // Coaching starts the robot's noiseless expert; a robot without one is not
+            // coached.
+            let coaching = rollout
+                .coaching
+                .as_ref()
+                .filter(|_| robot.start_expert(&ExpertConfig::noiseless(), seed));
+            let coach = CoachStretches::new(coaching, seed, version);
             Running {
                 start: EpisodeStart {
                     episode: 0,
@@ -214,24 +216,15 @@ where
             for &i in &acting {
                 batch.push(&running[i].observation)?;
             }
-            let sampled = match &host {
-                Some(host) => sample_first_actions_on_host(
-                    host,
-                    &mut scratch,
-                    &batch,
-                    &mut rngs,
-                    &acting,
-                    rollout.exploration,
-                ),
-                None => sample_first_actions(
-                    policy,
-                    &batch,
-                    device,
-                    &mut rngs,
-                    &acting,
-                    rollout.exploration,
-                )?,
-            };
+            let sampled = sample_first_actions(
+                policy,
+                host.as_ref().map(|host| (host, &mut scratch)),
+                &batch,
+                device,
+                &mut rngs,
+                &acting,
+                rollout.exploration,
+            )?;
             for (&i, command) in acting.iter().zip(sampled) {
                 commands[i] = Some(command);
             }
@@ -327,11 +320,6 @@ impl CoachStretches {
             rng: StdRng::seed_from_u64(seed ^ version.rotate_left(29) ^ 0xc0ac_4ed0),
             left: 0,
         }
-    }
-
-    /// Whether the expert may coach in this episode.
-    fn is_on(&self) -> bool {
-        self.config.is_some()
     }
 
     /// Whether the expert commands the tick about to be taken; called once a tick.

@@ -79,8 +79,34 @@ pub struct SampledCommand {
 
 /// The first action of a sampled chunk for every observation of `batch` (robot
 /// `acting[row]`, whose noise comes from `rngs[acting[row]]`), in units of the action
-/// limit, with its log-density under the policy (Gaussian heads only).
+/// limit, with its log-density under the policy (Gaussian heads only). Through `host`,
+/// the policy's host forward with the caller's buffers ([`host_forward`]: the same
+/// numbers within 1e-5, without tensors), where there is one; else through burn's
+/// forward of `policy` on `device`.
 pub fn sample_first_actions<B: Backend>(
+    policy: &VlaPolicy<B>,
+    host: Option<(&HostPolicy, &mut HostScratch)>,
+    batch: &PolicyBatch,
+    device: &B::Device,
+    rngs: &mut [StdRng],
+    acting: &[usize],
+    exploration: f32,
+) -> anyhow::Result<Vec<SampledCommand>> {
+    match host {
+        Some((host, scratch)) => Ok(sample_on_host(
+            host,
+            scratch,
+            batch,
+            rngs,
+            acting,
+            exploration,
+        )),
+        None => sample_through_burn(policy, batch, device, rngs, acting, exploration),
+    }
+}
+
+/// [`sample_first_actions`] through burn's forward.
+fn sample_through_burn<B: Backend>(
     policy: &VlaPolicy<B>,
     batch: &PolicyBatch,
     device: &B::Device,
@@ -138,9 +164,8 @@ pub fn sample_first_actions<B: Backend>(
     }
 }
 
-/// [`sample_first_actions`] through the policy's host forward ([`HostPolicy`]: the
-/// same numbers within 1e-5, without tensors), for a Gaussian-head policy on the CPU.
-pub fn sample_first_actions_on_host(
+/// [`sample_first_actions`] through the policy's host forward.
+fn sample_on_host(
     host: &HostPolicy,
     scratch: &mut HostScratch,
     batch: &PolicyBatch,
@@ -298,16 +323,19 @@ mod tests {
         observations.iter().for_each(|o| batch.push(o).unwrap());
         let acting: Vec<usize> = (0..observations.len()).collect();
         let rngs = || -> Vec<StdRng> { (0..5).map(|s| exploration_rng(s, 1)).collect() };
-        let burn =
-            sample_first_actions(&policy, &batch, &device, &mut rngs(), &acting, 1.0).unwrap();
-        let on_host = sample_first_actions_on_host(
-            &host,
-            &mut HostScratch::default(),
+        let burn = sample_first_actions(&policy, None, &batch, &device, &mut rngs(), &acting, 1.0)
+            .unwrap();
+        let mut scratch = HostScratch::default();
+        let on_host = sample_first_actions(
+            &policy,
+            Some((&host, &mut scratch)),
             &batch,
+            &device,
             &mut rngs(),
             &acting,
             1.0,
-        );
+        )
+        .unwrap();
         for (b, h) in burn.iter().zip(&on_host) {
             for (x, y) in b.action.iter().zip(&h.action) {
                 assert!((x - y).abs() <= 1e-4, "{b:?} vs {h:?}");

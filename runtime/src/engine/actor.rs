@@ -18,9 +18,7 @@ use super::snapshot::{PolicySnapshot, SnapshotMailbox};
 use super::stats::ControlStats;
 use super::status::LiveCounters;
 use crate::act::rollout::{TakeoverConfig, TakeoverWatch};
-use crate::act::sampling::{
-    exploration_rng, sample_first_actions, sample_first_actions_on_host, to_robot_units,
-};
+use crate::act::sampling::{exploration_rng, sample_first_actions, to_robot_units};
 use crate::robot::RobotConfig;
 use crate::store::replay::{EpisodeEnd, EpisodeStart, ReplayRecord, Transition};
 use crate::telemetry::{
@@ -184,24 +182,15 @@ pub fn run_actor(
                 None => {
                     batch.clear();
                     batch.push(&observation)?;
-                    let mut commands = match &current.host {
-                        Some(host) => sample_first_actions_on_host(
-                            host,
-                            &mut scratch,
-                            &batch,
-                            &mut rngs,
-                            &[0],
-                            config.exploration,
-                        ),
-                        None => sample_first_actions(
-                            &current.policy,
-                            &batch,
-                            device,
-                            &mut rngs,
-                            &[0],
-                            config.exploration,
-                        )?,
-                    };
+                    let mut commands = sample_first_actions(
+                        &current.policy,
+                        current.host.as_ref().map(|host| (host, &mut scratch)),
+                        &batch,
+                        device,
+                        &mut rngs,
+                        &[0],
+                        config.exploration,
+                    )?;
                     let command = commands.remove(0);
                     stats.policy_versions.insert(current.version);
                     let intended = logged.then(|| to_robot_units(&command.chunk, &limits).0);
