@@ -537,15 +537,18 @@ def table(directory):
     lines = []
     policy = files("imago-policy-*.json")
     # (label, imago's key, report kind, family, higher is better); PyTorch's key is the
-    # same, except that imago's host forward is compared with PyTorch's one inference.
+    # same, except that imago's host forward and host imagination are compared with
+    # PyTorch's one inference and one imagination.
     rows = [("policy BC step, batch 32, p50 ms", "train_step_p50_ms", "policy", None, False),
             ("policy inference, batch 1, p50 ms", "inference_p50_ms", "policy", None, False),
             ("policy inference, batch 1, host forward, p50 ms", "host_inference_p50_ms", "policy", None, False)]
-    torch_key = {"host_inference_p50_ms": "inference_p50_ms"}
+    torch_key = {"host_inference_p50_ms": "inference_p50_ms",
+                 "host_imagined_steps_per_s": "imagined_steps_per_s"}
     for family in ("residual-mlp", "salt", "action-prefix"):
         rows.append((f"world model step, {family}, p50 ms", "train_step_p50_ms", "worldmodel", family, False))
     for family in ("residual-mlp", "salt", "action-prefix"):
         rows.append((f"imagination 512x8 closed loop, {family}, steps/s", "imagined_steps_per_s", "worldmodel", family, True))
+        rows.append((f"  the same on the host, {family}, steps/s", "host_imagined_steps_per_s", "worldmodel", family, True))
     if not files("imago-*.json") or not files("torch-*.json"):
         raise SystemExit(f"{directory}: no imago-*.json and torch-*.json reports; run scripts/bench-vs-pytorch.sh first")
     compiled = bool(files("compiled-*.json"))

@@ -5,6 +5,8 @@ use burn::prelude::*;
 use burn::tensor::activation::{gelu, relu};
 use serde::{Deserialize, Serialize};
 
+use crate::host_math;
+
 /// The nonlinearity after the per-pixel stem, the one activation applied to every pixel
 /// of every frame (batch x pixels x channels values), so the cheapest one pays most.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -32,10 +34,7 @@ impl StemActivation {
     pub(crate) fn apply_to(self, pre: &[f32], out: &mut [f32]) {
         match self {
             Self::Relu => out.iter_mut().zip(pre).for_each(|(o, p)| *o = p.max(0.0)),
-            Self::Gelu => out
-                .iter_mut()
-                .zip(pre)
-                .for_each(|(o, &p)| *o = gelu_value(p)),
+            Self::Gelu => gelu_to(pre, out),
         }
     }
 
@@ -43,43 +42,55 @@ impl StemActivation {
     pub(crate) fn apply_in_place(self, values: &mut [f32]) {
         match self {
             Self::Relu => values.iter_mut().for_each(|v| *v = v.max(0.0)),
-            Self::Gelu => values.iter_mut().for_each(|v| *v = gelu_value(*v)),
+            Self::Gelu => gelu_in_place(values),
         }
     }
 
     /// `out = activation(pre)` and `slope = activation'(pre)`, element by element.
     pub(crate) fn apply_with_slope(self, pre: &[f32], out: &mut [f32], slope: &mut [f32]) {
-        for ((o, s), &p) in out.iter_mut().zip(slope.iter_mut()).zip(pre) {
-            (*o, *s) = self.value_and_slope(p);
+        match self {
+            Self::Relu => {
+                for ((o, s), &p) in out.iter_mut().zip(slope.iter_mut()).zip(pre) {
+                    (*o, *s) = self.value_and_slope(p);
+                }
+            }
+            Self::Gelu => gelu_with_slope_to(pre, out, slope),
         }
     }
 
-    /// The activation's value and slope at `x`; GELU's exactly (`x Phi(x)`, slope
-    /// `Phi(x) + x phi(x)`), in double precision as burn's CPU backends compute it.
+    /// The activation's value and slope at `x`; GELU's exact (`x Phi(x)`, slope
+    /// `Phi(x) + x phi(x)`) to within 1e-6 ([`crate::host_math`]).
+    #[inline]
     pub(crate) fn value_and_slope(self, x: f32) -> (f32, f32) {
         match self {
             Self::Relu if x > 0.0 => (x, 1.0),
             Self::Relu => (0.0, 0.0),
-            Self::Gelu => {
-                let x = x as f64;
-                let cdf = normal_cdf(x);
-                let density = (-0.5 * x * x).exp() / (2.0 * std::f64::consts::PI).sqrt();
-                ((x * cdf) as f32, (cdf + x * density) as f32)
-            }
+            Self::Gelu => host_math::gelu_with_slope(x),
         }
     }
 }
 
-/// The standard normal distribution function, `Phi(x)`, in double precision.
-fn normal_cdf(x: f64) -> f64 {
-    0.5 * (1.0 + libm::erf(x / std::f64::consts::SQRT_2))
+host_math::vectorised! {
+    /// `values = GELU(values)`, element by element: the host paths' hidden activations.
+    pub fn gelu_in_place(values: &mut [f32]) {
+        values.iter_mut().for_each(|v| *v = host_math::gelu(*v));
+    }
 }
 
-/// The exact GELU, `x Phi(x)`, with the error function in double precision as burn's CPU
-/// backends compute it.
-pub(crate) fn gelu_value(x: f32) -> f32 {
-    let x = x as f64;
-    (x * normal_cdf(x)) as f32
+host_math::vectorised! {
+    /// `out = GELU(pre)`, element by element.
+    fn gelu_to(pre: &[f32], out: &mut [f32]) {
+        out.iter_mut().zip(pre).for_each(|(o, &p)| *o = host_math::gelu(p));
+    }
+}
+
+host_math::vectorised! {
+    /// `out = GELU(pre)` and `slope = GELU'(pre)`, element by element.
+    fn gelu_with_slope_to(pre: &[f32], out: &mut [f32], slope: &mut [f32]) {
+        for ((o, s), &p) in out.iter_mut().zip(slope.iter_mut()).zip(pre) {
+            (*o, *s) = host_math::gelu_with_slope(p);
+        }
+    }
 }
 
 #[cfg(test)]

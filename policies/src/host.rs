@@ -5,18 +5,19 @@
 //! dispatch, an allocation and (for the autodiff-free inference path too) shape
 //! bookkeeping; the arithmetic is a few million multiply-adds. [`HostPolicy`] copies
 //! the weights out of a [`VlaPolicy`] once (when a new version is published) and runs
-//! the same computation on reused buffers with `matrixmultiply`'s GEMM: no tensors,
-//! no allocation per call. Two shortcuts change no result: the patch-position term,
+//! the same computation on reused buffers with the `gemm` crate's products
+//! ([`HostLinear`]) and the vectorised GELU: no tensors, no allocation per call. Two shortcuts change no result: the patch-position term,
 //! which depends on the weights only, is computed once; and the last transformer
 //! layer computes attention and the feed-forward block for the readout token only,
 //! the one token the head reads. The test below holds it to burn's forward within
 //! 1e-5.
 
-use burn::nn::{Embedding, LayerNorm, Linear};
+use burn::nn::{Embedding, LayerNorm};
 use burn::prelude::*;
 
-use crate::activation::{StemActivation, gelu_value};
+use crate::activation::{StemActivation, gelu_in_place};
 use crate::head::ActionHead;
+use crate::host_linear::HostLinear;
 use crate::input::PolicyBatch;
 use crate::model::{VlaPolicy, patch_coordinate_values};
 use crate::readback::values;
@@ -26,64 +27,6 @@ use crate::vision::pixel_coordinates;
 const LAYER_NORM_EPSILON: f32 = 1e-5;
 /// The score burn's attention gives a padded key (`min_float`).
 const MASKED_SCORE: f32 = -1e4;
-
-/// `y = x W + b` for `rows` rows, `W` `[inputs, outputs]` row-major as burn stores it.
-struct Dense {
-    weight: Vec<f32>,
-    bias: Vec<f32>,
-    inputs: usize,
-    outputs: usize,
-}
-
-impl Dense {
-    fn of<B: Backend>(linear: &Linear<B>) -> Self {
-        let [inputs, outputs] = linear.weight.dims();
-        Self {
-            weight: values(linear.weight.val()),
-            bias: linear
-                .bias
-                .as_ref()
-                .map_or_else(|| vec![0.0; outputs], |b| values(b.val())),
-            inputs,
-            outputs,
-        }
-    }
-
-    /// Writes `x W + b` of the first `rows` rows of `x` into `y`.
-    fn forward(&self, rows: usize, x: &[f32], y: &mut [f32]) {
-        let (k, n) = (self.inputs, self.outputs);
-        matmul(rows, k, n, &x[..rows * k], &self.weight, &mut y[..rows * n]);
-        for row in y[..rows * n].chunks_exact_mut(n) {
-            row.iter_mut().zip(&self.bias).for_each(|(v, b)| *v += b);
-        }
-    }
-}
-
-/// `c = a b` for row-major `a` `[m, k]`, `b` `[k, n]`, `c` `[m, n]`.
-fn matmul(m: usize, k: usize, n: usize, a: &[f32], b: &[f32], c: &mut [f32]) {
-    assert!(a.len() >= m * k && b.len() >= k * n && c.len() >= m * n);
-    // SAFETY: the assertion above keeps every access of the row-major strides below
-    // inside the three slices, and `c` does not alias `a` or `b` (it is borrowed
-    // mutably).
-    unsafe {
-        matrixmultiply::sgemm(
-            m,
-            k,
-            n,
-            1.0,
-            a.as_ptr(),
-            k as isize,
-            1,
-            b.as_ptr(),
-            n as isize,
-            1,
-            0.0,
-            c.as_mut_ptr(),
-            n as isize,
-            1,
-        );
-    }
-}
 
 /// A layer norm's scale and shift.
 struct Norm {
@@ -122,13 +65,13 @@ fn embedding<B: Backend>(embedding: &Embedding<B>) -> Vec<f32> {
 /// One norm-first transformer encoder layer.
 struct EncoderLayer {
     attention_norm: Norm,
-    query: Dense,
-    key: Dense,
-    value: Dense,
-    output: Dense,
+    query: HostLinear,
+    key: HostLinear,
+    value: HostLinear,
+    output: HostLinear,
     feed_forward_norm: Norm,
-    inner: Dense,
-    outer: Dense,
+    inner: HostLinear,
+    outer: HostLinear,
     heads: usize,
 }
 
@@ -166,22 +109,22 @@ fn sized(buffer: &mut Vec<f32>, len: usize) -> &mut [f32] {
 /// A Gaussian-head [`VlaPolicy`]'s weights on the host, and its forward pass for one
 /// observation; see the module documentation.
 pub struct HostPolicy {
-    stem: Dense,
+    stem: HostLinear,
     stem_activation: StemActivation,
-    film: Dense,
+    film: HostLinear,
     keypoint_sharpness: Vec<f32>,
-    keypoint_embed: Dense,
-    patch_embed: Dense,
+    keypoint_embed: HostLinear,
+    patch_embed: HostLinear,
     /// The patch-coordinate features through their layer, `[patches, d]`.
     patch_position: Vec<f32>,
     word_embed: Vec<f32>,
     word_position: Vec<f32>,
-    proprio_embed: Dense,
+    proprio_embed: HostLinear,
     token_type: Vec<f32>,
     layers: Vec<EncoderLayer>,
     readout_norm: Norm,
-    head_hidden: Dense,
-    head_out: Dense,
+    head_hidden: HostLinear,
+    head_out: HostLinear,
     log_std_range: (f32, f32),
     /// Pixel coordinates of the spatial softmax: every pixel's x, then every pixel's y.
     pixel_coordinates: Vec<f32>,
@@ -202,7 +145,7 @@ impl HostPolicy {
         let d = policy.readout_norm.gamma.dims()[0];
         let grid = policy.image_size / policy.patch_size;
         let coordinates = patch_coordinate_values(grid);
-        let patch_coordinates = Dense::of(&policy.patch_coordinates);
+        let patch_coordinates = HostLinear::of(&policy.patch_coordinates);
         let mut patch_position = vec![0.0; grid * grid * d];
         patch_coordinates.forward(grid * grid, &coordinates, &mut patch_position);
         let layers = policy
@@ -211,32 +154,32 @@ impl HostPolicy {
             .iter()
             .map(|layer| EncoderLayer {
                 attention_norm: Norm::of(&layer.norm_2),
-                query: Dense::of(&layer.mha.query),
-                key: Dense::of(&layer.mha.key),
-                value: Dense::of(&layer.mha.value),
-                output: Dense::of(&layer.mha.output),
+                query: HostLinear::of(&layer.mha.query),
+                key: HostLinear::of(&layer.mha.key),
+                value: HostLinear::of(&layer.mha.value),
+                output: HostLinear::of(&layer.mha.output),
                 feed_forward_norm: Norm::of(&layer.norm_1),
-                inner: Dense::of(&layer.pwff.linear_inner),
-                outer: Dense::of(&layer.pwff.linear_outer),
+                inner: HostLinear::of(&layer.pwff.linear_inner),
+                outer: HostLinear::of(&layer.pwff.linear_outer),
                 heads: layer.mha.n_heads,
             })
             .collect();
         Some(Self {
-            stem: Dense::of(&policy.stem),
+            stem: HostLinear::of(&policy.stem),
             stem_activation: policy.stem_activation,
-            film: Dense::of(&policy.film),
+            film: HostLinear::of(&policy.film),
             keypoint_sharpness: values(policy.keypoint_sharpness.val()),
-            keypoint_embed: Dense::of(&policy.keypoint_embed),
-            patch_embed: Dense::of(&policy.patch_embed),
+            keypoint_embed: HostLinear::of(&policy.keypoint_embed),
+            patch_embed: HostLinear::of(&policy.patch_embed),
             patch_position,
             word_embed: embedding(&policy.word_embed),
             word_position: embedding(&policy.word_position),
-            proprio_embed: Dense::of(&policy.proprio_embed),
+            proprio_embed: HostLinear::of(&policy.proprio_embed),
             token_type: embedding(&policy.token_type),
             layers,
             readout_norm: Norm::of(&policy.readout_norm),
-            head_hidden: Dense::of(&head.hidden),
-            head_out: Dense::of(&head.out),
+            head_hidden: HostLinear::of(&head.hidden),
+            head_out: HostLinear::of(&head.out),
             log_std_range: (head.min_log_std as f32, head.max_log_std as f32),
             pixel_coordinates: pixel_coordinates(policy.image_size),
             image_size: policy.image_size,
@@ -388,7 +331,7 @@ impl HostPolicy {
         self.readout_norm.forward(1, &tokens[..d], normed);
         let hidden = sized(&mut scratch.hidden, d);
         self.head_hidden.forward(1, normed, hidden);
-        hidden.iter_mut().for_each(|v| *v = gelu_value(*v));
+        gelu_in_place(hidden);
         let ka = self.chunk_len * self.action_dim;
         let out = sized(&mut scratch.projected, 2 * ka);
         self.head_out.forward(1, hidden, out);
@@ -474,9 +417,9 @@ impl EncoderLayer {
 
         let normed = &mut scratch.normed[..queries * d];
         self.feed_forward_norm.forward(queries, tokens, normed);
-        let hidden = sized(&mut scratch.hidden, queries * self.inner.outputs);
+        let hidden = sized(&mut scratch.hidden, queries * self.inner.outputs());
         self.inner.forward(queries, normed, hidden);
-        hidden.iter_mut().for_each(|v| *v = gelu_value(*v));
+        gelu_in_place(hidden);
         let projected = sized(&mut scratch.projected, queries * d);
         self.outer.forward(queries, hidden, projected);
         tokens[..queries * d]

@@ -16,6 +16,8 @@ pub mod gelu;
 pub mod habc;
 pub mod head;
 pub mod host;
+pub mod host_linear;
+mod host_math;
 pub mod importance;
 pub mod input;
 pub mod loss;
@@ -33,6 +35,7 @@ pub use advantage::{
 pub use habc::{HabcGate, SegmentCredit, segment_credit};
 pub use head::{ActionHead, ActionHeadKind, FlowHead, GaussianChunk, GaussianHead};
 pub use host::{HostPolicy, HostScratch};
+pub use host_linear::HostLinear;
 pub use importance::{effective_sample_size, truncated_importance_weights};
 pub use input::{PolicyBatch, PolicyInput, PolicyInputError};
 pub use loss::{BehaviourAnchor, ImitationTargets, gaussian_nll, imitation_loss};

@@ -15,6 +15,7 @@
 use rayon::prelude::*;
 
 use crate::activation::StemActivation;
+use crate::host_math::exp_nonpositive;
 
 /// Shared parameters per channel whose derivatives are returned: the stem's three
 /// colour weights and its bias.
@@ -248,49 +249,5 @@ impl HostStem<'_> {
 fn add_scaled(acc: &mut [f32], factor: f32, values: &[f32]) {
     for (a, v) in acc.iter_mut().zip(values) {
         *a += factor * v;
-    }
-}
-
-/// `exp(x)` for `x <= 0` in plain arithmetic, so that loops over it vectorise: `2^n
-/// e^r` with `n` the nearest integer to `x / ln 2` and a degree-6 polynomial for
-/// `e^r` on `|r| <= ln 2 / 2` (Cephes' `expf` coefficients; within 2 ulp of libm's).
-/// Below -87 it returns about 1e-38 instead of underflowing: these are softmax
-/// weights next to a largest weight of 1.
-#[inline]
-fn exp_nonpositive(x: f32) -> f32 {
-    const ROUNDING: f32 = 12_582_912.0; // 1.5 * 2^23: adding it rounds to an integer.
-    let x = x.max(-87.0);
-    let shifted = x * std::f32::consts::LOG2_E + ROUNDING;
-    let n = shifted - ROUNDING;
-    // x - n ln 2, with ln 2 split in two so that the product is exact.
-    let r = x - n * 0.693_359_4 + n * 2.121_944_4e-4;
-    let p = 1.987_569_1e-4;
-    let p = p * r + 1.398_199_9e-3;
-    let p = p * r + 8.333_452e-3;
-    let p = p * r + 4.166_579_6e-2;
-    let p = p * r + 1.666_666_5e-1;
-    let p = p * r + 5e-1;
-    let e_r = p * r * r + r + 1.0;
-    let exponent = (shifted.to_bits() as i32 - ROUNDING.to_bits() as i32 + 127) as u32;
-    e_r * f32::from_bits(exponent << 23)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn fast_exponential_matches_the_library_within_two_ulp() {
-        for i in 0..=200_000 {
-            let x = -87.0 * i as f32 / 200_000.0;
-            let (fast, exact) = (exp_nonpositive(x), x.exp());
-            let ulp = f32::EPSILON * exact;
-            assert!(
-                (fast - exact).abs() <= 2.0 * ulp,
-                "exp({x}): {fast} vs {exact}"
-            );
-        }
-        assert_eq!(exp_nonpositive(0.0), 1.0);
-        assert!(exp_nonpositive(-1e4) > 0.0 && exp_nonpositive(-1e4) < 1e-37);
     }
 }

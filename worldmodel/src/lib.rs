@@ -10,6 +10,7 @@ pub mod config;
 pub mod critic;
 pub mod ema;
 pub mod encoder;
+pub mod host;
 pub mod imagine;
 pub mod loss;
 pub mod metrics;
@@ -21,6 +22,7 @@ pub mod transition;
 pub use config::{TransitionFamily, WorldModelConfig};
 pub use critic::{LatentCritic, LatentCriticConfig, imagined_returns};
 pub use encoder::ObservationEncoder;
+pub use host::{HostImagination, HostPlan, HostWorldModel};
 pub use imagine::{
     ImaginationConfig, ImaginedRollout, LatentActor, LatentPolicy, OpenLoopActions, imagine,
 };

@@ -47,8 +47,8 @@ impl MlpConfig {
 /// Linear layers with GELU between them; the output layer is linear.
 #[derive(Module, Debug)]
 pub struct Mlp<B: Backend> {
-    hidden: Vec<Linear<B>>,
-    output: Linear<B>,
+    pub(crate) hidden: Vec<Linear<B>>,
+    pub(crate) output: Linear<B>,
     /// Where the activations run (on the host for the CPU backends).
     #[module(skip)]
     compute_path: ComputePath,

@@ -21,10 +21,10 @@ pub struct WorldModel<B: Backend> {
     encoder: ObservationEncoder<B>,
     target_encoder: ObservationEncoder<B>,
     members: Vec<TransitionMember<B>>,
-    reward: Mlp<B>,
-    continuation: Mlp<B>,
-    value: Mlp<B>,
-    actor: Mlp<B>,
+    pub(crate) reward: Mlp<B>,
+    pub(crate) continuation: Mlp<B>,
+    pub(crate) value: Mlp<B>,
+    pub(crate) actor: Mlp<B>,
 }
 
 /// The ensemble's open-loop predictions, each member on its own predictions.

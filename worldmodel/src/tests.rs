@@ -340,3 +340,69 @@ fn binary_cross_entropy_is_exact_and_finite_for_extreme_logits() {
     let right = loss::binary_cross_entropy_with_logits(tensor(vec![-500.0]), tensor(vec![0.0]));
     assert_eq!(right.into_scalar(), 0.0);
 }
+
+#[test]
+fn host_imagination_matches_burns_for_every_family_closed_and_open_loop() {
+    let device = Default::default();
+    // More start states than one host block, and a horizon longer than the prefix
+    // horizon (the action-prefix family restarts from its last prediction).
+    let (batch, horizon) = (70, 7);
+    let config = |family| config(family).with_prefix_horizon(3);
+    let values = |t: Tensor<Cpu, 2>| t.into_data().to_vec::<f32>().unwrap();
+    let values3 = |t: Tensor<Cpu, 3>| t.into_data().to_vec::<f32>().unwrap();
+    for family in TransitionFamily::ALL {
+        let model = config(family).init::<Cpu>(&device).map(&mut Perturb(0));
+        let host = HostWorldModel::of(&model);
+        assert_eq!(host.family(), family);
+        let start: Vec<f32> = (0..batch * 6).map(|i| (i as f32 * 0.71).cos()).collect();
+        let start_tensor =
+            Tensor::<Cpu, 2>::from_data(TensorData::new(start.clone(), [batch, 6]), &device);
+        let imagination = ImaginationConfig {
+            horizon,
+            uncertainty_penalty: 1.5,
+        };
+        let fixed = actions::<Cpu>(batch, horizon, &device);
+        let fixed_values = values3(fixed.clone());
+        let cases: [(ImaginedRollout<Cpu>, HostImagination); 2] = [
+            (
+                imagine(
+                    &model,
+                    start_tensor.clone(),
+                    &LatentActor(&model),
+                    &imagination,
+                ),
+                host.imagine(&start, HostPlan::LatentActor, &imagination),
+            ),
+            (
+                imagine(
+                    &model,
+                    start_tensor.clone(),
+                    &OpenLoopActions(fixed),
+                    &imagination,
+                ),
+                host.imagine(&start, HostPlan::Actions(&fixed_values), &imagination),
+            ),
+        ];
+        for (loop_kind, (burn, host)) in ["closed", "open"].iter().zip(cases) {
+            assert_eq!(host.batch, batch);
+            let pairs = [
+                ("latents", values3(burn.latents), host.latents),
+                ("actions", values3(burn.actions), host.actions),
+                ("rewards", values(burn.rewards), host.rewards),
+                ("raw rewards", values(burn.raw_rewards), host.raw_rewards),
+                ("continuation", values(burn.continuation), host.continuation),
+                ("values", values(burn.values), host.values),
+                ("disagreement", values(burn.disagreement), host.disagreement),
+            ];
+            for (name, expected, got) in pairs {
+                assert_eq!(expected.len(), got.len(), "{family} {loop_kind} {name}");
+                let worst = expected
+                    .iter()
+                    .zip(&got)
+                    .map(|(e, g)| (e - g).abs())
+                    .fold(0.0f32, f32::max);
+                assert!(worst < 1e-5, "{family} {loop_kind} {name}: off by {worst}");
+            }
+        }
+    }
+}

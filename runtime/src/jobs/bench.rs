@@ -9,13 +9,15 @@ use burn::optim::{AdamConfig, GradientsParams, Optimizer};
 use burn::prelude::*;
 use imago_kernels::bench::{KernelBenchDevice, KernelBenchRow};
 use imago_policies::{
-    HostPolicy, HostScratch, ImitationTargets, PolicyBatch, VlaPolicyConfig, imitation_loss,
+    ComputePath, HostPolicy, HostScratch, ImitationTargets, PolicyBatch, VlaPolicyConfig,
+    imitation_loss,
 };
 use imago_robots::Robot;
 use serde::{Deserialize, Serialize};
 
 use imago_worldmodel::{
-    ImaginationConfig, LatentActor, OpenLoopActions, TransitionFamily, WorldModelConfig, imagine,
+    HostPlan, HostWorldModel, ImaginationConfig, LatentActor, OpenLoopActions, TransitionFamily,
+    WorldModelConfig, imagine,
 };
 
 use crate::act::collect::{CollectConfig, collect_demonstrations};
@@ -158,23 +160,45 @@ pub struct WorldModelBenchRow {
     /// `horizon` steps; one pass per member for the action-prefix family),
     /// milliseconds.
     pub imagine_open_loop_ms: f64,
+    /// The same closed-loop call through the host imagination
+    /// ([`HostWorldModel::imagine`], what fine-tuning runs on a CPU device): start
+    /// states read back, imagined, the rollout made tensors again and its rewards read
+    /// back; `None` on other devices.
+    pub host_imagine_closed_loop_ms: Option<f64>,
+    /// Imagined steps per second of the host imagination in closed loop.
+    pub host_imagined_steps_per_s: Option<f64>,
+    /// The open-loop call through the host imagination.
+    pub host_imagine_open_loop_ms: Option<f64>,
 }
 
 impl WorldModelBenchRow {
     /// The rows as an aligned text table.
     pub fn table(rows: &[Self]) -> String {
         let mut out = format!(
-            "{:<14} {:>12} {:>14} {:>14} {:>14}\n",
-            "family", "train ms", "closed ms", "steps/s", "open-loop ms"
+            "{:<14} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10}\n",
+            "family",
+            "train ms",
+            "closed ms",
+            "steps/s",
+            "open ms",
+            "host cl ms",
+            "host st/s",
+            "host op ms"
         );
+        let optional = |v: Option<f64>, decimals: usize| {
+            v.map_or_else(|| "-".into(), |v| format!("{v:.decimals$}"))
+        };
         for r in rows {
             out += &format!(
-                "{:<14} {:>12.1} {:>14.1} {:>14.0} {:>14.1}\n",
+                "{:<14} {:>10.1} {:>10.1} {:>10.0} {:>10.1} {:>10} {:>10} {:>10}\n",
                 r.family.name(),
                 r.train_step_p50_ms,
                 r.imagine_closed_loop_ms,
                 r.imagined_steps_per_s,
-                r.imagine_open_loop_ms
+                r.imagine_open_loop_ms,
+                optional(r.host_imagine_closed_loop_ms, 1),
+                optional(r.host_imagined_steps_per_s, 0),
+                optional(r.host_imagine_open_loop_ms, 1),
             );
         }
         if let Some(r) = rows.first() {
@@ -254,11 +278,11 @@ pub fn bench_world_model(
             horizon,
             ..ImaginationConfig::default()
         };
-        let time_calls = |policy: &dyn Fn() -> Tensor<Dispatch, 2>| {
+        let time_calls = |imagine: &dyn Fn() -> Tensor<Dispatch, 2>| {
             let mut times = Vec::with_capacity(IMAGINATION_REPEATS);
             for call in 0..IMAGINATION_REPEATS + 2 {
                 let start = Instant::now();
-                let _: Vec<f32> = policy()
+                let _: Vec<f32> = imagine()
                     .into_data()
                     .convert::<f32>()
                     .to_vec()
@@ -281,6 +305,22 @@ pub fn bench_world_model(
             )
             .rewards
         });
+        let host = ComputePath::Auto
+            .on_host::<Dispatch>(&device.inference)
+            .then(|| HostWorldModel::of(&model));
+        let host_times = host.map(|host| {
+            let action_values: Vec<f32> = actions.clone().into_data().to_vec().unwrap_or_default();
+            let on_host = |plan: HostPlan<'_>| {
+                let start: Vec<f32> = starts.clone().into_data().to_vec().unwrap_or_default();
+                host.imagine(&start, plan, &imagination)
+                    .into_rollout::<Dispatch>(&device.inference)
+                    .rewards
+            };
+            (
+                time_calls(&|| on_host(HostPlan::LatentActor)),
+                time_calls(&|| on_host(HostPlan::Actions(&action_values))),
+            )
+        });
         rows.push(WorldModelBenchRow {
             device: device.description.clone(),
             family,
@@ -292,6 +332,10 @@ pub fn bench_world_model(
             imagine_closed_loop_ms: closed,
             imagined_steps_per_s: (imagination_batch * horizon) as f64 / (closed / 1e3),
             imagine_open_loop_ms: open,
+            host_imagine_closed_loop_ms: host_times.map(|(closed, _)| closed),
+            host_imagined_steps_per_s: host_times
+                .map(|(closed, _)| (imagination_batch * horizon) as f64 / (closed / 1e3)),
+            host_imagine_open_loop_ms: host_times.map(|(_, open)| open),
         });
     }
     Ok(rows)

@@ -15,9 +15,9 @@ use crate::mlp::{Mlp, MlpConfig};
 /// (start latent, prefix summary) pairs predicts the change from `z_0`.
 #[derive(Module, Debug)]
 pub struct ActionPrefix<B: Backend> {
-    action_embed: Linear<B>,
-    horizon_embed: Embedding<B>,
-    predict: Mlp<B>,
+    pub(crate) action_embed: Linear<B>,
+    pub(crate) horizon_embed: Embedding<B>,
+    pub(crate) predict: Mlp<B>,
     max_horizon: usize,
 }
 

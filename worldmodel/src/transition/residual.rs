@@ -9,7 +9,7 @@ use crate::mlp::{Mlp, MlpConfig};
 /// copies its input.
 #[derive(Module, Debug)]
 pub struct ResidualMlp<B: Backend> {
-    delta: Mlp<B>,
+    pub(crate) delta: Mlp<B>,
 }
 
 impl<B: Backend> ResidualMlp<B> {

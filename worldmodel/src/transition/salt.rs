@@ -12,8 +12,8 @@ use crate::mlp::{Mlp, MlpConfig};
 #[derive(Module, Debug)]
 pub struct Salt<B: Backend> {
     /// `a -> [vec(M(a)), b(a)]`.
-    affine: Mlp<B>,
-    latent_dim: usize,
+    pub(crate) affine: Mlp<B>,
+    pub(crate) latent_dim: usize,
 }
 
 /// The error of an open-loop SALT rollout at every horizon `h = 1..H`, split into the

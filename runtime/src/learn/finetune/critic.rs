@@ -5,9 +5,11 @@ use burn::Dispatch;
 use burn::module::AutodiffModule;
 use burn::optim::{AdamConfig, GradientsParams, Optimizer};
 use burn::prelude::*;
-use imago_policies::segment_credit;
+use imago_policies::{ComputePath, segment_credit};
 use imago_worldmodel::loss::binary_cross_entropy_with_logits;
-use imago_worldmodel::{LatentActor, LatentCritic, WorldModel, imagine, imagined_returns};
+use imago_worldmodel::{
+    HostPlan, HostWorldModel, LatentActor, LatentCritic, WorldModel, imagine, imagined_returns,
+};
 use rand::RngExt;
 use rand::rngs::StdRng;
 use serde::{Deserialize, Serialize};
@@ -102,6 +104,11 @@ pub fn train_critic(
         .init();
     let n = config.critic_batch;
     let h = config.imagination.horizon;
+    // On a CPU device imagination runs on the host, the world model's weights read
+    // back once for the round (it does not change while the critic trains).
+    let host = (config.method.uses_imagination()
+        && ComputePath::Auto.on_host::<Dispatch>(&encoded.latents.device()))
+    .then(|| HostWorldModel::of(world_model));
     let mut losses = Vec::with_capacity(config.critic_steps);
     for _ in 0..config.critic_steps {
         let mut terms: Vec<Tensor<Dispatch, 1>> = Vec::with_capacity(3);
@@ -109,12 +116,23 @@ pub fn train_critic(
         if config.method.uses_imagination() {
             let starts = sample(&transition_rows, n, rng);
             let start = encoded.select(&starts);
-            let rollout = imagine(
-                world_model,
-                start,
-                &LatentActor(world_model),
-                &config.imagination,
-            );
+            let rollout = match &host {
+                Some(host) => {
+                    let device = start.device();
+                    let start: Vec<f32> =
+                        start.into_data().convert::<f32>().to_vec().map_err(|e| {
+                            anyhow::anyhow!("reading imagination's start latents: {e:?}")
+                        })?;
+                    host.imagine(&start, HostPlan::LatentActor, &config.imagination)
+                        .into_rollout(&device)
+                }
+                None => imagine(
+                    world_model,
+                    start,
+                    &LatentActor(world_model),
+                    &config.imagination,
+                ),
+            };
             let d = rollout.latents.dims()[2];
             let values = critic
                 .valid()
