@@ -19,7 +19,8 @@ use commands::{bench, collect, daemon, demo, devices, eval, inspect, replay, tra
     about = "On-device trainer for robot policies and world models"
 )]
 struct Cli {
-    /// Where models run: auto, cpu, cpu:flex, wgpu, wgpu:N, cuda, cuda:N.
+    /// Where models run: auto, cpu (burn-flex; also cpu:flex), cpu:ndarray, wgpu, wgpu:N,
+    /// cuda, cuda:N.
     #[arg(long, global = true, default_value = "auto")]
     device: DeviceSpec,
     #[command(subcommand)]

@@ -34,7 +34,7 @@ fn devices_lists_the_cpu_backends() {
     assert!(output.status.success(), "{}", stderr(&output));
     let text = String::from_utf8_lossy(&output.stdout);
     assert!(
-        text.contains("cpu:flex") && text.contains("auto picks"),
+        text.contains("cpu:ndarray") && text.contains("burn-flex") && text.contains("auto picks"),
         "{text}"
     );
 }

@@ -80,7 +80,7 @@ fn quick_demo_fine_tunes_a_policy_that_follows_image_and_instruction() {
             "phase {phase}"
         );
     }
-    assert_eq!(json["device"], "cpu (ndarray)");
+    assert_eq!(json["device"], "cpu (flex)");
 
     // Paired seeds: the rows share episodes.
     let row = |name: &str| {

@@ -15,11 +15,12 @@ use thiserror::Error;
 /// The CPU backends compiled into every build.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CpuBackend {
-    /// burn-ndarray: the default, measured faster on the policy's training step
-    /// (docs/backends.md).
-    NdArray,
-    /// burn-flex: pure Rust, SIMD; faster at batch-1 inference, slower to train here.
+    /// burn-flex: pure Rust, SIMD; the default, measured faster on the world model's
+    /// and the policy's training steps and on the demo since the pixel pipeline runs
+    /// on the host (docs/backends.md).
     Flex,
+    /// burn-ndarray: the default until 2026-12-02, kept as `cpu:ndarray`.
+    NdArray,
 }
 
 /// What the user asked for with `--device`.
@@ -87,8 +88,8 @@ impl FromStr for DeviceSpec {
         };
         match (name, index) {
             ("auto", None) => Ok(Self::Auto),
-            ("cpu", None | Some("ndarray")) => Ok(Self::Cpu(CpuBackend::NdArray)),
-            ("cpu", Some("flex")) => Ok(Self::Cpu(CpuBackend::Flex)),
+            ("cpu", None | Some("flex")) => Ok(Self::Cpu(CpuBackend::Flex)),
+            ("cpu", Some("ndarray")) => Ok(Self::Cpu(CpuBackend::NdArray)),
             ("wgpu", index) => Ok(Self::Wgpu(number(index)?)),
             ("cuda", index) => Ok(Self::Cuda(number(index)?.unwrap_or(0))),
             _ => Err(DeviceError::Syntax(text.to_string())),
@@ -100,8 +101,8 @@ impl fmt::Display for DeviceSpec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::Auto => write!(f, "auto"),
-            Self::Cpu(CpuBackend::NdArray) => write!(f, "cpu"),
-            Self::Cpu(CpuBackend::Flex) => write!(f, "cpu:flex"),
+            Self::Cpu(CpuBackend::Flex) => write!(f, "cpu"),
+            Self::Cpu(CpuBackend::NdArray) => write!(f, "cpu:ndarray"),
             Self::Wgpu(None) => write!(f, "wgpu"),
             Self::Wgpu(Some(i)) => write!(f, "wgpu:{i}"),
             Self::Cuda(i) => write!(f, "cuda:{i}"),
@@ -112,7 +113,7 @@ impl fmt::Display for DeviceSpec {
 /// A device ready for models: where to infer and where to train.
 #[derive(Debug, Clone)]
 pub struct ResolvedDevice {
-    /// One line saying what was chosen, e.g. `cpu (ndarray)` or `wgpu:0 (llvmpipe, cpu, vulkan)`.
+    /// One line saying what was chosen, e.g. `cpu (flex)` or `wgpu:0 (llvmpipe, cpu, vulkan)`.
     pub description: String,
     /// The device for inference.
     pub inference: DispatchDevice,
@@ -157,11 +158,11 @@ pub fn list_devices() -> Vec<DeviceListing> {
     let mut out = vec![
         DeviceListing {
             spec: "cpu".into(),
-            description: "CPU, burn-ndarray (default CPU backend)".into(),
+            description: "CPU, burn-flex (default CPU backend; also `cpu:flex`)".into(),
         },
         DeviceListing {
-            spec: "cpu:flex".into(),
-            description: "CPU, burn-flex".into(),
+            spec: "cpu:ndarray".into(),
+            description: "CPU, burn-ndarray".into(),
         },
     ];
     out.extend(
@@ -199,7 +200,7 @@ pub fn resolve(spec: DeviceSpec) -> Result<ResolvedDevice, DeviceError> {
             if let Some(index) = wgpu_probe::adapters().iter().position(|a| a.is_hardware()) {
                 return resolve(DeviceSpec::Wgpu(Some(index)));
             }
-            resolve(DeviceSpec::Cpu(CpuBackend::NdArray))
+            resolve(DeviceSpec::Cpu(CpuBackend::Flex))
         }
         DeviceSpec::Cpu(CpuBackend::Flex) => Ok(ResolvedDevice::new(
             "cpu (flex)".into(),
@@ -400,7 +401,7 @@ mod tests {
     #[test]
     fn parses_every_documented_form() {
         assert_eq!("auto".parse(), Ok(DeviceSpec::Auto));
-        assert_eq!("cpu".parse(), Ok(DeviceSpec::Cpu(CpuBackend::NdArray)));
+        assert_eq!("cpu".parse(), Ok(DeviceSpec::Cpu(CpuBackend::Flex)));
         assert_eq!(
             "CPU:ndarray".parse(),
             Ok(DeviceSpec::Cpu(CpuBackend::NdArray))
@@ -418,7 +419,7 @@ mod tests {
 
     #[test]
     fn display_round_trips() {
-        for text in ["auto", "cpu", "cpu:flex", "wgpu", "wgpu:2", "cuda:1"] {
+        for text in ["auto", "cpu", "cpu:ndarray", "wgpu", "wgpu:2", "cuda:1"] {
             assert_eq!(text.parse::<DeviceSpec>().unwrap().to_string(), text);
         }
     }

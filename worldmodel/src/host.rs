@@ -342,6 +342,94 @@ impl HostWorldModel {
         self.family
     }
 
+    /// Every member rolled open loop on its own predictions from `start` `[B, D]`
+    /// under `actions` `[B, H, A]`, as [`WorldModel::rollout_members`]: `[N, B, H, D]`,
+    /// row-major.
+    ///
+    /// # Panics
+    /// If `start` is not a whole number of latents or `actions` not `[B, H, A]`.
+    pub fn rollout_members(&self, start: &[f32], actions: &[f32]) -> Vec<f32> {
+        self.rollout_rows(start, actions, |shape, start, actions| {
+            self.members
+                .iter()
+                .map(|m| m.rollout(shape, start, actions))
+                .collect()
+        })
+    }
+
+    /// The ensemble rolled as one model, as [`WorldModel::rollout_shared`]: at every
+    /// step all members predict from the shared ensemble-mean latent; `[N, B, H, D]`,
+    /// row-major. For the action-prefix family this equals [`Self::rollout_members`].
+    ///
+    /// # Panics
+    /// As [`Self::rollout_members`].
+    pub fn rollout_shared(&self, start: &[f32], actions: &[f32]) -> Vec<f32> {
+        if self.family == TransitionFamily::ActionPrefix {
+            return self.rollout_members(start, actions);
+        }
+        self.rollout_rows(start, actions, |shape, start, actions| {
+            let RowShape { rows, d, a } = shape;
+            let horizon = actions.len() / (rows * a);
+            let mut members = vec![vec![0.0; rows * horizon * d]; self.members.len()];
+            let mut shared = start.to_vec();
+            for h in 0..horizon {
+                let action: Vec<f32> = (0..rows)
+                    .flat_map(|r| actions[(r * horizon + h) * a..][..a].iter().copied())
+                    .collect();
+                let predictions: Vec<Vec<f32>> = self
+                    .members
+                    .iter()
+                    .map(|m| m.predict(shape, &shared, &action, 1))
+                    .collect();
+                shared.fill(0.0);
+                for (out, prediction) in members.iter_mut().zip(&predictions) {
+                    for r in 0..rows {
+                        out[(r * horizon + h) * d..][..d]
+                            .copy_from_slice(&prediction[r * d..(r + 1) * d]);
+                    }
+                    shared.iter_mut().zip(prediction).for_each(|(s, p)| *s += p);
+                }
+                let count = self.members.len() as f32;
+                shared.iter_mut().for_each(|s| *s /= count);
+            }
+            members
+        })
+    }
+
+    /// Runs `rollout` (each member's `[rows, H, D]` for a block of rows) over blocks
+    /// of rows in parallel and lays the result out as `[N, B, H, D]`.
+    fn rollout_rows(
+        &self,
+        start: &[f32],
+        actions: &[f32],
+        rollout: impl Fn(RowShape, &[f32], &[f32]) -> Vec<Vec<f32>> + Sync,
+    ) -> Vec<f32> {
+        let (d, a) = (self.latent_dim, self.action_dim);
+        assert_eq!(start.len() % d, 0, "start states are not [B, {d}]");
+        let batch = start.len() / d;
+        if batch == 0 {
+            return vec![];
+        }
+        assert_eq!(actions.len() % (batch * a), 0, "actions are not [B, H, A]");
+        let horizon = actions.len() / (batch * a);
+        let block = block_rows(batch);
+        let blocks: Vec<Vec<Vec<f32>>> = start
+            .par_chunks(block * d)
+            .zip(actions.par_chunks(block * horizon * a))
+            .map(|(start, actions)| {
+                let rows = start.len() / d;
+                rollout(RowShape { rows, d, a }, start, actions)
+            })
+            .collect();
+        let mut out = Vec::with_capacity(self.members.len() * batch * horizon * d);
+        for m in 0..self.members.len() {
+            for block in &blocks {
+                out.extend_from_slice(&block[m]);
+            }
+        }
+        out
+    }
+
     /// Rolls `plan` for `config.horizon` steps from `start` `[B, D]` (row-major), as
     /// [`crate::imagine`] does with the matching latent policy.
     ///

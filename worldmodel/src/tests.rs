@@ -342,7 +342,7 @@ fn binary_cross_entropy_is_exact_and_finite_for_extreme_logits() {
 }
 
 #[test]
-fn host_imagination_matches_burns_for_every_family_closed_and_open_loop() {
+fn host_imagination_and_rollouts_match_burns_for_every_family() {
     let device = Default::default();
     // More start states than one host block, and a horizon longer than the prefix
     // horizon (the action-prefix family restarts from its last prediction).
@@ -362,6 +362,7 @@ fn host_imagination_matches_burns_for_every_family_closed_and_open_loop() {
             uncertainty_penalty: 1.5,
         };
         let fixed = actions::<Cpu>(batch, horizon, &device);
+        let fixed_tensor = fixed.clone();
         let fixed_values = values3(fixed.clone());
         let cases: [(ImaginedRollout<Cpu>, HostImagination); 2] = [
             (
@@ -383,6 +384,29 @@ fn host_imagination_matches_burns_for_every_family_closed_and_open_loop() {
                 host.imagine(&start, HostPlan::Actions(&fixed_values), &imagination),
             ),
         ];
+        // The ensemble's own and shared rollouts (what `wm-eval` scores).
+        let rollouts = [
+            (
+                "members",
+                model.rollout_members(start_tensor.clone(), fixed_tensor.clone()),
+                host.rollout_members(&start, &fixed_values),
+            ),
+            (
+                "shared",
+                model.rollout_shared(start_tensor.clone(), fixed_tensor.clone()),
+                host.rollout_shared(&start, &fixed_values),
+            ),
+        ];
+        for (name, burn, host) in rollouts {
+            let expected = burn.members.into_data().to_vec::<f32>().unwrap();
+            assert_eq!(expected.len(), host.len(), "{family} {name}");
+            let worst = expected
+                .iter()
+                .zip(&host)
+                .map(|(e, g)| (e - g).abs())
+                .fold(0.0f32, f32::max);
+            assert!(worst < 1e-5, "{family} {name} rollout: off by {worst}");
+        }
         for (loop_kind, (burn, host)) in ["closed", "open"].iter().zip(cases) {
             assert_eq!(host.batch, batch);
             let pairs = [

@@ -77,7 +77,7 @@ pub struct DaemonConfig<A = ActorConfig> {
     /// Which robot (`robot = "NAME"`, a name of the robot registry: reacher2d); its
     /// settings are the `[actor.robot]` table.
     pub robot: String,
-    /// Where models run: auto, cpu, cpu:flex, wgpu[:N], cuda[:N].
+    /// Where models run: auto, cpu (burn-flex), cpu:ndarray, wgpu[:N], cuda[:N].
     #[serde(default = "default_device")]
     pub device: String,
     /// Where the replay and checkpoints go (`--run-dir` overrides).

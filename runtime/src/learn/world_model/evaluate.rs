@@ -1,11 +1,13 @@
 //! Rollout-error evaluation of a world model on held-out episodes (`imago wm-eval`).
 
 use burn::prelude::*;
-use imago_policies::PolicyBatch;
+use imago_policies::{ComputePath, PolicyBatch};
 use imago_worldmodel::metrics::{
     coverage, fit_interval_scale, leave_one_out_coverage, spearman, standardised_error,
 };
-use imago_worldmodel::{TransitionFamily, TransitionMember, WorldModel, WorldModelConfig};
+use imago_worldmodel::{
+    HostWorldModel, TransitionFamily, TransitionMember, WorldModel, WorldModelConfig,
+};
 use serde::{Deserialize, Serialize};
 
 use super::dataset::{observation_at, window_actions};
@@ -164,9 +166,15 @@ pub fn evaluate_world_model<B: Backend>(
         }),
     };
     let mut batch = PolicyBatch::new(&config.input_config());
+    let models = Models {
+        model,
+        host: ComputePath::Auto
+            .on_host::<B>(device)
+            .then(|| HostWorldModel::of(model)),
+    };
     for (index, episode) in usable.iter().enumerate() {
         evaluate_episode(
-            model,
+            &models,
             config,
             episode,
             index,
@@ -187,8 +195,14 @@ pub(crate) fn host<B: Backend, const D: usize>(tensor: Tensor<B, D>) -> anyhow::
         .map_err(|e| anyhow::anyhow!("cannot read tensors back: {e:?}"))
 }
 
+/// The model, and on a CPU device its host copy, which rolls the ensemble out.
+struct Models<'a, B: Backend> {
+    model: &'a WorldModel<B>,
+    host: Option<HostWorldModel>,
+}
+
 fn evaluate_episode<B: Backend>(
-    model: &WorldModel<B>,
+    models: &Models<'_, B>,
     config: &WorldModelConfig,
     episode: &Episode,
     index: usize,
@@ -196,6 +210,7 @@ fn evaluate_episode<B: Backend>(
     out: &mut Collected,
     device: &B::Device,
 ) -> anyhow::Result<()> {
+    let model = models.model;
     let h = out.horizon;
     let len = episode.transitions.len();
     let windows = len + 1 - h;
@@ -226,19 +241,33 @@ fn evaluate_episode<B: Backend>(
             Tensor::from_data(TensorData::new(truth_ids, [windows * (h + 1)]), device),
         )
         .reshape([windows, h + 1, d]);
-    let actions = window_actions(episode, 0..windows, h, &config.action_limit);
-    let actions = Tensor::<B, 3>::from_data(TensorData::new(actions, [windows, h, a]), device);
+    let action_values = window_actions(episode, 0..windows, h, &config.action_limit);
+    let actions = Tensor::<B, 3>::from_data(
+        TensorData::new(action_values.clone(), [windows, h, a]),
+        device,
+    );
 
-    let own = host(
-        model
-            .rollout_members(starts.clone(), actions.clone())
-            .members,
-    )?;
-    let raw = host(
-        model
-            .rollout_shared(starts.clone(), actions.clone())
-            .members,
-    )?;
+    let (own, raw) = match &models.host {
+        Some(host_model) => {
+            let start_values = host(starts.clone())?;
+            (
+                host_model.rollout_members(&start_values, &action_values),
+                host_model.rollout_shared(&start_values, &action_values),
+            )
+        }
+        None => (
+            host(
+                model
+                    .rollout_members(starts.clone(), actions.clone())
+                    .members,
+            )?,
+            host(
+                model
+                    .rollout_shared(starts.clone(), actions.clone())
+                    .members,
+            )?,
+        ),
+    };
     let truth_host = host(truth.clone().unsqueeze_dim::<4>(0))?;
     let n = config.ensemble_size;
     let member = |values: &[f32], m: usize, w: usize, k: usize, j: usize| {
