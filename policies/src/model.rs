@@ -3,10 +3,11 @@
 
 use burn::module::Param;
 use burn::nn::Initializer;
-use burn::nn::attention::MhaInput;
+use burn::nn::attention::MultiHeadAttention;
 use burn::nn::transformer::{TransformerEncoder, TransformerEncoderConfig};
 use burn::nn::{Embedding, EmbeddingConfig, LayerNorm, LayerNormConfig, Linear, LinearConfig};
 use burn::prelude::*;
+use burn::tensor::activation::softmax;
 
 use imago_robots::RobotSpec;
 use imago_robots::bounds::{ConfigError, all_in_range, in_range, length_in_range};
@@ -518,13 +519,17 @@ impl<B: Backend> VlaPolicy<B> {
     /// it for this policy's layers (norm first, no dropout), with the feed-forward
     /// blocks' GELU from [`gelu`] so that the CPU backends get its one-pass backward.
     fn encode(&self, tokens: Tensor<B, 3>, pad_mask: Tensor<B, 2, Bool>) -> Tensor<B, 3> {
+        let Some(first) = self.encoder.layers.first() else {
+            return tokens;
+        };
+        let bias = padding_bias(
+            pad_mask,
+            first.mha.n_heads,
+            first.mha.min_float,
+            &tokens.device(),
+        );
         self.encoder.layers.iter().fold(tokens, |x, layer| {
-            let attended = layer
-                .mha
-                .forward(
-                    MhaInput::self_attn(layer.norm_2.forward(x.clone())).mask_pad(pad_mask.clone()),
-                )
-                .context;
+            let attended = self_attention(&layer.mha, layer.norm_2.forward(x.clone()), &bias);
             let x = x + attended;
             let inner = gelu(
                 layer
@@ -536,6 +541,71 @@ impl<B: Backend> VlaPolicy<B> {
             x + layer.pwff.linear_outer.forward(inner)
         })
     }
+}
+
+/// burn's `MultiHeadAttention::forward` for self-attention without dropout (the
+/// policy's layers have none), with the padded keys' scores lowered by adding `bias`
+/// (`[B, H, T, T]`, [`padding_bias`]) instead of burn's `mask_fill` of a broadcast mask:
+/// on burn-flex that fill, forward and backward, took its generic strided path, most
+/// of the 10% of the cloning step spent there (docs/performance.md). A padded key's
+/// weight is 0 either way (`exp(-1e4)` underflows), so the values are burn's.
+fn self_attention<B: Backend>(
+    mha: &MultiHeadAttention<B>,
+    x: Tensor<B, 3>,
+    bias: &Tensor<B, 4>,
+) -> Tensor<B, 3> {
+    let [batch, tokens, d_model] = x.dims();
+    let heads = |linear: &Linear<B>| {
+        linear
+            .forward(x.clone())
+            .reshape([batch, tokens, mha.n_heads, mha.d_k])
+            .swap_dims(1, 2)
+    };
+    let (query, key, value) = (heads(&mha.query), heads(&mha.key), heads(&mha.value));
+    let scores = query
+        .matmul(key.transpose())
+        .div_scalar((mha.d_k as f32).sqrt())
+        + bias.clone();
+    let context = softmax(scores, 3)
+        .matmul(value)
+        .swap_dims(1, 2)
+        .reshape([batch, tokens, d_model]);
+    mha.output.forward(context)
+}
+
+/// `min_float` where a key is padding and 0 elsewhere, `[B, heads, T, T]` and
+/// contiguous, so that adding it to the attention scores is one elementwise pass. Built
+/// on the host: the mask is `[B, T]`, read back once per forward pass.
+/// `device` is the tokens' (under burn's `Dispatch` a boolean tensor's device does not
+/// say whether the model's tensors carry autodiff).
+fn padding_bias<B: Backend>(
+    pad_mask: Tensor<B, 2, Bool>,
+    heads: usize,
+    min_float: f64,
+    device: &B::Device,
+) -> Tensor<B, 4> {
+    let [batch, tokens] = pad_mask.dims();
+    // As integers: backends store booleans differently (flex as bytes).
+    let padded = pad_mask
+        .int()
+        .into_data()
+        .convert::<i64>()
+        .to_vec::<i64>()
+        .expect("an int tensor converted to i64 reads back as i64");
+    let mut bias = Vec::with_capacity(batch * heads * tokens * tokens);
+    for row in padded.chunks_exact(tokens) {
+        let keys: Vec<f32> = row
+            .iter()
+            .map(|&pad| if pad != 0 { min_float as f32 } else { 0.0 })
+            .collect();
+        for _ in 0..heads * tokens {
+            bias.extend_from_slice(&keys);
+        }
+    }
+    Tensor::from_data(
+        TensorData::new(bias, [batch, heads, tokens, tokens]),
+        device,
+    )
 }
 
 /// Number of features describing a patch centre: `(x, y)` and their sines and cosines
