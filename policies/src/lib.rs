@@ -22,7 +22,7 @@ pub mod importance;
 pub mod input;
 pub mod loss;
 pub mod model;
-mod readback;
+pub mod readback;
 pub mod rows;
 mod stem_host;
 pub mod tokenizer;

@@ -574,10 +574,11 @@ fn self_attention<B: Backend>(
 }
 
 /// `min_float` where a key is padding and 0 elsewhere, `[B, heads, T, T]` and
-/// contiguous, so that adding it to the attention scores is one elementwise pass. Built
-/// on the host: the mask is `[B, T]`, read back once per forward pass.
-/// `device` is the tokens' (under burn's `Dispatch` a boolean tensor's device does not
-/// say whether the model's tensors carry autodiff).
+/// contiguous (`repeat_dim` copies), so that adding it to the attention scores is one
+/// elementwise pass. Built on the device from the `[B, T]` mask: no read back, which on
+/// a GPU would wait for the device on every forward pass. `device` is the tokens'
+/// (under burn's `Dispatch` a boolean tensor's device does not say whether the model's
+/// tensors carry autodiff).
 fn padding_bias<B: Backend>(
     pad_mask: Tensor<B, 2, Bool>,
     heads: usize,
@@ -585,27 +586,11 @@ fn padding_bias<B: Backend>(
     device: &B::Device,
 ) -> Tensor<B, 4> {
     let [batch, tokens] = pad_mask.dims();
-    // As integers: backends store booleans differently (flex as bytes).
-    let padded = pad_mask
-        .int()
-        .into_data()
-        .convert::<i64>()
-        .to_vec::<i64>()
-        .expect("an int tensor converted to i64 reads back as i64");
-    let mut bias = Vec::with_capacity(batch * heads * tokens * tokens);
-    for row in padded.chunks_exact(tokens) {
-        let keys: Vec<f32> = row
-            .iter()
-            .map(|&pad| if pad != 0 { min_float as f32 } else { 0.0 })
-            .collect();
-        for _ in 0..heads * tokens {
-            bias.extend_from_slice(&keys);
-        }
-    }
-    Tensor::from_data(
-        TensorData::new(bias, [batch, heads, tokens, tokens]),
-        device,
-    )
+    Tensor::<B, 2>::zeros([batch, tokens], device)
+        .mask_fill(pad_mask, min_float)
+        .reshape([batch, 1, 1, tokens])
+        .repeat_dim(1, heads)
+        .repeat_dim(2, tokens)
 }
 
 /// Number of features describing a patch centre: `(x, y)` and their sines and cosines

@@ -6,7 +6,7 @@ use burn::prelude::*;
 /// tensor no one else holds, but copies a shared one element by element through a
 /// generic iterator (ten times slower than one vectorised pass): hot paths read back
 /// tensors they own.
-pub(crate) fn values<B: Backend, const D: usize>(tensor: Tensor<B, D>) -> Vec<f32> {
+pub fn values<B: Backend, const D: usize>(tensor: Tensor<B, D>) -> Vec<f32> {
     tensor
         .into_data()
         .convert::<f32>()

@@ -13,8 +13,10 @@
 //! open loop.
 
 use burn::prelude::*;
+use imago_policies::ComputePath;
 use imago_policies::HostLinear;
 use imago_policies::activation::gelu_in_place;
+use imago_policies::readback::values;
 use rayon::prelude::*;
 
 use crate::config::TransitionFamily;
@@ -102,7 +104,7 @@ impl HostMember {
             TransitionMember::Salt(m) => Self::Salt(HostMlp::of(&m.affine)),
             TransitionMember::ActionPrefix(m) => Self::ActionPrefix {
                 action_embed: HostLinear::of(&m.action_embed),
-                horizon_embed: read(m.horizon_embed.weight.val()),
+                horizon_embed: values(m.horizon_embed.weight.val()),
                 predict: HostMlp::of(&m.predict),
                 max_horizon: m.max_horizon(),
             },
@@ -321,6 +323,14 @@ impl HostImagination {
 }
 
 impl HostWorldModel {
+    /// `model` on the host where its tensors live on `device` and that is a CPU
+    /// backend ([`ComputePath::Auto`]); `None` elsewhere (a GPU keeps burn's path).
+    pub fn for_device<B: Backend>(model: &WorldModel<B>, device: &B::Device) -> Option<Self> {
+        ComputePath::Auto
+            .on_host::<B>(device)
+            .then(|| Self::of(model))
+    }
+
     /// The weights of `model`'s members and heads, read back once.
     pub fn of<B: Backend>(model: &WorldModel<B>) -> Self {
         let actor = HostMlp::of(&model.actor);
@@ -405,22 +415,16 @@ impl HostWorldModel {
         rollout: impl Fn(RowShape, &[f32], &[f32]) -> Vec<Vec<f32>> + Sync,
     ) -> Vec<f32> {
         let (d, a) = (self.latent_dim, self.action_dim);
-        assert_eq!(start.len() % d, 0, "start states are not [B, {d}]");
-        let batch = start.len() / d;
+        let batch = self.batch_of(start);
         if batch == 0 {
             return vec![];
         }
         assert_eq!(actions.len() % (batch * a), 0, "actions are not [B, H, A]");
         let horizon = actions.len() / (batch * a);
-        let block = block_rows(batch);
-        let blocks: Vec<Vec<Vec<f32>>> = start
-            .par_chunks(block * d)
-            .zip(actions.par_chunks(block * horizon * a))
-            .map(|(start, actions)| {
-                let rows = start.len() / d;
-                rollout(RowShape { rows, d, a }, start, actions)
-            })
-            .collect();
+        let blocks = self.map_row_blocks(start, Some((actions, horizon * a)), |start, actions| {
+            let rows = start.len() / d;
+            rollout(RowShape { rows, d, a }, start, actions.unwrap_or_default())
+        });
         let mut out = Vec::with_capacity(self.members.len() * batch * horizon * d);
         for m in 0..self.members.len() {
             for block in &blocks {
@@ -443,33 +447,54 @@ impl HostWorldModel {
         config: &ImaginationConfig,
     ) -> HostImagination {
         let (d, a, horizon) = (self.latent_dim, self.action_dim, config.horizon);
-        assert_eq!(start.len() % d, 0, "start states are not [B, {d}]");
-        let batch = start.len() / d;
-        if let HostPlan::Actions(actions) = plan {
-            assert_eq!(
-                actions.len(),
-                batch * horizon * a,
-                "actions are not [B, H, A]"
-            );
-        }
-        let block = block_rows(batch);
-        let blocks: Vec<HostImagination> = start
-            .par_chunks(block * d)
-            .enumerate()
-            .map(|(i, start)| {
-                let plan = match plan {
-                    HostPlan::Actions(actions) => {
-                        let per_block = block * horizon * a;
-                        let from = i * per_block;
-                        let to = (from + per_block).min(actions.len());
-                        HostPlan::Actions(&actions[from..to])
-                    }
-                    HostPlan::LatentActor => HostPlan::LatentActor,
-                };
-                self.imagine_block(start, plan, config)
-            })
-            .collect();
+        let per_row = match plan {
+            HostPlan::Actions(actions) => Some((actions, horizon * a)),
+            HostPlan::LatentActor => None,
+        };
+        let blocks = self.map_row_blocks(start, per_row, |start, actions| {
+            let plan = actions.map_or(HostPlan::LatentActor, HostPlan::Actions);
+            self.imagine_block(start, plan, config)
+        });
         HostImagination::concatenate(blocks, (horizon, d, a))
+    }
+
+    /// Start states in `start` `[B, D]`.
+    ///
+    /// # Panics
+    /// If `start` is not a whole number of latents.
+    fn batch_of(&self, start: &[f32]) -> usize {
+        let d = self.latent_dim;
+        assert_eq!(start.len() % d, 0, "start states are not [B, {d}]");
+        start.len() / d
+    }
+
+    /// Runs `f` on blocks of consecutive start states ([`block_rows`]) in parallel,
+    /// in order: each block's rows of `start` `[B, D]` and, where given, of the
+    /// per-row data `[B, width]` (the actions).
+    ///
+    /// # Panics
+    /// If `start` is not a whole number of latents, or the per-row data is not `B`
+    /// rows of `width`.
+    fn map_row_blocks<T: Send>(
+        &self,
+        start: &[f32],
+        per_row: Option<(&[f32], usize)>,
+        f: impl Fn(&[f32], Option<&[f32]>) -> T + Sync,
+    ) -> Vec<T> {
+        let d = self.latent_dim;
+        let batch = self.batch_of(start);
+        let block = block_rows(batch);
+        let starts = start.par_chunks(block * d);
+        match per_row {
+            Some((data, width)) => {
+                assert_eq!(data.len(), batch * width, "actions are not [B, H, A]");
+                starts
+                    .zip(data.par_chunks((block * width).max(1)))
+                    .map(|(start, data)| f(start, Some(data)))
+                    .collect()
+            }
+            None => starts.map(|start| f(start, None)).collect(),
+        }
     }
 
     /// [`Self::imagine`] for one block of start states.
@@ -598,13 +623,4 @@ fn dot(x: &[f32], y: &[f32]) -> f32 {
         }
     }
     sums.iter().sum::<f32>() + tail
-}
-
-/// The values of `tensor` as `f32`, row-major.
-fn read<B: Backend, const D: usize>(tensor: Tensor<B, D>) -> Vec<f32> {
-    tensor
-        .into_data()
-        .convert::<f32>()
-        .into_vec()
-        .expect("a tensor converted to f32 reads as f32")
 }

@@ -400,11 +400,7 @@ fn host_imagination_and_rollouts_match_burns_for_every_family() {
         for (name, burn, host) in rollouts {
             let expected = burn.members.into_data().to_vec::<f32>().unwrap();
             assert_eq!(expected.len(), host.len(), "{family} {name}");
-            let worst = expected
-                .iter()
-                .zip(&host)
-                .map(|(e, g)| (e - g).abs())
-                .fold(0.0f32, f32::max);
+            let worst = largest_difference(&expected, &host);
             assert!(worst < 1e-5, "{family} {name} rollout: off by {worst}");
         }
         for (loop_kind, (burn, host)) in ["closed", "open"].iter().zip(cases) {
@@ -420,13 +416,18 @@ fn host_imagination_and_rollouts_match_burns_for_every_family() {
             ];
             for (name, expected, got) in pairs {
                 assert_eq!(expected.len(), got.len(), "{family} {loop_kind} {name}");
-                let worst = expected
-                    .iter()
-                    .zip(&got)
-                    .map(|(e, g)| (e - g).abs())
-                    .fold(0.0f32, f32::max);
+                let worst = largest_difference(&expected, &got);
                 assert!(worst < 1e-5, "{family} {loop_kind} {name}: off by {worst}");
             }
         }
     }
+}
+
+/// The largest absolute difference between matching entries.
+fn largest_difference(expected: &[f32], got: &[f32]) -> f32 {
+    expected
+        .iter()
+        .zip(got)
+        .map(|(e, g)| (e - g).abs())
+        .fold(0.0, f32::max)
 }

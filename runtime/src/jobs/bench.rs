@@ -9,8 +9,7 @@ use burn::optim::{AdamConfig, GradientsParams, Optimizer};
 use burn::prelude::*;
 use imago_kernels::bench::{KernelBenchDevice, KernelBenchRow};
 use imago_policies::{
-    ComputePath, HostPolicy, HostScratch, ImitationTargets, PolicyBatch, VlaPolicyConfig,
-    imitation_loss,
+    HostPolicy, HostScratch, ImitationTargets, PolicyBatch, VlaPolicyConfig, imitation_loss,
 };
 use imago_robots::Robot;
 use serde::{Deserialize, Serialize};
@@ -305,9 +304,7 @@ pub fn bench_world_model(
             )
             .rewards
         });
-        let host = ComputePath::Auto
-            .on_host::<Dispatch>(&device.inference)
-            .then(|| HostWorldModel::of(&model));
+        let host = HostWorldModel::for_device(&model, &device.inference);
         let host_times = host.map(|host| {
             let action_values: Vec<f32> = actions.clone().into_data().to_vec().unwrap_or_default();
             let on_host = |plan: HostPlan<'_>| {

@@ -5,7 +5,7 @@ use burn::Dispatch;
 use burn::module::AutodiffModule;
 use burn::optim::{AdamConfig, GradientsParams, Optimizer};
 use burn::prelude::*;
-use imago_policies::{ComputePath, segment_credit};
+use imago_policies::segment_credit;
 use imago_worldmodel::loss::binary_cross_entropy_with_logits;
 use imago_worldmodel::{
     HostPlan, HostWorldModel, LatentActor, LatentCritic, WorldModel, imagine, imagined_returns,
@@ -106,9 +106,11 @@ pub fn train_critic(
     let h = config.imagination.horizon;
     // On a CPU device imagination runs on the host, the world model's weights read
     // back once for the round (it does not change while the critic trains).
-    let host = (config.method.uses_imagination()
-        && ComputePath::Auto.on_host::<Dispatch>(&encoded.latents.device()))
-    .then(|| HostWorldModel::of(world_model));
+    let host = config
+        .method
+        .uses_imagination()
+        .then(|| HostWorldModel::for_device(world_model, &encoded.latents.device()))
+        .flatten();
     let mut losses = Vec::with_capacity(config.critic_steps);
     for _ in 0..config.critic_steps {
         let mut terms: Vec<Tensor<Dispatch, 1>> = Vec::with_capacity(3);

@@ -1,7 +1,7 @@
 //! Rollout-error evaluation of a world model on held-out episodes (`imago wm-eval`).
 
 use burn::prelude::*;
-use imago_policies::{ComputePath, PolicyBatch};
+use imago_policies::PolicyBatch;
 use imago_worldmodel::metrics::{
     coverage, fit_interval_scale, leave_one_out_coverage, spearman, standardised_error,
 };
@@ -168,9 +168,7 @@ pub fn evaluate_world_model<B: Backend>(
     let mut batch = PolicyBatch::new(&config.input_config());
     let models = Models {
         model,
-        host: ComputePath::Auto
-            .on_host::<B>(device)
-            .then(|| HostWorldModel::of(model)),
+        host: HostWorldModel::for_device(model, device),
     };
     for (index, episode) in usable.iter().enumerate() {
         evaluate_episode(
