@@ -11,6 +11,7 @@ use burn::tensor::activation::{gelu, sigmoid};
 use serde::{Deserialize, Serialize};
 
 use crate::flow::{euler_sample, time_features};
+use crate::vision::ComputePath;
 
 /// Which head a policy predicts its action chunk with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -109,7 +110,10 @@ impl<B: Backend> GaussianHead<B> {
     /// `PolicyInput::action_origin`; zeros for absolute actions).
     pub fn forward(&self, summary: Tensor<B, 2>, origin: Tensor<B, 2>) -> GaussianChunk<B> {
         let batch = summary.dims()[0];
-        let out = self.out.forward(gelu(self.hidden.forward(summary)));
+        // The exact GELU with its exact slope on the CPU backends, as the encoder's
+        // feed-forward blocks and the host training step compute it.
+        let hidden = crate::gelu::gelu(self.hidden.forward(summary), ComputePath::Auto);
+        let out = self.out.forward(hidden);
         let ka = self.chunk_len * self.action_dim;
         let shape = [batch, self.chunk_len, self.action_dim];
         let mean = out.clone().narrow(1, 0, ka).reshape(shape) + origin.unsqueeze_dim::<3>(1);

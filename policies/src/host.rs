@@ -24,14 +24,14 @@ use crate::readback::values;
 use crate::vision::pixel_coordinates;
 
 /// burn's `LayerNormConfig` default, which every norm of the policy uses.
-const LAYER_NORM_EPSILON: f32 = 1e-5;
+pub(crate) const LAYER_NORM_EPSILON: f32 = 1e-5;
 /// The score burn's attention gives a padded key (`min_float`).
-const MASKED_SCORE: f32 = -1e4;
+pub(crate) const MASKED_SCORE: f32 = -1e4;
 
 /// A layer norm's scale and shift.
-struct Norm {
-    gamma: Vec<f32>,
-    beta: Vec<f32>,
+pub(crate) struct Norm {
+    pub(crate) gamma: Vec<f32>,
+    pub(crate) beta: Vec<f32>,
 }
 
 impl Norm {
@@ -63,16 +63,16 @@ fn embedding<B: Backend>(embedding: &Embedding<B>) -> Vec<f32> {
 }
 
 /// One norm-first transformer encoder layer.
-struct EncoderLayer {
-    attention_norm: Norm,
-    query: HostLinear,
-    key: HostLinear,
-    value: HostLinear,
-    output: HostLinear,
-    feed_forward_norm: Norm,
-    inner: HostLinear,
-    outer: HostLinear,
-    heads: usize,
+pub(crate) struct EncoderLayer {
+    pub(crate) attention_norm: Norm,
+    pub(crate) query: HostLinear,
+    pub(crate) key: HostLinear,
+    pub(crate) value: HostLinear,
+    pub(crate) output: HostLinear,
+    pub(crate) feed_forward_norm: Norm,
+    pub(crate) inner: HostLinear,
+    pub(crate) outer: HostLinear,
+    pub(crate) heads: usize,
 }
 
 /// Reused buffers of [`HostPolicy::gaussian`]; grown on the first call.
@@ -109,30 +109,30 @@ fn sized(buffer: &mut Vec<f32>, len: usize) -> &mut [f32] {
 /// A Gaussian-head [`VlaPolicy`]'s weights on the host, and its forward pass for one
 /// observation; see the module documentation.
 pub struct HostPolicy {
-    stem: HostLinear,
-    stem_activation: StemActivation,
-    film: HostLinear,
-    keypoint_sharpness: Vec<f32>,
-    keypoint_embed: HostLinear,
-    patch_embed: HostLinear,
+    pub(crate) stem: HostLinear,
+    pub(crate) stem_activation: StemActivation,
+    pub(crate) film: HostLinear,
+    pub(crate) keypoint_sharpness: Vec<f32>,
+    pub(crate) keypoint_embed: HostLinear,
+    pub(crate) patch_embed: HostLinear,
     /// The patch-coordinate features through their layer, `[patches, d]`.
-    patch_position: Vec<f32>,
-    word_embed: Vec<f32>,
-    word_position: Vec<f32>,
-    proprio_embed: HostLinear,
-    token_type: Vec<f32>,
-    layers: Vec<EncoderLayer>,
-    readout_norm: Norm,
-    head_hidden: HostLinear,
-    head_out: HostLinear,
-    log_std_range: (f32, f32),
+    pub(crate) patch_position: Vec<f32>,
+    pub(crate) word_embed: Vec<f32>,
+    pub(crate) word_position: Vec<f32>,
+    pub(crate) proprio_embed: HostLinear,
+    pub(crate) token_type: Vec<f32>,
+    pub(crate) layers: Vec<EncoderLayer>,
+    pub(crate) readout_norm: Norm,
+    pub(crate) head_hidden: HostLinear,
+    pub(crate) head_out: HostLinear,
+    pub(crate) log_std_range: (f32, f32),
     /// Pixel coordinates of the spatial softmax: every pixel's x, then every pixel's y.
-    pixel_coordinates: Vec<f32>,
-    image_size: usize,
-    patch_size: usize,
-    chunk_len: usize,
-    action_dim: usize,
-    d: usize,
+    pub(crate) pixel_coordinates: Vec<f32>,
+    pub(crate) image_size: usize,
+    pub(crate) patch_size: usize,
+    pub(crate) chunk_len: usize,
+    pub(crate) action_dim: usize,
+    pub(crate) d: usize,
 }
 
 impl HostPolicy {
@@ -430,7 +430,7 @@ impl EncoderLayer {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use burn::backend::NdArray;
     use imago_robots::pusht::PushT;
     use imago_robots::reacher2d::Reacher2d;
@@ -471,7 +471,8 @@ mod tests {
         gap
     }
 
-    fn reacher_observations() -> Vec<Observation> {
+    /// Four reacher2d observations, the last with a short instruction.
+    pub(crate) fn reacher_observations() -> Vec<Observation> {
         let mut robot = Reacher2d::default();
         let mut observations: Vec<Observation> = (0..4).map(|seed| robot.reset(seed)).collect();
         // A short instruction pads most of the word tokens.

@@ -42,6 +42,16 @@ impl HostLinear {
         self.outputs
     }
 
+    /// `W`, `[inputs, outputs]` row-major.
+    pub(crate) fn weight(&self) -> &[f32] {
+        &self.weight
+    }
+
+    /// `b`, `[outputs]`.
+    pub(crate) fn bias(&self) -> &[f32] {
+        &self.bias
+    }
+
     /// Writes `x W + b` of the first `rows` rows of `x` into `y`.
     ///
     /// # Panics
@@ -49,19 +59,134 @@ impl HostLinear {
     /// `rows * outputs`.
     pub fn forward(&self, rows: usize, x: &[f32], y: &mut [f32]) {
         let (k, n) = (self.inputs, self.outputs);
-        matmul(rows, k, n, &x[..rows * k], &self.weight, &mut y[..rows * n]);
+        product(
+            &mut y[..rows * n],
+            false,
+            Operand::rows(rows, k, x),
+            Operand::rows(k, n, &self.weight),
+        );
         for row in y[..rows * n].chunks_exact_mut(n) {
             row.iter_mut().zip(&self.bias).for_each(|(v, b)| *v += b);
         }
     }
+
+    /// The backward pass of [`Self::forward`] over `rows` rows of input `x` and
+    /// output gradient `dy`: adds `x^T dy` and the column sums of `dy` to `gradient`,
+    /// and `dy W^T` to `dx` when given.
+    pub(crate) fn backward(
+        &self,
+        rows: usize,
+        x: &[f32],
+        dy: &[f32],
+        gradient: &mut LinearGradient,
+        dx: Option<&mut [f32]>,
+    ) {
+        let (k, n) = (self.inputs, self.outputs);
+        gradient.add(rows, k, n, x, dy);
+        if let Some(dx) = dx {
+            product(
+                &mut dx[..rows * k],
+                true,
+                Operand::rows(rows, n, dy),
+                Operand::transposed(n, k, &self.weight),
+            );
+        }
+    }
 }
 
-/// `c = a b` for row-major `a` `[m, k]`, `b` `[k, n]`, `c` `[m, n]`.
-fn matmul(m: usize, k: usize, n: usize, a: &[f32], b: &[f32], c: &mut [f32]) {
-    assert!(a.len() >= m * k && b.len() >= k * n && c.len() >= m * n);
-    // SAFETY: the assertion above keeps every access of the row-major strides below
-    // inside the three slices, and `c` does not alias `a` or `b` (it is borrowed
-    // mutably).
+/// The gradient of a [`HostLinear`]'s weight and bias, shaped as they are.
+#[derive(Debug, Clone)]
+pub(crate) struct LinearGradient {
+    /// `[inputs, outputs]` row-major.
+    pub weight: Vec<f32>,
+    /// `[outputs]`.
+    pub bias: Vec<f32>,
+}
+
+impl LinearGradient {
+    /// Zeros for a layer of `inputs x outputs`.
+    pub fn zeros(inputs: usize, outputs: usize) -> Self {
+        Self {
+            weight: vec![0.0; inputs * outputs],
+            bias: vec![0.0; outputs],
+        }
+    }
+
+    /// Zeros shaped as `linear`.
+    pub fn like(linear: &HostLinear) -> Self {
+        Self::zeros(linear.inputs, linear.outputs)
+    }
+
+    /// Adds the gradient of `y = x W + b` (`[rows, k] x [k, n]`) for output
+    /// gradient `dy`: `x^T dy` to the weight, the column sums of `dy` to the bias.
+    pub fn add(&mut self, rows: usize, k: usize, n: usize, x: &[f32], dy: &[f32]) {
+        product(
+            &mut self.weight,
+            true,
+            Operand::transposed(k, rows, x),
+            Operand::rows(rows, n, dy),
+        );
+        for row in dy[..rows * n].chunks_exact(n) {
+            self.bias.iter_mut().zip(row).for_each(|(b, d)| *b += d);
+        }
+    }
+}
+
+/// A matrix operand of [`product`]: `rows x cols` values read from `data` at
+/// `data[r * row_stride + c * col_stride]`.
+#[derive(Clone, Copy)]
+struct Operand<'a> {
+    data: &'a [f32],
+    rows: usize,
+    cols: usize,
+    row_stride: usize,
+    col_stride: usize,
+}
+
+impl<'a> Operand<'a> {
+    /// `data` as a row-major `rows x cols` matrix.
+    fn rows(rows: usize, cols: usize, data: &'a [f32]) -> Self {
+        Self {
+            data,
+            rows,
+            cols,
+            row_stride: cols,
+            col_stride: 1,
+        }
+    }
+
+    /// The transpose of `data` read as a row-major `cols x rows` matrix.
+    fn transposed(rows: usize, cols: usize, data: &'a [f32]) -> Self {
+        Self {
+            data,
+            rows,
+            cols,
+            row_stride: 1,
+            col_stride: rows,
+        }
+    }
+
+    /// Whether every element the strides address lies inside `data`.
+    fn fits(&self) -> bool {
+        self.rows == 0
+            || self.cols == 0
+            || (self.rows - 1) * self.row_stride + (self.cols - 1) * self.col_stride
+                < self.data.len()
+    }
+}
+
+/// `c = a b`, or `c += a b` with `accumulate`, for row-major `c` `[m, n]`.
+///
+/// # Panics
+/// If the shapes do not chain or an operand's strides leave its slice.
+fn product(c: &mut [f32], accumulate: bool, a: Operand<'_>, b: Operand<'_>) {
+    let (m, k, n) = (a.rows, a.cols, b.cols);
+    assert!(b.rows == k && a.fits() && b.fits() && c.len() >= m * n);
+    if m == 0 || n == 0 {
+        return;
+    }
+    // SAFETY: the assertion above keeps every access of the strides below inside the
+    // three slices, and `c` does not alias `a` or `b` (it is borrowed mutably).
     unsafe {
         gemm::gemm(
             m,
@@ -70,14 +195,14 @@ fn matmul(m: usize, k: usize, n: usize, a: &[f32], b: &[f32], c: &mut [f32]) {
             c.as_mut_ptr(),
             1,
             n as isize,
-            false,
-            a.as_ptr(),
-            1,
-            k as isize,
-            b.as_ptr(),
-            1,
-            n as isize,
-            0.0,
+            accumulate,
+            a.data.as_ptr(),
+            a.col_stride as isize,
+            a.row_stride as isize,
+            b.data.as_ptr(),
+            b.col_stride as isize,
+            b.row_stride as isize,
+            if accumulate { 1.0 } else { 0.0 },
             1.0,
             false,
             false,

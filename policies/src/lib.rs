@@ -16,6 +16,7 @@ pub mod gelu;
 pub mod habc;
 pub mod head;
 pub mod host;
+mod host_gradient;
 pub mod host_linear;
 mod host_math;
 pub mod importance;

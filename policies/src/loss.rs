@@ -7,6 +7,7 @@ use burn::tensor::Distribution;
 
 use crate::flow::flow_path;
 use crate::head::{ActionHead, GaussianChunk};
+use crate::host_gradient::host_imitation_loss;
 use crate::input::PolicyInput;
 use crate::model::VlaPolicy;
 
@@ -43,7 +44,7 @@ pub struct ImitationTargets<B: Backend> {
 }
 
 impl<B: Backend> ImitationTargets<B> {
-    fn step_weights(&self) -> Tensor<B, 2> {
+    pub(crate) fn step_weights(&self) -> Tensor<B, 2> {
         match &self.weights {
             Some(w) => self.mask.clone() * w.clone().unsqueeze_dim::<2>(1),
             None => self.mask.clone(),
@@ -75,7 +76,33 @@ impl<B: Backend> Copy for BehaviourAnchor<'_, B> {}
 /// AdvantageFlow's regulariser `weight * |v - v_behaviour|^2` at the same points is
 /// added: it convexifies the advantage-weighted objective and bounds how far an update
 /// moves from the policy that collected the data.
+///
+/// A Gaussian head's loss is computed on the host, value and gradient, where its
+/// compute path says so (burn's CPU backends, by default) and the device records
+/// gradients (`crate::host_gradient`); the result is the same up to float rounding.
 pub fn imitation_loss<B: Backend>(
+    policy: &VlaPolicy<B>,
+    input: PolicyInput<B>,
+    targets: &ImitationTargets<B>,
+    anchor: Option<BehaviourAnchor<'_, B>>,
+) -> Tensor<B, 1> {
+    if let ActionHead::Gaussian(head) = policy.head() {
+        let device = policy.keypoint_sharpness.val().device();
+        if policy.compute_path.on_host::<B>(&device) && B::ad_enabled(&device) {
+            return host_imitation_loss(
+                policy,
+                head,
+                input,
+                targets.actions.clone(),
+                targets.step_weights(),
+            );
+        }
+    }
+    tensor_imitation_loss(policy, input, targets, anchor)
+}
+
+/// [`imitation_loss`] as burn tensor operations, whatever the backend.
+pub(crate) fn tensor_imitation_loss<B: Backend>(
     policy: &VlaPolicy<B>,
     input: PolicyInput<B>,
     targets: &ImitationTargets<B>,

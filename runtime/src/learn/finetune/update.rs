@@ -7,7 +7,7 @@ use burn::optim::{AdamConfig, GradientsParams, Optimizer};
 use burn::prelude::*;
 use imago_policies::{
     ActionHead, BehaviourAnchor, PolicyBatch, VlaPolicy, VlaPolicyConfig, effective_sample_size,
-    gaussian_nll, imitation_loss, truncated_importance_weights,
+    imitation_loss, truncated_importance_weights,
 };
 use rand::RngExt;
 use rand::rngs::StdRng;
@@ -99,21 +99,19 @@ pub fn update_policy(
             .collect();
         let n = indices.len();
         let loss = match policy.head() {
-            ActionHead::Gaussian(head) => {
+            ActionHead::Gaussian(_) => {
                 let mut targets =
                     data.targets::<Dispatch>(&indices, None, &mut batch, &device.training)?;
-                let input = batch.to_input(&device.training);
-                let origin = input.action_origin.clone();
-                let chunk = head.forward(policy.summary(input), origin);
-                let log_probs: Vec<f32> = chunk
-                    .log_prob(targets.actions.clone())
-                    .narrow(1, 0, 1)
-                    .reshape([n])
-                    .detach()
+                let actions: Vec<f32> = targets
+                    .actions
+                    .clone()
                     .into_data()
                     .convert::<f32>()
                     .to_vec()
-                    .map_err(|e| anyhow::anyhow!("cannot read log-densities: {e:?}"))?;
+                    .map_err(|e| anyhow::anyhow!("cannot read action targets: {e:?}"))?;
+                let log_probs = policy
+                    .first_step_log_densities(&batch, &actions)
+                    .expect("a Gaussian head has densities");
                 let mut combined = awr.clone();
                 let mut batch_ratios = Vec::new();
                 for (slot, (&i, now)) in indices.iter().zip(&log_probs).enumerate() {
@@ -134,12 +132,11 @@ pub fn update_policy(
                 } else {
                     effective_sample_size(&batch_ratios) / batch_ratios.len() as f32
                 });
-                let weights = Tensor::<Dispatch, 1>::from_data(
+                targets.weights = Some(Tensor::<Dispatch, 1>::from_data(
                     TensorData::new(combined, [n]),
                     &device.training,
-                );
-                targets.mask = targets.mask * weights.unsqueeze_dim::<2>(1);
-                gaussian_nll(&chunk, targets.actions, targets.mask)
+                ));
+                imitation_loss(&policy, batch.to_input(&device.training), &targets, None)
             }
             ActionHead::Flow(_) => {
                 let targets =
