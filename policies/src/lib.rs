@@ -21,6 +21,7 @@ pub mod host_linear;
 mod host_math;
 pub mod importance;
 pub mod input;
+pub mod log_density;
 pub mod loss;
 pub mod model;
 pub mod readback;
@@ -39,6 +40,7 @@ pub use host::{HostPolicy, HostScratch};
 pub use host_linear::HostLinear;
 pub use importance::{effective_sample_size, truncated_importance_weights};
 pub use input::{PolicyBatch, PolicyInput, PolicyInputError};
+pub use log_density::first_step_log_densities;
 pub use loss::{BehaviourAnchor, ImitationTargets, gaussian_nll, imitation_loss};
 pub use model::{
     MAX_PARAMETERS, MAX_PATCHES, MAX_VECTOR, VlaPolicy, VlaPolicyConfig, validate_action_limit,

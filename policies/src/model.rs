@@ -15,11 +15,7 @@ use imago_robots::bounds::{ConfigError, all_in_range, in_range, length_in_range}
 use crate::activation::StemActivation;
 use crate::gelu::gelu;
 use crate::head::{ActionHead, ActionHeadKind, FlowHead, GaussianChunk, GaussianHead};
-use rayon::prelude::*;
-
-use crate::host::{HostPolicy, HostScratch};
-use crate::input::{PolicyBatch, PolicyInput};
-use crate::readback::values;
+use crate::input::PolicyInput;
 use crate::tokenizer::VOCABULARY;
 use crate::vision::{ComputePath, StemReading};
 
@@ -421,54 +417,6 @@ impl<B: Backend> VlaPolicy<B> {
         }
     }
 
-    /// The log-density, under a Gaussian-head policy, of each observation of `batch`'s
-    /// first recorded action (`actions`: `[batch, K, A]` row-major, of which each
-    /// row's first step is read): what fine-tuning's importance ratios compare with
-    /// the density the acting policy recorded. Computed without gradients, on the host
-    /// where the compute path says so (observations in parallel), else as a burn
-    /// forward pass. `None` for a flow head.
-    pub fn first_step_log_densities(
-        &self,
-        batch: &PolicyBatch,
-        actions: &[f32],
-    ) -> Option<Vec<f32>> {
-        let device = self.keypoint_sharpness.val().device();
-        let (n, k, a) = (batch.len(), self.chunk_len, self.action_dim);
-        let first_steps = (0..n).map(|row| &actions[row * k * a..][..a]);
-        if !self.compute_path.on_host::<B>(&device) {
-            let chunk = self.gaussian(batch.to_input(&device))?;
-            let first = |t: Tensor<B, 3>| values(t.narrow(1, 0, 1).detach());
-            let (mean, log_std) = (first(chunk.mean), first(chunk.log_std));
-            return Some(
-                first_steps
-                    .enumerate()
-                    .map(|(row, action)| {
-                        gaussian_log_density(
-                            action,
-                            &mean[row * a..][..a],
-                            &log_std[row * a..][..a],
-                        )
-                    })
-                    .collect(),
-            );
-        }
-        let host = HostPolicy::of(self)?;
-        let first_steps: Vec<&[f32]> = first_steps.collect();
-        Some(
-            first_steps
-                .par_iter()
-                .enumerate()
-                .map_init(
-                    || (HostScratch::default(), vec![0.0; k * a], vec![0.0; k * a]),
-                    |(scratch, mean, log_std), (row, action)| {
-                        host.gaussian(batch, row, scratch, mean, log_std);
-                        gaussian_log_density(action, &mean[..a], &log_std[..a])
-                    },
-                )
-                .collect(),
-        )
-    }
-
     /// Action chunks `[batch, K, A]` in units of the action limit. Without noise: the
     /// Gaussian's mean, or the flow integrated from zero noise (deterministic, for
     /// evaluation and deployment). With `noise` `[batch, K, A]` (standard normal): a
@@ -643,21 +591,6 @@ fn padding_bias<B: Backend>(
         .reshape([batch, 1, 1, tokens])
         .repeat_dim(1, heads)
         .repeat_dim(2, tokens)
-}
-
-/// The log-density of `action` under a diagonal Gaussian of `mean` and `log_std`, as
-/// [`GaussianChunk::log_prob`] computes it for one chunk step.
-fn gaussian_log_density(action: &[f32], mean: &[f32], log_std: &[f32]) -> f32 {
-    let half_log_two_pi = 0.5 * (2.0 * std::f32::consts::PI).ln();
-    action
-        .iter()
-        .zip(mean)
-        .zip(log_std)
-        .map(|((x, m), s)| {
-            let z = (x - m) * (-s).exp();
-            -(0.5 * z * z + s) - half_log_two_pi
-        })
-        .sum()
 }
 
 /// Number of features describing a patch centre: `(x, y)` and their sines and cosines
@@ -936,43 +869,6 @@ mod tests {
             policy = optim.step(3e-3, policy, grads);
         }
         (policy, losses)
-    }
-
-    #[test]
-    fn first_step_log_densities_agree_on_the_host_and_through_burn() {
-        let device = Default::default();
-        let config = config();
-        let observations = observations(5);
-        let batch = batch_of(&config, &observations);
-        let (k, a) = (config.chunk_len, config.action_dim());
-        let actions: Vec<f32> = (0..5 * k * a)
-            .map(|i| ((i * 5) % 9) as f32 / 9.0 - 0.4)
-            .collect();
-        let policy = config.init::<Flex>(&device);
-        let host = policy.first_step_log_densities(&batch, &actions).unwrap();
-        let tensors = policy
-            .clone()
-            .with_compute_path(ComputePath::Tensors)
-            .first_step_log_densities(&batch, &actions)
-            .unwrap();
-        // burn's own log_prob of the same chunk, first step.
-        let chunk = policy.gaussian(batch.to_input(&device)).unwrap();
-        let target =
-            Tensor::<Flex, 3>::from_data(TensorData::new(actions.clone(), [5, k, a]), &device);
-        let reference = crate::readback::values(chunk.log_prob(target).narrow(1, 0, 1));
-        assert_eq!(host.len(), 5);
-        for ((h, t), r) in host.iter().zip(&tensors).zip(&reference) {
-            assert!(
-                (h - r).abs() <= 1e-4 * r.abs().max(1.0),
-                "host {h}, burn {r}"
-            );
-            assert!(
-                (t - r).abs() <= 1e-4 * r.abs().max(1.0),
-                "tensors {t}, burn {r}"
-            );
-        }
-        let flow = config.with_head(ActionHeadKind::Flow).init::<Flex>(&device);
-        assert!(flow.first_step_log_densities(&batch, &actions).is_none());
     }
 
     #[test]

@@ -7,7 +7,7 @@ use burn::optim::{AdamConfig, GradientsParams, Optimizer};
 use burn::prelude::*;
 use imago_policies::{
     ActionHead, BehaviourAnchor, PolicyBatch, VlaPolicy, VlaPolicyConfig, effective_sample_size,
-    imitation_loss, truncated_importance_weights,
+    first_step_log_densities, imitation_loss, truncated_importance_weights,
 };
 use rand::RngExt;
 use rand::rngs::StdRng;
@@ -109,8 +109,7 @@ pub fn update_policy(
                     .convert::<f32>()
                     .to_vec()
                     .map_err(|e| anyhow::anyhow!("cannot read action targets: {e:?}"))?;
-                let log_probs = policy
-                    .first_step_log_densities(&batch, &actions)
+                let log_probs = first_step_log_densities(&policy, &batch, &actions)
                     .expect("a Gaussian head has densities");
                 let mut combined = awr.clone();
                 let mut batch_ratios = Vec::new();

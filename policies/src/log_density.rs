@@ -1,0 +1,123 @@
+//! Log-densities of recorded actions under a Gaussian-head policy, computed without
+//! gradients: what fine-tuning's importance ratios compare with the density the acting
+//! policy recorded when it sampled the action.
+
+use burn::prelude::*;
+use rayon::prelude::*;
+
+use crate::host::{HostPolicy, HostScratch};
+use crate::input::PolicyBatch;
+use crate::model::VlaPolicy;
+use crate::readback::values;
+
+/// The log-density, under a Gaussian-head policy, of each observation of `batch`'s
+/// first recorded action (`actions`: `[batch, K, A]` row-major, of which each
+/// row's first step is read): what fine-tuning's importance ratios compare with
+/// the density the acting policy recorded. Computed without gradients, on the host
+/// where the compute path says so (observations in parallel), else as a burn
+/// forward pass. `None` for a flow head.
+pub fn first_step_log_densities<B: Backend>(
+    policy: &VlaPolicy<B>,
+    batch: &PolicyBatch,
+    actions: &[f32],
+) -> Option<Vec<f32>> {
+    let device = policy.keypoint_sharpness.val().device();
+    let (n, k, a) = (batch.len(), policy.chunk_len, policy.action_dim);
+    let first_steps = (0..n).map(|row| &actions[row * k * a..][..a]);
+    if !policy.compute_path.on_host::<B>(&device) {
+        let chunk = policy.gaussian(batch.to_input(&device))?;
+        let first = |t: Tensor<B, 3>| values(t.narrow(1, 0, 1).detach());
+        let (mean, log_std) = (first(chunk.mean), first(chunk.log_std));
+        return Some(
+            first_steps
+                .enumerate()
+                .map(|(row, action)| {
+                    gaussian_log_density(action, &mean[row * a..][..a], &log_std[row * a..][..a])
+                })
+                .collect(),
+        );
+    }
+    let host = HostPolicy::of(policy)?;
+    let first_steps: Vec<&[f32]> = first_steps.collect();
+    Some(
+        first_steps
+            .par_iter()
+            .enumerate()
+            .map_init(
+                || (HostScratch::default(), vec![0.0; k * a], vec![0.0; k * a]),
+                |(scratch, mean, log_std), (row, action)| {
+                    host.gaussian(batch, row, scratch, mean, log_std);
+                    gaussian_log_density(action, &mean[..a], &log_std[..a])
+                },
+            )
+            .collect(),
+    )
+}
+
+/// The log-density of `action` under a diagonal Gaussian of `mean` and `log_std`, as
+/// [`crate::GaussianChunk::log_prob`] computes it for one chunk step.
+fn gaussian_log_density(action: &[f32], mean: &[f32], log_std: &[f32]) -> f32 {
+    let half_log_two_pi = 0.5 * (2.0 * std::f32::consts::PI).ln();
+    action
+        .iter()
+        .zip(mean)
+        .zip(log_std)
+        .map(|((x, m), s)| {
+            let z = (x - m) * (-s).exp();
+            -(0.5 * z * z + s) - half_log_two_pi
+        })
+        .sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use burn::backend::Flex;
+    use imago_robots::Robot;
+    use imago_robots::reacher2d::Reacher2d;
+
+    use super::*;
+    use crate::head::ActionHeadKind;
+    use crate::model::VlaPolicyConfig;
+    use crate::vision::ComputePath;
+
+    #[test]
+    fn first_step_log_densities_agree_on_the_host_and_through_burn() {
+        let device = Default::default();
+        let mut robot = Reacher2d::default();
+        let config = VlaPolicyConfig::for_robot(robot.spec()).unwrap();
+        let mut batch = PolicyBatch::new(&config);
+        for seed in 0..5 {
+            batch.push(&robot.reset(seed)).unwrap();
+        }
+        let (k, a) = (config.chunk_len, config.action_dim());
+        let actions: Vec<f32> = (0..5 * k * a)
+            .map(|i| ((i * 5) % 9) as f32 / 9.0 - 0.4)
+            .collect();
+        let policy = config.init::<Flex>(&device);
+        let host = first_step_log_densities(&policy, &batch, &actions).unwrap();
+        let tensors = first_step_log_densities(
+            &policy.clone().with_compute_path(ComputePath::Tensors),
+            &batch,
+            &actions,
+        )
+        .unwrap();
+        // burn's own log_prob of the same chunk, first step.
+        let chunk = policy.gaussian(batch.to_input(&device)).unwrap();
+        let target =
+            Tensor::<Flex, 3>::from_data(TensorData::new(actions.clone(), [5, k, a]), &device);
+        let reference = values(chunk.log_prob(target).narrow(1, 0, 1));
+        assert_eq!(host.len(), 5);
+        for ((h, t), r) in host.iter().zip(&tensors).zip(&reference) {
+            assert!(
+                (h - r).abs() <= 1e-4 * r.abs().max(1.0),
+                "host {h}, burn {r}"
+            );
+            assert!(
+                (t - r).abs() <= 1e-4 * r.abs().max(1.0),
+                "tensors {t}, burn {r}"
+            );
+        }
+        let flow = config.with_head(ActionHeadKind::Flow).init::<Flex>(&device);
+        assert!(first_step_log_densities(&flow, &batch, &actions).is_none());
+    }
+}
