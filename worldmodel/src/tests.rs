@@ -207,7 +207,7 @@ fn ema_moves_the_target_by_one_minus_decay_and_copies_at_zero() {
 }
 
 #[test]
-fn salt_error_split_adds_up_exactly() {
+fn salt_error_split_adds_up_exactly_and_rollouts_match_steps() {
     let device = Default::default();
     let config = config(TransitionFamily::Salt);
     let model = config.init::<Cpu>(&device);
@@ -228,7 +228,15 @@ fn salt_error_split_adds_up_exactly() {
         burn::tensor::Tolerance::absolute(1e-4),
     );
     // The total is the real rollout error.
-    let rolled = member_rollout(member, start, actions(4, 5, &device));
+    let rolled = member_rollout(member, start.clone(), actions(4, 5, &device));
+    // The rollout that makes every step's map in one pass is the same as stepping.
+    member
+        .rollout(start, actions(4, 5, &device))
+        .into_data()
+        .assert_approx_eq::<f32>(
+            &rolled.clone().into_data(),
+            burn::tensor::Tolerance::absolute(1e-5),
+        );
     let error = truth.narrow(1, 1, 5) - rolled;
     error.into_data().assert_approx_eq::<f32>(
         &split.total.clone().into_data(),

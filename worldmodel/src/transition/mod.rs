@@ -80,7 +80,8 @@ impl<B: Backend> TransitionMember<B> {
                 }
                 Tensor::cat(parts, 1)
             }
-            _ => {
+            Self::Salt(m) => m.rollout(latent, actions),
+            Self::ResidualMlp(_) => {
                 let mut latent = latent;
                 let mut steps = Vec::with_capacity(horizon);
                 for h in 0..horizon {

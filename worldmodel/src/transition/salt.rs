@@ -46,19 +46,50 @@ impl<B: Backend> Salt<B> {
 
     /// `A(a)` `[B, D, D]` and `b(a)` `[B, D]` for actions `[B, A]`.
     pub fn affine(&self, action: Tensor<B, 2>) -> (Tensor<B, 3>, Tensor<B, 2>) {
+        let (displacement, offset) = self.displacement(action);
+        let d = self.latent_dim;
+        let identity = Tensor::<B, 2>::eye(d, &offset.device()).unsqueeze_dim::<3>(0);
+        (displacement + identity, offset)
+    }
+
+    /// `M(a) = A(a) - I` `[B, D, D]` and `b(a)` `[B, D]` for actions `[B, A]`.
+    fn displacement(&self, action: Tensor<B, 2>) -> (Tensor<B, 3>, Tensor<B, 2>) {
         let d = self.latent_dim;
         let batch = action.dims()[0];
         let out = self.affine.forward(action);
-        let identity = Tensor::<B, 2>::eye(d, &out.device()).unsqueeze_dim::<3>(0);
-        let matrix = out.clone().narrow(1, 0, d * d).reshape([batch, d, d]) + identity;
+        let matrix = out.clone().narrow(1, 0, d * d).reshape([batch, d, d]);
         let offset = out.narrow(1, d * d, d);
         (matrix, offset)
     }
 
-    /// The next latent `[B, D]` from latents `[B, D]` and actions `[B, A]`.
+    /// The next latent `[B, D]` from latents `[B, D]` and actions `[B, A]`, as
+    /// `z + M(a) z + b(a)`: the same map as `A(a) z + b(a)` without adding the
+    /// identity to every matrix, which on burn-flex took a strided broadcast path, 9%
+    /// of a SALT world-model training step (docs/performance.md).
     pub fn step(&self, latent: Tensor<B, 2>, action: Tensor<B, 2>) -> Tensor<B, 2> {
-        let (matrix, offset) = self.affine(action);
-        composite::salt_step(matrix, latent, offset)
+        let (displacement, offset) = self.displacement(action);
+        composite::salt_step(displacement, latent.clone(), offset) + latent
+    }
+
+    /// Latents `[B, H, D]` reached after each of `actions` `[B, H, A]` from `latent`
+    /// `[B, D]`, open loop. The affine maps depend on the actions alone, so one pass of
+    /// the MLP over all `H x B` actions makes them (step-major, so that each step's
+    /// maps are a contiguous block of rows), then `H` matrix-vector steps follow.
+    pub fn rollout(&self, latent: Tensor<B, 2>, actions: Tensor<B, 3>) -> Tensor<B, 3> {
+        let [batch, horizon, action_dim] = actions.dims();
+        let step_major = actions
+            .swap_dims(0, 1)
+            .reshape([horizon * batch, action_dim]);
+        let (displacements, offsets) = self.displacement(step_major);
+        let mut latent = latent;
+        let mut steps = Vec::with_capacity(horizon);
+        for h in 0..horizon {
+            let displacement = displacements.clone().narrow(0, h * batch, batch);
+            let offset = offsets.clone().narrow(0, h * batch, batch);
+            latent = composite::salt_step(displacement, latent.clone(), offset) + latent;
+            steps.push(latent.clone());
+        }
+        Tensor::stack(steps, 1)
     }
 
     /// Rolls open loop from `start` `[B, D]` under `actions` `[B, H, A]` and splits the
