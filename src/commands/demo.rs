@@ -12,7 +12,7 @@ use crate::args::{RerunArgs, RobotArgs, write_json};
 /// Flags of `imago demo`.
 #[derive(Debug, Args)]
 pub struct DemoArgs {
-    /// The reduced demo (about 5 minutes on 2 CPU cores).
+    /// The reduced demo (about 1 minute on 2 CPU cores; the full one about 2).
     #[arg(long)]
     quick: bool,
     /// Also write the figures as JSON here.

@@ -148,7 +148,7 @@ impl HostPolicy {
             }
         }
 
-        let last = self.layers.len() - 1;
+        let last = self.layers.len().saturating_sub(1);
         let tapes: Vec<LayerTape> = self
             .layers
             .iter()

@@ -72,7 +72,7 @@ pub struct DemoPlan {
 }
 
 impl DemoPlan {
-    /// The reduced demo: about 5 minutes on 2 CPU cores.
+    /// The reduced demo: about 1 minute on 2 CPU cores (reacher2d).
     pub fn quick() -> Self {
         Self {
             demonstrations: 600,
