@@ -46,16 +46,16 @@ impl<B: Backend> ActionPrefix<B> {
         let [batch, horizon, _] = actions.dims();
         debug_assert!(horizon <= self.max_horizon);
         let device = latent.device();
-        let [_, d] = latent.dims();
         // One GEMM over all `B H` actions, then a running sum along the horizon.
         let prefix_sums = linear_rows(&self.action_embed, actions).cumsum(1);
         let horizons =
             Tensor::<B, 1, Int>::arange(0..horizon as i64, &device).reshape([1, horizon]);
-        let summary = prefix_sums + self.horizon_embed.forward(horizons);
-        let start = latent
-            .clone()
-            .unsqueeze_dim::<3>(1)
-            .expand([batch, horizon, d]);
+        // Both operands of each sum below are contiguous and of the same shape
+        // (`repeat_dim` copies where `expand` would broadcast): on burn-flex a
+        // broadcast operand takes a strided path, about 5% of this family's training
+        // step (docs/performance.md).
+        let summary = prefix_sums + self.horizon_embed.forward(horizons).repeat_dim(0, batch);
+        let start = latent.clone().unsqueeze_dim::<3>(1).repeat_dim(1, horizon);
         let delta = self
             .predict
             .forward(Tensor::cat(vec![start.clone(), summary], 2));
