@@ -86,7 +86,7 @@ host_math::vectorised! {
 
 host_math::vectorised! {
     /// `out = GELU(pre)` and `slope = GELU'(pre)`, element by element.
-    fn gelu_with_slope_to(pre: &[f32], out: &mut [f32], slope: &mut [f32]) {
+    pub(crate) fn gelu_with_slope_to(pre: &[f32], out: &mut [f32], slope: &mut [f32]) {
         for ((o, s), &p) in out.iter_mut().zip(slope.iter_mut()).zip(pre) {
             (*o, *s) = host_math::gelu_with_slope(p);
         }

@@ -14,6 +14,7 @@
 
 use burn::nn::{Embedding, LayerNorm};
 use burn::prelude::*;
+use rayon::prelude::*;
 
 use crate::activation::{StemActivation, gelu_in_place};
 use crate::head::ActionHead;
@@ -24,9 +25,65 @@ use crate::readback::values;
 use crate::vision::pixel_coordinates;
 
 /// burn's `LayerNormConfig` default, which every norm of the policy uses.
-pub(crate) const LAYER_NORM_EPSILON: f32 = 1e-5;
+const LAYER_NORM_EPSILON: f32 = 1e-5;
 /// The score burn's attention gives a padded key (`min_float`).
-pub(crate) const MASKED_SCORE: f32 = -1e4;
+const MASKED_SCORE: f32 = -1e4;
+
+/// The attention of one query over every key of one head: `query` is the head's slice
+/// of the query, `offset` where that head's slice starts in each `d`-wide row of
+/// `keys` and `values`, `pad` the masked keys. Writes the attention weights (softmax of
+/// the scaled scores) into `weights` (`[tokens]`) and adds the weighted values to `out`
+/// (`[head_dim]`).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn attend(
+    query: &[f32],
+    keys: &[f32],
+    values: &[f32],
+    pad: &[bool],
+    d: usize,
+    offset: usize,
+    weights: &mut [f32],
+    out: &mut [f32],
+) {
+    let head_dim = query.len();
+    let scale = 1.0 / (head_dim as f32).sqrt();
+    for (j, score) in weights.iter_mut().enumerate() {
+        *score = if pad[j] {
+            MASKED_SCORE
+        } else {
+            dot(query, &keys[j * d + offset..][..head_dim]) * scale
+        };
+    }
+    let max = weights.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let mut total = 0.0;
+    for score in weights.iter_mut() {
+        *score = (*score - max).exp();
+        total += *score;
+    }
+    for (j, weight) in weights.iter_mut().enumerate() {
+        *weight /= total;
+        let value = &values[j * d + offset..][..head_dim];
+        out.iter_mut()
+            .zip(value)
+            .for_each(|(o, v)| *o += *weight * v);
+    }
+}
+
+/// `sum a_i b_i`.
+pub(crate) fn dot(a: &[f32], b: &[f32]) -> f32 {
+    a.iter().zip(b).map(|(a, b)| a * b).sum()
+}
+
+/// The token type of position `t` in a sequence of readout, proprioception, `words`
+/// word tokens and the patches: 0, 1, 2 and 3 respectively.
+pub(crate) fn token_kind(t: usize, words: usize) -> usize {
+    match t {
+        0 => 0,
+        1 => 1,
+        t if t < 2 + words => 2,
+        _ => 3,
+    }
+}
 
 /// A layer norm's scale and shift.
 pub(crate) struct Norm {
@@ -44,13 +101,20 @@ impl Norm {
         Self { gamma, beta }
     }
 
+    /// The mean of row `x` and `1 / std` (biased variance plus epsilon), as burn's
+    /// `LayerNorm` computes them.
+    pub(crate) fn statistics(x: &[f32]) -> (f32, f32) {
+        let d = x.len() as f32;
+        let mean = x.iter().sum::<f32>() / d;
+        let variance = x.iter().map(|v| (v - mean) * (v - mean)).sum::<f32>() / d;
+        (mean, 1.0 / (variance + LAYER_NORM_EPSILON).sqrt())
+    }
+
     /// Normalises each of the first `rows` rows of `x` into `y`.
     fn forward(&self, rows: usize, x: &[f32], y: &mut [f32]) {
         let d = self.gamma.len();
         for (x, y) in x.chunks_exact(d).zip(y.chunks_exact_mut(d)).take(rows) {
-            let mean = x.iter().sum::<f32>() / d as f32;
-            let variance = x.iter().map(|v| (v - mean) * (v - mean)).sum::<f32>() / d as f32;
-            let scale = 1.0 / (variance + LAYER_NORM_EPSILON).sqrt();
+            let (mean, scale) = Self::statistics(x);
             for j in 0..d {
                 y[j] = (x[j] - mean) * scale * self.gamma[j] + self.beta[j];
             }
@@ -190,6 +254,25 @@ impl HostPolicy {
         })
     }
 
+    /// The chunk distributions `(mean, log_std)`, each `[rows, K * A]` row-major, of
+    /// every observation of `batch` (pushed for this policy's config), as
+    /// [`Self::gaussian`] computes them, the rows spread over rayon's threads (each
+    /// with its own scratch buffers).
+    pub fn gaussian_rows(&self, batch: &PolicyBatch) -> (Vec<f32>, Vec<f32>) {
+        let width = self.chunk_len * self.action_dim;
+        let (mut mean, mut log_std) = (
+            vec![0.0; batch.len() * width],
+            vec![0.0; batch.len() * width],
+        );
+        mean.par_chunks_mut(width)
+            .zip(log_std.par_chunks_mut(width))
+            .enumerate()
+            .for_each_init(HostScratch::default, |scratch, (row, (mean, log_std))| {
+                self.gaussian(batch, row, scratch, mean, log_std)
+            });
+        (mean, log_std)
+    }
+
     /// Chunk length `K` and action width `A` of the chunks this policy predicts.
     pub fn chunk_shape(&self) -> (usize, usize) {
         (self.chunk_len, self.action_dim)
@@ -308,12 +391,7 @@ impl HostPolicy {
             tokens[j] = instruction[j] + tokens[d + j] + embedded[j];
         }
         for t in 0..seq {
-            let kind = match t {
-                0 => 0,
-                1 => 1,
-                t if t < 2 + words => 2,
-                _ => 3,
-            };
+            let kind = token_kind(t, words);
             for j in 0..d {
                 tokens[t * d + j] += self.token_type[kind * d + j];
             }
@@ -368,7 +446,6 @@ impl EncoderLayer {
     ) {
         let heads = self.heads;
         let head_dim = d / heads;
-        let scale = 1.0 / (head_dim as f32).sqrt();
         let tokens = &mut scratch.tokens[..seq * d];
         let normed = sized(&mut scratch.normed, seq * d);
         self.attention_norm.forward(seq, tokens, normed);
@@ -383,29 +460,10 @@ impl EncoderLayer {
         context.fill(0.0);
         for i in 0..queries {
             for h in 0..heads {
-                let query = &q[i * d + h * head_dim..][..head_dim];
-                for (j, score) in scores.iter_mut().enumerate() {
-                    *score = if pad[j] {
-                        MASKED_SCORE
-                    } else {
-                        let key = &k[j * d + h * head_dim..][..head_dim];
-                        query.iter().zip(key).map(|(a, b)| a * b).sum::<f32>() * scale
-                    };
-                }
-                let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-                let mut total = 0.0;
-                for score in scores.iter_mut() {
-                    *score = (*score - max).exp();
-                    total += *score;
-                }
-                let out = &mut context[i * d + h * head_dim..][..head_dim];
-                for (j, &weight) in scores.iter().enumerate() {
-                    let value = &v[j * d + h * head_dim..][..head_dim];
-                    let weight = weight / total;
-                    out.iter_mut()
-                        .zip(value)
-                        .for_each(|(o, v)| *o += weight * v);
-                }
+                let offset = h * head_dim;
+                let query = &q[i * d + offset..][..head_dim];
+                let out = &mut context[i * d + offset..][..head_dim];
+                attend(query, k, v, pad, d, offset, scores, out);
             }
         }
         let projected = sized(&mut scratch.projected, queries * d);

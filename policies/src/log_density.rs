@@ -2,13 +2,11 @@
 //! gradients: what fine-tuning's importance ratios compare with the density the acting
 //! policy recorded when it sampled the action.
 
-use burn::prelude::*;
-use rayon::prelude::*;
-
-use crate::host::{HostPolicy, HostScratch};
+use crate::host::HostPolicy;
 use crate::input::PolicyBatch;
 use crate::model::VlaPolicy;
 use crate::readback::values;
+use burn::prelude::*;
 
 /// The log-density, under a Gaussian-head policy, of each observation of `batch`'s
 /// first recorded action (`actions`: `[batch, K, A]` row-major, of which each
@@ -22,34 +20,24 @@ pub fn first_step_log_densities<B: Backend>(
     actions: &[f32],
 ) -> Option<Vec<f32>> {
     let device = policy.keypoint_sharpness.val().device();
-    let (n, k, a) = (batch.len(), policy.chunk_len, policy.action_dim);
-    let first_steps = (0..n).map(|row| &actions[row * k * a..][..a]);
-    if !policy.compute_path.on_host::<B>(&device) {
+    let (mean, log_std) = if policy.compute_path.on_host::<B>(&device) {
+        HostPolicy::of(policy)?.gaussian_rows(batch)
+    } else {
         let chunk = policy.gaussian(batch.to_input(&device))?;
-        let first = |t: Tensor<B, 3>| values(t.narrow(1, 0, 1).detach());
-        let (mean, log_std) = (first(chunk.mean), first(chunk.log_std));
-        return Some(
-            first_steps
-                .enumerate()
-                .map(|(row, action)| {
-                    gaussian_log_density(action, &mean[row * a..][..a], &log_std[row * a..][..a])
-                })
-                .collect(),
-        );
-    }
-    let host = HostPolicy::of(policy)?;
-    let first_steps: Vec<&[f32]> = first_steps.collect();
+        (values(chunk.mean.detach()), values(chunk.log_std.detach()))
+    };
+    let width = policy.chunk_len * policy.action_dim;
+    let a = policy.action_dim;
     Some(
-        first_steps
-            .par_iter()
-            .enumerate()
-            .map_init(
-                || (HostScratch::default(), vec![0.0; k * a], vec![0.0; k * a]),
-                |(scratch, mean, log_std), (row, action)| {
-                    host.gaussian(batch, row, scratch, mean, log_std);
-                    gaussian_log_density(action, &mean[..a], &log_std[..a])
-                },
-            )
+        (0..batch.len())
+            .map(|row| {
+                let first = row * width..row * width + a;
+                gaussian_log_density(
+                    &actions[first.clone()],
+                    &mean[first.clone()],
+                    &log_std[first],
+                )
+            })
             .collect(),
     )
 }

@@ -595,7 +595,7 @@ fn padding_bias<B: Backend>(
 
 /// Number of features describing a patch centre: `(x, y)` and their sines and cosines
 /// at three frequencies.
-const COORDINATE_FEATURES: usize = 14;
+pub(crate) const COORDINATE_FEATURES: usize = 14;
 
 /// Fourier features of the centres of a `grid x grid` patch layout in `[-1, 1]^2`
 /// (x right, y up), `[1, N, COORDINATE_FEATURES]`: explicit, smooth positions that let

@@ -8,7 +8,7 @@ use burn::prelude::*;
 use crate::head::GaussianHead;
 use crate::host::{HostPolicy, Norm};
 use crate::host_linear::LinearGradient;
-use crate::model::{VlaPolicy, patch_coordinate_values};
+use crate::model::{COORDINATE_FEATURES, VlaPolicy, patch_coordinate_values};
 
 /// A layer norm's gradient.
 #[derive(Debug, Clone)]
@@ -64,7 +64,6 @@ pub(crate) struct PolicyGradient {
 
 impl PolicyGradient {
     pub(super) fn zeros(host: &HostPolicy) -> Self {
-        let grid = host.image_size / host.patch_size;
         Self {
             stem: LinearGradient::like(&host.stem),
             film: LinearGradient::like(&host.film),
@@ -72,10 +71,7 @@ impl PolicyGradient {
             keypoint_embed: LinearGradient::like(&host.keypoint_embed),
             patch_embed: LinearGradient::like(&host.patch_embed),
             patch_position: vec![0.0; host.patch_position.len()],
-            patch_coordinates: LinearGradient::zeros(
-                patch_coordinate_values(grid).len() / (grid * grid),
-                host.d,
-            ),
+            patch_coordinates: LinearGradient::zeros(COORDINATE_FEATURES, host.d),
             word_embed: vec![0.0; host.word_embed.len()],
             word_position: vec![0.0; host.word_position.len()],
             proprio_embed: LinearGradient::like(&host.proprio_embed),
@@ -150,11 +146,15 @@ impl PolicyGradient {
 
     /// Turns the patch positions' gradient into the coordinates layer's.
     pub(super) fn finish(mut self, grid: usize) -> Self {
-        let coordinates = patch_coordinate_values(grid);
-        let (rows, d) = (grid * grid, self.patch_position.len() / (grid * grid));
-        let features = coordinates.len() / rows;
-        self.patch_coordinates
-            .add(rows, features, d, &coordinates, &self.patch_position);
+        let rows = grid * grid;
+        let d = self.patch_position.len() / rows;
+        self.patch_coordinates.add(
+            rows,
+            COORDINATE_FEATURES,
+            d,
+            &patch_coordinate_values(grid),
+            &self.patch_position,
+        );
         self
     }
 }

@@ -1,7 +1,8 @@
 //! The layer norms' and encoder layers' forward passes with their activations kept,
 //! and their backward passes, for one observation at a time.
 
-use crate::host::{EncoderLayer, LAYER_NORM_EPSILON, MASKED_SCORE, Norm};
+use crate::activation::gelu_with_slope_to;
+use crate::host::{EncoderLayer, Norm, attend, dot};
 
 use super::gradient::{LayerGradient, NormGradient};
 
@@ -26,9 +27,7 @@ impl Norm {
             output: vec![0.0; rows * d],
         };
         for (r, x) in x.chunks_exact(d).enumerate() {
-            let mean = x.iter().sum::<f32>() / d as f32;
-            let variance = x.iter().map(|v| (v - mean) * (v - mean)).sum::<f32>() / d as f32;
-            let inverse_std = 1.0 / (variance + LAYER_NORM_EPSILON).sqrt();
+            let (mean, inverse_std) = Norm::statistics(x);
             tape.inverse_std[r] = inverse_std;
             let normalised = &mut tape.normalised[r * d..][..d];
             let output = &mut tape.output[r * d..][..d];
@@ -103,7 +102,6 @@ impl EncoderLayer {
         let seq = x.len() / d;
         let heads = self.heads;
         let head_dim = d / heads;
-        let scale = 1.0 / (head_dim as f32).sqrt();
         let attention_norm = self.attention_norm.forward_kept(x);
         let normed = &attention_norm.output;
         let mut q = vec![0.0; queries * d];
@@ -116,30 +114,11 @@ impl EncoderLayer {
         let mut context = vec![0.0; queries * d];
         for i in 0..queries {
             for h in 0..heads {
-                let query = &q[i * d + h * head_dim..][..head_dim];
+                let offset = h * head_dim;
+                let query = &q[i * d + offset..][..head_dim];
                 let row = &mut weights[(i * heads + h) * seq..][..seq];
-                for (j, score) in row.iter_mut().enumerate() {
-                    *score = if pad[j] {
-                        MASKED_SCORE
-                    } else {
-                        let key = &k[j * d + h * head_dim..][..head_dim];
-                        dot(query, key) * scale
-                    };
-                }
-                let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-                let mut total = 0.0;
-                for score in row.iter_mut() {
-                    *score = (*score - max).exp();
-                    total += *score;
-                }
-                let out = &mut context[i * d + h * head_dim..][..head_dim];
-                for (j, weight) in row.iter_mut().enumerate() {
-                    *weight /= total;
-                    let value = &v[j * d + h * head_dim..][..head_dim];
-                    out.iter_mut()
-                        .zip(value)
-                        .for_each(|(o, v)| *o += *weight * v);
-                }
+                let out = &mut context[i * d + offset..][..head_dim];
+                attend(query, &k, &v, pad, d, offset, row, out);
             }
         }
         let mut projected = vec![0.0; queries * d];
@@ -154,7 +133,7 @@ impl EncoderLayer {
             .forward(queries, &feed_forward_norm.output, &mut pre);
         let mut hidden = vec![0.0; queries * width];
         let mut slope = vec![0.0; queries * width];
-        crate::StemActivation::Gelu.apply_with_slope(&pre, &mut hidden, &mut slope);
+        gelu_with_slope_to(&pre, &mut hidden, &mut slope);
         self.outer.forward(queries, &hidden, &mut projected);
         x.iter_mut().zip(&projected).for_each(|(x, p)| *x += p);
         LayerTape {
@@ -286,8 +265,4 @@ impl EncoderLayer {
         );
         dx
     }
-}
-
-fn dot(a: &[f32], b: &[f32]) -> f32 {
-    a.iter().zip(b).map(|(a, b)| a * b).sum()
 }

@@ -20,8 +20,9 @@ mod layers;
 use burn::prelude::*;
 use rayon::prelude::*;
 
+use crate::activation::gelu_with_slope_to;
 use crate::head::GaussianHead;
-use crate::host::HostPolicy;
+use crate::host::{HostPolicy, token_kind};
 use crate::input::{BatchRow, PolicyInput};
 use crate::model::VlaPolicy;
 use crate::readback::values;
@@ -135,14 +136,8 @@ impl HostPolicy {
             tokens[j] = instruction[j] + proprio[j] + embedded[j];
             tokens[d + j] = proprio[j];
         }
-        let kind = |t: usize| match t {
-            0 => 0,
-            1 => 1,
-            t if t < 2 + words => 2,
-            _ => 3,
-        };
         for t in 0..seq {
-            let kind = kind(t);
+            let kind = token_kind(t, words);
             for j in 0..d {
                 tokens[t * d + j] += self.token_type[kind * d + j];
             }
@@ -164,7 +159,7 @@ impl HostPolicy {
         let mut pre = vec![0.0; d];
         self.head_hidden.forward(1, &readout.output, &mut pre);
         let (mut hidden, mut slope) = (vec![0.0; d], vec![0.0; d]);
-        crate::StemActivation::Gelu.apply_with_slope(&pre, &mut hidden, &mut slope);
+        gelu_with_slope_to(&pre, &mut hidden, &mut slope);
         let ka = self.chunk_len * self.action_dim;
         let mut out = vec![0.0; 2 * ka];
         self.head_out.forward(1, &hidden, &mut out);
@@ -205,7 +200,7 @@ impl HostPolicy {
 
         // The tokens' backward pass.
         for t in 0..seq {
-            let kind = kind(t);
+            let kind = token_kind(t, words);
             for j in 0..d {
                 g.token_type[kind * d + j] += d_tokens[t * d + j];
             }
@@ -333,7 +328,7 @@ pub(crate) fn host_imitation_loss<B: Backend>(
     let total = weights.iter().sum::<f32>().max(1e-6);
     weights.iter_mut().for_each(|w| *w /= total);
     let share = |values: &[f32]| values.len() / batch;
-    let (pixels, vocab, tokens, inputs) = (
+    let (pixels, max_words, tokens, inputs) = (
         share(&images),
         words.len() / batch,
         pad.len() / batch,
@@ -343,8 +338,8 @@ pub(crate) fn host_imitation_loss<B: Backend>(
         .map(|b| ImitationRow {
             input: BatchRow {
                 images: &images[b * pixels..][..pixels],
-                words: &words[b * vocab..][..vocab],
-                word_weights: &word_weights[b * vocab..][..vocab],
+                words: &words[b * max_words..][..max_words],
+                word_weights: &word_weights[b * max_words..][..max_words],
                 pad: &pad[b * tokens..][..tokens],
                 proprio: &proprio[b * inputs..][..inputs],
                 action_origin: &origin[b * a..][..a],

@@ -13,7 +13,6 @@ use imago_robots::{Action, Observation};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use rand_distr::{Distribution, Normal};
-use rayon::prelude::*;
 
 /// `policy`'s host forward ([`HostPolicy`]: burn's numbers within 1e-5, without
 /// tensors) when `device` is a CPU device and the head is Gaussian; `None` otherwise
@@ -26,25 +25,6 @@ where
         .downcast_ref::<DispatchDevice>()
         .is_some_and(|d| matches!(d, DispatchDevice::NdArray(_) | DispatchDevice::Flex(_)));
     on_cpu.then(|| HostPolicy::of(policy)).flatten()
-}
-
-/// The host forward's chunk distribution, `(mean, log_std)` each `[rows, K * A]`
-/// row-major, for every observation of `batch`, the rows spread over rayon's threads
-/// (each with its own scratch buffers).
-fn host_chunks(host: &HostPolicy, batch: &PolicyBatch) -> (Vec<f32>, Vec<f32>) {
-    let (k, a) = host.chunk_shape();
-    let width = k * a;
-    let (mut mean, mut log_std) = (
-        vec![0.0; batch.len() * width],
-        vec![0.0; batch.len() * width],
-    );
-    mean.par_chunks_mut(width)
-        .zip(log_std.par_chunks_mut(width))
-        .enumerate()
-        .for_each_init(HostScratch::default, |scratch, (row, (mean, log_std))| {
-            host.gaussian(batch, row, scratch, mean, log_std)
-        });
-    (mean, log_std)
 }
 
 /// A command (or a chunk of commands, one after another) in units of the action
@@ -180,7 +160,7 @@ fn sample_on_host(
         host.gaussian(batch, 0, scratch, &mut mean, &mut log_std);
         (mean, log_std)
     } else {
-        host_chunks(host, batch)
+        host.gaussian_rows(batch)
     };
     sample_gaussian(&mean, &log_std, (k, a), rngs, acting, exploration)
 }
@@ -251,7 +231,7 @@ pub fn plan_on_host<'o>(
     for obs in observations {
         batch.push(obs)?;
     }
-    let (mean, _) = host_chunks(host, &batch);
+    let (mean, _) = host.gaussian_rows(&batch);
     Ok(chunks_in_robot_units(&mean, batch.len(), config))
 }
 
