@@ -10,7 +10,9 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use imago_runtime::device::DeviceSpec;
 
-use commands::{bench, collect, daemon, demo, devices, eval, inspect, replay, train, wm_eval};
+use commands::{
+    bench, collect, daemon, demo, devices, eval, inspect, replay, robot_serve, train, wm_eval,
+};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -60,6 +62,9 @@ enum Command {
     /// Evaluate a policy checkpoint in closed loop, alone or paired with another on the
     /// same seeds.
     Eval(eval::EvalArgs),
+    /// Serve a built-in simulated robot over the bridge (zenoh), for a daemon with
+    /// `robot = "remote"` in another process or on another machine (docs/bridge.md).
+    RobotServe(robot_serve::RobotServeArgs),
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {
@@ -75,6 +80,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::WmEval(args) => wm_eval::run(args, device),
         Command::Replay { command } => replay::run(command),
         Command::Eval(args) => eval::run(args, device),
+        Command::RobotServe(args) => robot_serve::run(args),
     }
 }
 

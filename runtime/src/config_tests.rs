@@ -217,7 +217,7 @@ proptest! {
                     "{text} was accepted outside [{min}, {max}]"
                 );
                 // A robot config that loads runs: construct, reset, step, render.
-                let mut robot = config.actor.robot.build();
+                let mut robot = config.actor.robot.build().unwrap();
                 robot.reset(7);
                 for tick in 0..20 {
                     let a = (tick as f32 * 0.7).sin() * 3.0;

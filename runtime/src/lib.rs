@@ -5,7 +5,8 @@
 //! - [`learn`]: behaviour cloning, world-model training and evaluation, fine-tuning;
 //! - [`engine`]: the robot-side daemon (actor, writer, learner loop);
 //! - [`jobs`]: what the CLI's commands run (demo, bench, offline training, inspect);
-//! - beside them: [`robot`] (the robot registry), [`device`] (backend choice),
+//! - beside them: [`robot`] (the robot registry) and [`bridge`] (robots in other
+//!   processes, over zenoh), [`device`] (backend choice),
 //!   [`telemetry`] (rerun transport and drawing), and small leaves ([`stats`],
 //!   [`progress`], [`toml_file`]).
 //!
@@ -18,6 +19,7 @@
 //! on CUDA.
 
 pub mod act;
+pub mod bridge;
 pub mod device;
 pub mod engine;
 pub mod jobs;

@@ -9,6 +9,10 @@
 //!   draws its camera frames;
 //! - [`BatchRenderer`]: the robot's batched GPU camera, where it has one.
 //!
+//! Besides the built-in simulated robots, the kind `remote` is a robot in another
+//! process or on another machine, reached over the bridge (`crate::bridge`,
+//! docs/bridge.md): its settings name its key, and its spec is what it answers.
+//!
 //! Adding a robot means a variant here and its crate module in `imago-robots`; no
 //! other runtime or CLI file changes (docs/architecture.md).
 
@@ -21,6 +25,7 @@ use imago_robots::{
 use imago_shaders::{GpuContext, Reacher2dRenderer};
 use serde::{Deserialize, Serialize};
 
+use crate::bridge::remote::{self, RemoteRobotConfig, RemoteRobotSettings};
 use crate::toml_file::table_into;
 
 /// The built-in robots' names, as `--robot` and `robot = ` take them.
@@ -38,6 +43,9 @@ pub enum RobotConfig {
     /// gym-pusht's PushT task on rapier2d.
     #[serde(rename = "pusht")]
     PushT(PushTConfig),
+    /// A robot in another process, over the bridge, with the spec it answered.
+    #[serde(rename = "remote")]
+    Remote(RemoteRobotConfig),
 }
 
 impl Default for RobotConfig {
@@ -53,8 +61,11 @@ impl RobotConfig {
         match name {
             reacher2d::NAME => Ok(Self::Reacher2d(Reacher2dConfig::default())),
             pusht::NAME => Ok(Self::PushT(PushTConfig::default())),
+            remote::NAME => Err(
+                "robot `remote` is configured in a daemon config (robot = \"remote\" with [actor.robot] key = ...; docs/bridge.md), not by name alone".into(),
+            ),
             other => Err(format!(
-                "unknown robot `{other}`; the built-in robots are: {}",
+                "unknown robot `{other}`; the built-in robots are: {}, and `remote` names a robot in another process (docs/bridge.md)",
                 ROBOT_NAMES.join(", ")
             )),
         }
@@ -71,11 +82,18 @@ impl RobotConfig {
 
     /// [`Self::from_table`] without the range checks, for a caller that checks the
     /// ranges itself (and names the keys from its own root: `actor.robot.control_hz`).
+    /// A `remote` robot is asked for its spec here (waiting up to its
+    /// `connect_timeout_s`): its settings are checked then.
     pub fn read_table(name: &str, table: &toml::Table) -> anyhow::Result<Self> {
         let settings = |e: String| anyhow::anyhow!("settings of robot {name}: {e}");
+        if name == remote::NAME {
+            let remote: RemoteRobotSettings = table_into(table).map_err(settings)?;
+            return Ok(Self::Remote(remote.connect()?));
+        }
         Ok(match Self::named(name).map_err(anyhow::Error::msg)? {
             Self::Reacher2d(_) => Self::Reacher2d(table_into(table).map_err(settings)?),
             Self::PushT(_) => Self::PushT(table_into(table).map_err(settings)?),
+            Self::Remote(_) => unreachable!("`named` never gives a remote robot"),
         })
     }
 
@@ -84,6 +102,7 @@ impl RobotConfig {
         match self {
             Self::Reacher2d(_) => reacher2d::NAME,
             Self::PushT(_) => pusht::NAME,
+            Self::Remote(_) => remote::NAME,
         }
     }
 
@@ -92,16 +111,39 @@ impl RobotConfig {
         match self {
             Self::Reacher2d(config) => config.validate(),
             Self::PushT(config) => config.validate(),
+            Self::Remote(config) => config.validate(),
         }
     }
 
     /// The robot's spec (spaces, rate, camera).
     pub fn spec(&self) -> RobotSpec {
-        self.build().spec().clone()
+        match (self, self.simulated()) {
+            (Self::Remote(config), _) => config.spec.clone(),
+            (_, Some(robot)) => robot.spec().clone(),
+            (_, None) => unreachable!("every robot but a remote one is simulated"),
+        }
     }
 
-    /// A fresh robot with these settings (reset to seed 0), without an expert.
-    pub fn build(&self) -> SimRobot {
+    /// Whether the robot is simulated in this process (not `remote`).
+    pub fn is_simulated(&self) -> bool {
+        !matches!(self, Self::Remote(_))
+    }
+
+    /// A fresh simulated robot with these settings (reset to seed 0), without an
+    /// expert; a remote robot cannot be simulated, which is an error naming it.
+    pub fn build(&self) -> anyhow::Result<SimRobot> {
+        self.simulated().ok_or_else(|| match self {
+            Self::Remote(config) => anyhow::anyhow!(
+                "robot {} at {} is a robot in another process: it cannot be simulated here (use a built-in robot, or drive it with `imago daemon`)",
+                config.spec.name,
+                config.settings.key
+            ),
+            _ => anyhow::anyhow!("robot {} cannot be simulated", self.name()),
+        })
+    }
+
+    /// The simulated robot, `None` for a remote one.
+    fn simulated(&self) -> Option<SimRobot> {
         let body = match self {
             Self::Reacher2d(config) => Body::Reacher2d {
                 robot: Box::new(Reacher2d::new(config.clone())),
@@ -111,14 +153,16 @@ impl RobotConfig {
                 robot: Box::new(PushT::new(config.clone())),
                 expert: None,
             },
+            Self::Remote(_) => return None,
         };
-        SimRobot { body }
+        Some(SimRobot { body })
     }
 
     /// Whether the robot has a scripted expert (`imago collect`, takeovers).
     pub fn has_expert(&self) -> bool {
         match self {
             Self::Reacher2d(_) | Self::PushT(_) => true,
+            Self::Remote(_) => false,
         }
     }
 
@@ -128,7 +172,7 @@ impl RobotConfig {
     /// velocity-commanded one (reacher2d).
     pub fn default_expert(&self) -> ExpertConfig {
         match self {
-            Self::Reacher2d(_) => ExpertConfig::default(),
+            Self::Reacher2d(_) | Self::Remote(_) => ExpertConfig::default(),
             Self::PushT(_) => ExpertConfig {
                 noise: 0.02,
                 ..ExpertConfig::default()
@@ -301,7 +345,7 @@ impl BatchRenderer {
     pub fn new(robot: &RobotConfig, gpu: GpuContext) -> Option<Self> {
         match robot {
             RobotConfig::Reacher2d(_) => Some(Self::Reacher2d(Reacher2dRenderer::new(gpu))),
-            RobotConfig::PushT(_) => None,
+            RobotConfig::PushT(_) | RobotConfig::Remote(_) => None,
         }
     }
 
@@ -402,7 +446,7 @@ mod tests {
             RobotConfig::from_table("pusht", &table).unwrap_err()
         );
         assert!(error.contains("image_size"), "{error}");
-        let mut robot = config.build();
+        let mut robot = config.build().unwrap();
         let first = robot.reset(9);
         assert!(robot.start_expert(&config.default_expert(), 9));
         let action = robot.expert_action().expect("started");
@@ -414,7 +458,7 @@ mod tests {
 
     #[test]
     fn the_expert_acts_only_once_started_and_reset_stops_it() {
-        let mut robot = RobotConfig::default().build();
+        let mut robot = RobotConfig::default().build().unwrap();
         robot.reset(3);
         assert!(robot.expert_action().is_none());
         assert!(robot.start_expert(&ExpertConfig::noiseless(), 3));

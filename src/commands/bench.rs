@@ -10,6 +10,7 @@ use imago_runtime::jobs::bench::{
     DaemonBenchRow, RenderBenchRow, WorldModelBenchRow, bench_daemon, bench_kernels, bench_policy,
     bench_render, bench_world_model,
 };
+use imago_runtime::jobs::bench_bridge::{bench_bridge, bench_frame_codec};
 use imago_runtime::jobs::bench_learner::{LearnerBenchRow, bench_learner};
 use imago_runtime::learn::finetune::MAX_BATCH;
 use imago_runtime::learn::world_model::WorldModelTrainConfig;
@@ -62,6 +63,10 @@ enum BenchTarget {
     /// the same computations in burn's composite ops, on `--device` (`wgpu`, `cuda`,
     /// or the CPU reference on `cpu`).
     Kernels,
+    /// The robot bridge's round trip on loopback (command out, step, observation
+    /// back and decoded), with raw and deflated frames, at `--batch-size` pixels of
+    /// camera side [default: 96 and 224]; a reacher2d served on a thread of its own.
+    Bridge,
 }
 
 /// Times what `--what` names and prints the figures.
@@ -77,6 +82,55 @@ pub fn run(args: BenchArgs, device: DeviceSpec) -> anyhow::Result<()> {
     let steps = args.steps.unwrap_or(default_steps);
     flag_in_range("--steps", steps, 1..=100_000)?;
     let robot = args.robot.resolve()?;
+    if let BenchTarget::Bridge = args.what {
+        let sizes = match batch_size {
+            Some(side) => vec![side as u32],
+            None => vec![96, 224],
+        };
+        let rows = bench_bridge(&sizes, steps.max(20))?;
+        println!(
+            "bridge round trip on loopback (zenoh tcp), {} steps per row; local step = the robot's simulation and rendering alone",
+            steps.max(20)
+        );
+        println!(
+            "| camera | frames | message bytes | round trip p50 ms | p99 ms | local step p50 ms |"
+        );
+        println!("|---|---|---|---|---|---|");
+        for row in &rows {
+            println!(
+                "| {0}x{0} | {1} | {2} | {3:.3} | {4:.3} | {5:.3} |",
+                row.image_size,
+                row.frames,
+                row.message_bytes,
+                row.round_trip_p50_ms,
+                row.round_trip_p99_ms,
+                row.local_step_p50_ms
+            );
+        }
+        let codec = bench_frame_codec(&sizes, steps.max(20))?;
+        println!("\ndeflate (zlib level 1) on one frame, by content:");
+        println!(
+            "| camera | content | raw bytes | deflated bytes | deflate p50 ms | inflate p50 ms |"
+        );
+        println!("|---|---|---|---|---|---|");
+        for row in &codec {
+            println!(
+                "| {0}x{0} | {1} | {2} | {3} | {4:.3} | {5:.3} |",
+                row.image_size,
+                row.content,
+                row.raw_bytes,
+                row.deflate_bytes,
+                row.encode_p50_ms,
+                row.decode_p50_ms
+            );
+        }
+        return report.map_or(Ok(()), |path| {
+            write_json(
+                &path,
+                &serde_json::json!({ "round_trips": rows, "frame_codec": codec }),
+            )
+        });
+    }
     if let BenchTarget::Render = args.what {
         let batches = match batch_size {
             Some(n) => vec![n],
@@ -128,7 +182,7 @@ pub fn run(args: BenchArgs, device: DeviceSpec) -> anyhow::Result<()> {
             print!("{}", WorldModelBenchRow::table(&rows));
             report.map_or(Ok(()), |path| write_json(&path, &rows))
         }
-        BenchTarget::Policy | BenchTarget::Render => {
+        BenchTarget::Policy | BenchTarget::Render | BenchTarget::Bridge => {
             let bench = bench_policy(&device, &robot, batch_size.unwrap_or(64), steps)?;
             println!(
                 "{}: training step (batch {}) p50 {:.1} ms, p90 {:.1} ms over {} steps; inference (batch 1) p50 {:.2} ms, p99 {:.2} ms",

@@ -88,6 +88,12 @@ pub fn run(args: DaemonArgs, device: DeviceSpec) -> anyhow::Result<()> {
         outcome.final_policy_version,
         outcome.checkpoint
     );
+    if control.link_losses + control.late_observations > 0 {
+        println!(
+            "remote robot: {} link losses, {} late observations, {} episodes abandoned",
+            control.link_losses, control.late_observations, control.episodes_abandoned
+        );
+    }
     if let Some(path) = args.report {
         write_json(&path, &outcome)?;
     }

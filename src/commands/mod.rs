@@ -10,5 +10,6 @@ pub mod devices;
 pub mod eval;
 pub mod inspect;
 pub mod replay;
+pub mod robot_serve;
 pub mod train;
 pub mod wm_eval;

@@ -111,7 +111,7 @@ pub(crate) mod tests {
         let Some(camera) = batched() else { return };
         let mut robots: Vec<SimRobot> = (0..70)
             .map(|_| {
-                let mut robot = RobotConfig::default().build();
+                let mut robot = RobotConfig::default().build().unwrap();
                 robot.set_frame_source(camera.frame_source());
                 robot
             })

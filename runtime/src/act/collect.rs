@@ -99,7 +99,7 @@ pub fn collect_demonstrations(
 }
 
 fn collect_into(config: &CollectConfig, out: &Path) -> anyhow::Result<CollectSummary> {
-    let mut robot = config.robot.build();
+    let mut robot = config.robot.build()?;
     let (mut writer, repaired) = ReplayWriter::open(
         out,
         ReplayWriterConfig::default(),

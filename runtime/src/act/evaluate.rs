@@ -140,11 +140,11 @@ where
     }
     let mut robots: Vec<SimRobot> = (0..n)
         .map(|_| {
-            let mut robot = robot_config.build();
+            let mut robot = robot_config.build()?;
             robot.set_frame_source(camera.frame_source());
-            robot
+            Ok(robot)
         })
-        .collect();
+        .collect::<anyhow::Result<_>>()?;
     let mut observations: Vec<Observation> = robots
         .iter_mut()
         .zip(seeds)

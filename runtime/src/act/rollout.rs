@@ -161,7 +161,7 @@ where
     let mut running: Vec<Running> = seeds
         .iter()
         .map(|&seed| {
-            let mut robot = robot_config.build();
+            let mut robot = robot_config.build()?;
             robot.set_frame_source(camera.frame_source());
             let observation = robot.reset(seed);
             // Coaching starts the robot's noiseless expert; a robot without one is not
@@ -171,7 +171,7 @@ where
                 .as_ref()
                 .filter(|_| robot.start_expert(&ExpertConfig::noiseless(), seed));
             let coach = CoachStretches::new(coaching, seed, version);
-            Running {
+            Ok(Running {
                 start: EpisodeStart {
                     episode: 0,
                     robot: robot_config.name().to_string(),
@@ -185,9 +185,9 @@ where
                 transitions: Vec::new(),
                 seed,
                 done: false,
-            }
+            })
         })
-        .collect();
+        .collect::<anyhow::Result<_>>()?;
     camera.fill(running.iter_mut().map(|r| (&r.robot, &mut r.observation)))?;
     let mut rngs: Vec<StdRng> = seeds
         .iter()
@@ -491,7 +491,7 @@ mod tests {
         for episode in &episodes {
             // Replaying the recorded commands reaches the same states, where each
             // coached command is the noiseless expert's.
-            let mut replay = robot.build();
+            let mut replay = robot.build().unwrap();
             replay.reset(episode.start.seed);
             assert!(replay.start_expert(&ExpertConfig::noiseless(), episode.start.seed));
             let flags: Vec<bool> = episode.transitions.iter().map(|t| t.intervention).collect();
@@ -563,7 +563,7 @@ mod tests {
         // Replaying each episode's actions on a robot that draws its own frames
         // reproduces every recorded frame, the final one included.
         for episode in &episodes {
-            let mut replay = robot.build();
+            let mut replay = robot.build().unwrap();
             let mut expected = replay.reset(episode.start.seed).image.unwrap();
             for t in &episode.transitions {
                 let recorded = t.observation.image.as_ref().expect("a frame");

@@ -270,7 +270,7 @@ mod tests {
     fn observations(robot: &RobotConfig, count: u64) -> Vec<Observation> {
         (0..count)
             .map(|seed| {
-                let mut sim = robot.build();
+                let mut sim = robot.build().unwrap();
                 let mut obs = sim.reset(seed);
                 for tick in 0..seed {
                     let a = (tick as f32 * 0.9 + seed as f32).sin() * 0.3;

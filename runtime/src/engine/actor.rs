@@ -1,6 +1,12 @@
 //! The actor: the robot's control loop at its fixed rate. It never waits on the
 //! learner (snapshots are taken from a mailbox without blocking) or on disk (records
 //! go to a bounded queue; when it is full the record is dropped and counted).
+//!
+//! A remote robot (docs/bridge.md) is waited for only up to the observation age: a
+//! later answer makes the tick a miss, and a lost robot a link loss. Either way the
+//! robot is told to hold, the episode is recorded as abandoned (nothing invented
+//! for the ticks that had no observation), and the next episode starts when the
+//! robot answers again.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -9,18 +15,19 @@ use std::time::Duration;
 use burn::Dispatch;
 use crossbeam_channel::{Sender, TrySendError};
 use imago_policies::{HostScratch, PolicyBatch, VlaPolicyConfig};
-use imago_robots::Robot;
 use imago_robots::bounds::{ConfigError, in_range};
 use serde::{Deserialize, Serialize};
 
 use super::clock::DeadlineClock;
+use super::driven::DrivenRobot;
 use super::snapshot::{PolicySnapshot, SnapshotMailbox};
 use super::stats::ControlStats;
 use super::status::LiveCounters;
 use crate::act::rollout::{TakeoverConfig, TakeoverWatch};
 use crate::act::sampling::{exploration_rng, sample_first_actions, to_robot_units};
+use crate::bridge::Interruption;
 use crate::robot::RobotConfig;
-use crate::store::replay::{EpisodeEnd, EpisodeStart, ReplayRecord, Transition};
+use crate::store::replay::{EpisodeAbandoned, EpisodeEnd, EpisodeStart, ReplayRecord, Transition};
 use crate::telemetry::{
     EpisodeEndEvent, Telemetry, TelemetryEvent, TickTiming, control_step_event, episode_start_event,
 };
@@ -129,7 +136,7 @@ pub fn run_actor(
     stop: &AtomicBool,
 ) -> anyhow::Result<ControlStats> {
     let frame_downsample = telemetry.config().frame_downsample;
-    let mut robot = config.robot.build();
+    let mut robot = DrivenRobot::open(&config.robot)?;
     let limits = policy_config.action_limit.clone();
     let mut clock = DeadlineClock::new(Duration::from_secs_f64(
         1.0 / robot.spec().control_hz as f64,
@@ -140,15 +147,21 @@ pub fn run_actor(
     let mut scratch = HostScratch::default();
     let (mut episode, mut seed) = (first_episode, config.first_seed);
     'episodes: while !stop.load(Ordering::Relaxed) {
-        let mut observation = robot.reset(seed);
+        let Some(mut observation) = robot.reset(seed, episode, stop)? else {
+            break;
+        };
+        // Waiting for a remote robot to come up or to reset is not a missed tick.
+        clock.restart_after_wait();
         let mut rngs = [exploration_rng(seed, current.version)];
-        let mut takeover = TakeoverWatch::new(config.takeover.as_ref(), &robot);
+        let mut takeover = robot
+            .simulated()
+            .map(|sim| TakeoverWatch::new(config.takeover.as_ref(), sim));
         let logged = telemetry.wants_episode(episode);
         let mut episode_return = 0.0f32;
         let mut sent = EpisodeRecords::new(records);
         if logged {
             telemetry.offer(episode_start_event(
-                &robot,
+                robot.drawing(),
                 episode,
                 &observation.instruction,
             ));
@@ -156,7 +169,7 @@ pub fn run_actor(
         sent.offer(
             ReplayRecord::EpisodeStart(EpisodeStart {
                 episode,
-                robot: config.robot.name().to_string(),
+                robot: robot.spec().name.clone(),
                 seed,
                 instruction: observation.instruction.clone(),
             }),
@@ -174,10 +187,10 @@ pub fn run_actor(
                 .store(current.version, Ordering::Relaxed);
             live.deadline_misses
                 .store(clock.misses(), Ordering::Relaxed);
-            let (action, log_prob, intended, intervention) = match robot.expert_action() {
+            let (action, log_prob, chunk, intervention) = match robot.expert_action() {
                 Some(action) => {
-                    let intended = logged.then(|| action.0.clone());
-                    (action, None, intended, true)
+                    let chunk = action.0.clone();
+                    (action, None, chunk, true)
                 }
                 None => {
                     batch.clear();
@@ -193,30 +206,56 @@ pub fn run_actor(
                     )?;
                     let command = commands.remove(0);
                     stats.policy_versions.insert(current.version);
-                    let intended = logged.then(|| to_robot_units(&command.chunk, &limits).0);
                     (
                         to_robot_units(&command.action, &limits),
                         command.log_prob,
-                        intended,
+                        to_robot_units(&command.chunk, &limits).0,
                         false,
                     )
                 }
             };
             let latency_ms = due.elapsed().as_secs_f64() * 1e3;
             stats.tick_latency_ms.push(latency_ms);
-            let drawn = intended.map(|intended| {
-                let path = robot.intended_path(&intended);
-                (intended, path)
-            });
-            let outcome = robot.step(&action);
-            if let Some((intended, path)) = drawn {
+            let path = match robot.drawing() {
+                Some(drawing) if logged => drawing.intended_path(&chunk),
+                _ => Vec::new(),
+            };
+            let outcome = match robot.step(episode, current.version, &action, &chunk)? {
+                Ok(outcome) => outcome,
+                Err(interruption) => {
+                    robot.hold(episode);
+                    let reason = match interruption {
+                        Interruption::Late => {
+                            stats.late_observations += 1;
+                            "late observation"
+                        }
+                        Interruption::LinkLost => {
+                            stats.link_losses += 1;
+                            eprintln!("lost the robot: holding until it comes back");
+                            "link lost"
+                        }
+                    };
+                    stats.episodes_abandoned += 1;
+                    live.link_losses.store(stats.link_losses, Ordering::Relaxed);
+                    sent.offer(
+                        ReplayRecord::EpisodeAbandoned(EpisodeAbandoned {
+                            episode,
+                            steps: step,
+                            reason: reason.into(),
+                        }),
+                        &mut stats,
+                    );
+                    break;
+                }
+            };
+            if logged {
                 telemetry.offer(control_step_event(
-                    &robot,
+                    robot.drawing(),
                     &observation.proprio,
                     &path,
                     episode,
                     step,
-                    &intended,
+                    &chunk,
                     &outcome.info.executed.0,
                     observation
                         .image
@@ -253,7 +292,9 @@ pub fn run_actor(
                 })),
                 &mut stats,
             );
-            takeover.observe(&mut robot, seed, outcome.done);
+            if let (Some(takeover), Some(sim)) = (takeover.as_mut(), robot.simulated()) {
+                takeover.observe(sim, seed, outcome.done);
+            }
             if outcome.done {
                 sent.offer(
                     ReplayRecord::EpisodeEnd(Box::new(EpisodeEnd {
@@ -280,7 +321,8 @@ pub fn run_actor(
         episode += 1;
         seed = seed.wrapping_add(1);
     }
-    stats.deadline_misses = clock.misses();
+    // A late observation is a missed deadline too.
+    stats.deadline_misses = clock.misses() + stats.late_observations;
     Ok(stats)
 }
 

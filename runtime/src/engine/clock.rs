@@ -29,6 +29,16 @@ impl DeadlineClock {
         self.misses
     }
 
+    /// Restarts the schedule from now, without counting a miss, after a wait the
+    /// schedule did not plan (a remote robot coming up or resetting). A no-op when the
+    /// next tick is not overdue.
+    pub fn restart_after_wait(&mut self) {
+        let now = Instant::now();
+        if now > self.next {
+            self.next = now;
+        }
+    }
+
     /// Sleeps until the next tick is due and returns its deadline. If it is already
     /// overdue by more than a period, the miss is counted and the schedule restarts
     /// from now (the skipped ticks are not made up).

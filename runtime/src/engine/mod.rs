@@ -6,6 +6,7 @@
 mod actor;
 mod clock;
 pub mod daemon;
+mod driven;
 mod priority;
 mod replay_window;
 mod snapshot;
@@ -156,6 +157,9 @@ pub fn run_control_loop(
         transitions_written: written.transitions,
         replay_records: written.records,
         telemetry_dropped: telemetry.dropped(),
+        late_observations: stats.late_observations,
+        link_losses: stats.link_losses,
+        episodes_abandoned: stats.episodes_abandoned,
     })
 }
 

@@ -72,7 +72,7 @@ mod tests {
 
     /// A one-step episode of the default robot.
     fn episode(id: u64) -> Episode {
-        let mut robot = RobotConfig::default().build();
+        let mut robot = RobotConfig::default().build().unwrap();
         let observation: Observation = robot.reset(id);
         let action = Action(vec![0.0; robot.spec().action_dim()]);
         Episode {

@@ -35,6 +35,12 @@ pub struct ControlStats {
     pub policy_versions: BTreeSet<u64>,
     /// Transitions the actor produced.
     pub transitions: u64,
+    /// Ticks a remote robot answered too late (each is also a deadline miss).
+    pub late_observations: u64,
+    /// Times a remote robot's liveliness disappeared mid-episode.
+    pub link_losses: u64,
+    /// Episodes given up after a late observation or a link loss.
+    pub episodes_abandoned: u64,
 }
 
 impl ControlStats {
@@ -76,6 +82,16 @@ pub struct ControlReport {
     pub replay_records: u64,
     /// Telemetry events dropped because the telemetry queue was full.
     pub telemetry_dropped: u64,
+    /// Ticks a remote robot answered later than the observation age (counted in
+    /// `deadline_misses` too).
+    #[serde(default)]
+    pub late_observations: u64,
+    /// Times a remote robot disappeared mid-episode.
+    #[serde(default)]
+    pub link_losses: u64,
+    /// Episodes given up (recorded as abandoned) after a late answer or a link loss.
+    #[serde(default)]
+    pub episodes_abandoned: u64,
 }
 
 impl ControlReport {
@@ -101,6 +117,9 @@ impl ControlReport {
             transitions_written: self.transitions_written + other.transitions_written,
             replay_records: self.replay_records + other.replay_records,
             telemetry_dropped: self.telemetry_dropped + other.telemetry_dropped,
+            late_observations: self.late_observations + other.late_observations,
+            link_losses: self.link_losses + other.link_losses,
+            episodes_abandoned: self.episodes_abandoned + other.episodes_abandoned,
         }
     }
 }

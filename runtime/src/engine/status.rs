@@ -18,18 +18,24 @@ pub struct LiveCounters {
     pub policy_version: AtomicU64,
     /// Episodes finished.
     pub episodes: AtomicU64,
+    /// Times a remote robot was lost.
+    pub link_losses: AtomicU64,
 }
 
 impl LiveCounters {
     /// One status line.
     pub fn line(&self) -> String {
         format!(
-            "status: {} ticks, {} deadline misses, {} queue drops, {} episodes, policy version {}",
+            "status: {} ticks, {} deadline misses, {} queue drops, {} episodes, policy version {}{}",
             self.ticks.load(Ordering::Relaxed),
             self.deadline_misses.load(Ordering::Relaxed),
             self.queue_drops.load(Ordering::Relaxed),
             self.episodes.load(Ordering::Relaxed),
             self.policy_version.load(Ordering::Relaxed),
+            match self.link_losses.load(Ordering::Relaxed) {
+                0 => String::new(),
+                lost => format!(", {lost} link losses"),
+            }
         )
     }
 }

@@ -40,7 +40,10 @@ pub fn run_writer(
             report.unwritten += 1;
             continue;
         }
-        let episode_end = matches!(record, ReplayRecord::EpisodeEnd(_));
+        let episode_end = matches!(
+            record,
+            ReplayRecord::EpisodeEnd(_) | ReplayRecord::EpisodeAbandoned(_)
+        );
         let transition = matches!(record, ReplayRecord::Transition(_));
         let written = writer
             .append(&record)

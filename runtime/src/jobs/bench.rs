@@ -63,7 +63,7 @@ pub fn bench_policy(
     steps: usize,
 ) -> anyhow::Result<BenchReport> {
     let config = VlaPolicyConfig::for_robot(&robot.spec())?;
-    let mut robot = robot.build();
+    let mut robot = robot.build()?;
     let mut batch = PolicyBatch::new(&config);
     for seed in 0..batch_size as u64 {
         batch.push(&robot.reset(seed))?;
@@ -260,7 +260,7 @@ pub fn bench_world_model(
         let model = model.valid();
 
         let imagination_batch = 512;
-        let mut robot = robot.build();
+        let mut robot = robot.build()?;
         let mut batch = PolicyBatch::new(&config.input_config());
         for seed in 0..imagination_batch as u64 {
             batch.push(&robot.reset(seed))?;
@@ -484,11 +484,11 @@ pub fn bench_render(
     for &batch in batches {
         let robots: Vec<SimRobot> = (0..batch as u64)
             .map(|seed| {
-                let mut sim = robot.build();
+                let mut sim = robot.build()?;
                 sim.reset(seed);
-                sim
+                Ok(sim)
             })
-            .collect();
+            .collect::<anyhow::Result<_>>()?;
         let scenes: Vec<&SimRobot> = robots.iter().collect();
         let time = |f: &mut dyn FnMut() -> anyhow::Result<()>| -> anyhow::Result<f64> {
             f()?;

@@ -434,7 +434,7 @@ fn run_demo_in(options: &DemoOptions, work: &Path) -> anyhow::Result<DemoReport>
         "eval fine-tuned",
     )?;
     // A robot with a single task (pusht) has no other instruction to give.
-    let has_alternatives = !robot_config.build().alternative_instructions().is_empty();
+    let has_alternatives = !robot_config.build()?.alternative_instructions().is_empty();
     let (wrong_outcome, finetuned_wrong_outcome) = if has_alternatives {
         (
             Some(evaluate(
@@ -510,7 +510,7 @@ fn run_demo_in(options: &DemoOptions, work: &Path) -> anyhow::Result<DemoReport>
     )?;
 
     let start = Instant::now();
-    let sample = robot_config.build().reset(EVAL_SEED_BASE);
+    let sample = robot_config.build()?.reset(EVAL_SEED_BASE);
     let latency = measure_latency(
         &policy,
         &policy_config,

@@ -47,7 +47,7 @@ pub fn compare_training_step(
         .with_d_ff(64)
         .with_n_layers(1);
     let mut batch = PolicyBatch::new(&config);
-    let mut robot = robot.build();
+    let mut robot = robot.build()?;
     for seed in 0..8 {
         batch.push(&robot.reset(seed))?;
     }

@@ -1,9 +1,10 @@
 //! What the command line's commands run, each from its inputs to its outputs: the
-//! demo, benchmarks, offline training from a replay (policy, world model,
+//! demo, benchmarks (the bridge's round trip among them), offline training from a replay (policy, world model,
 //! fine-tuning), world-model scoring, replay inspection, the device check, and the
 //! tables they print.
 
 pub mod bench;
+pub mod bench_bridge;
 pub mod bench_learner;
 pub mod demo;
 pub mod device_check;

@@ -36,22 +36,27 @@ fn downsample(image: &Image, factor: u32) -> Image {
     Image { width, height, rgb }
 }
 
-/// The start of episode `episode` on `robot`, which has just been reset.
-pub fn episode_start_event(robot: &dyn Robot, episode: u64, instruction: &str) -> TelemetryEvent {
+/// The start of episode `episode` on `robot`, which has just been reset (`None`: a
+/// robot imago cannot draw, such as a remote one).
+pub fn episode_start_event(
+    robot: Option<&dyn Robot>,
+    episode: u64,
+    instruction: &str,
+) -> TelemetryEvent {
     TelemetryEvent::EpisodeStart(Box::new(EpisodeStartEvent {
         episode,
         instruction: instruction.to_string(),
-        targets: robot.scene_drawing().marks,
+        targets: robot.map_or_else(Vec::new, |robot| robot.scene_drawing().marks),
     }))
 }
 
 /// A live control step of `robot` from the observation's `proprio` (before the
 /// action is applied): the body, the path `intended_path` the intended chunk `chunk`
 /// would take the tracked point along ([`Robot::intended_path`]), and `frame`
-/// downsampled when given.
+/// downsampled when given. Without a robot to draw, the body is left out.
 #[allow(clippy::too_many_arguments)]
 pub fn control_step_event(
-    robot: &dyn Robot,
+    robot: Option<&dyn Robot>,
     proprio: &[f32],
     intended_path: &[[f32; 2]],
     episode: u64,
@@ -69,7 +74,7 @@ pub fn control_step_event(
     TelemetryEvent::ControlStep(Box::new(ControlStepEvent {
         episode,
         step,
-        arm: robot.body_from_proprio(proprio),
+        arm: robot.map_or_else(Vec::new, |robot| robot.body_from_proprio(proprio)),
         intended_path: intended_path.to_vec(),
         intended: chunk.iter().take(action_dim).copied().collect(),
         executed: executed.to_vec(),
@@ -97,7 +102,8 @@ pub fn log_replay_episodes(
         return 0;
     }
     let config = telemetry.config();
-    let mut robot = robot.map(RobotConfig::build);
+    // A remote robot's replay is logged without its scene.
+    let mut robot = robot.and_then(|robot| robot.build().ok());
     let mut logged = 0;
     for episode in episodes
         .iter()

@@ -222,14 +222,14 @@ mod tests {
 
     /// One event of every kind, as producers build them.
     fn every_event() -> Vec<TelemetryEvent> {
-        let mut robot = RobotConfig::default().build();
+        let mut robot = RobotConfig::default().build().unwrap();
         let observation = robot.reset(3);
         let chunk = [0.1, 0.2, 0.3, 0.4];
         vec![
             TelemetryEvent::Note("phase".into()),
-            episode_start_event(&robot, 0, &observation.instruction),
+            episode_start_event(Some(&robot), 0, &observation.instruction),
             control_step_event(
-                &robot,
+                Some(&robot),
                 &observation.proprio,
                 &robot.intended_path(&chunk),
                 0,

@@ -99,7 +99,8 @@ pub fn log_imagined_windows<B: Backend>(
 ) -> anyhow::Result<ImaginedWindows> {
     let horizon = calibration_scale.len();
     let settings = telemetry.config();
-    let Some(mut robot) = robot.map(RobotConfig::build) else {
+    // Drawn only for a robot imago simulates (a remote robot's replay is not).
+    let Some(mut robot) = robot.and_then(|robot| robot.build().ok()) else {
         return Ok(ImaginedWindows {
             episodes: 0,
             windows: 0,

@@ -556,7 +556,7 @@ mod tests {
     }
 
     fn observation() -> imago_robots::Observation {
-        RobotConfig::default().build().reset(3)
+        RobotConfig::default().build().unwrap().reset(3)
     }
 
     #[test]

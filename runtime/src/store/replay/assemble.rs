@@ -7,7 +7,7 @@ use std::collections::HashSet;
 
 use imago_robots::{Action, Observation, RobotSpec};
 
-use super::record::{Episode, EpisodeEnd, EpisodeStart, ReplayRecord, Transition};
+use super::record::{Episode, EpisodeEnd, EpisodeOrigin, EpisodeStart, ReplayRecord, Transition};
 
 /// What every observation and action of a replay's episodes must look like.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -130,6 +130,7 @@ impl std::fmt::Display for DamagedEpisode {
 /// The episode being assembled.
 struct Open {
     start: EpisodeStart,
+    origin: Option<EpisodeOrigin>,
     transitions: Vec<Transition>,
     segment: String,
     /// Set at the first problem; the episode's further records are consumed unread.
@@ -153,6 +154,8 @@ pub(super) struct Assembler {
     pub episodes: Vec<(Episode, String)>,
     /// Episodes left out.
     pub damaged: Vec<DamagedEpisode>,
+    /// The origins of the whole episodes, in order.
+    pub origins: Vec<EpisodeOrigin>,
 }
 
 impl Assembler {
@@ -169,6 +172,7 @@ impl Assembler {
             unfinished: 0,
             episodes: Vec::new(),
             damaged: Vec::new(),
+            origins: Vec::new(),
         }
     }
 
@@ -183,6 +187,27 @@ impl Assembler {
             ReplayRecord::EpisodeStart(start) => self.start(start, segment),
             ReplayRecord::Transition(t) => self.transition(*t, segment),
             ReplayRecord::EpisodeEnd(end) => self.end(*end, segment),
+            ReplayRecord::EpisodeAbandoned(abandoned) => self.abandon(abandoned.episode),
+            ReplayRecord::EpisodeOrigin(origin) => {
+                if let Some(open) = self
+                    .open
+                    .as_mut()
+                    .filter(|open| open.start.episode == origin.episode)
+                {
+                    open.origin = Some(origin);
+                }
+            }
+        }
+    }
+
+    /// The open episode `episode` was given up: it is unfinished, not damaged.
+    fn abandon(&mut self, episode: u64) {
+        if self
+            .open
+            .as_ref()
+            .is_some_and(|open| open.start.episode == episode)
+        {
+            self.session_end();
         }
     }
 
@@ -230,6 +255,7 @@ impl Assembler {
         self.cut_at = None;
         self.open = Some(Open {
             start,
+            origin: None,
             transitions: Vec::new(),
             segment: segment.to_string(),
             problem,
@@ -286,6 +312,7 @@ impl Assembler {
         if open.problem.is_some() {
             return self.reject(open);
         }
+        self.origins.extend(open.origin);
         self.episodes.push((
             Episode {
                 start: open.start,

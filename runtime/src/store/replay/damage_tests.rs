@@ -22,7 +22,7 @@ fn robot_config() -> RobotConfig {
 }
 
 fn robot() -> SimRobot {
-    robot_config().build()
+    robot_config().build().unwrap()
 }
 
 fn spec() -> RobotSpec {
@@ -106,11 +106,9 @@ fn fixture() -> Fixture {
         let mut offset = 0;
         while offset < data.len() {
             let (payload, used) = decode_frame(&data[offset..]).unwrap();
-            let episode = match postcard::from_bytes::<ReplayRecord>(payload).unwrap() {
-                ReplayRecord::EpisodeStart(s) => s.episode,
-                ReplayRecord::Transition(t) => t.episode,
-                ReplayRecord::EpisodeEnd(e) => e.episode,
-            };
+            let episode = postcard::from_bytes::<ReplayRecord>(payload)
+                .unwrap()
+                .episode();
             frames.push((index, offset..offset + used, episode));
             offset += used;
         }

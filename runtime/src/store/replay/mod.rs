@@ -35,7 +35,9 @@ pub use check::{RepairReport, check_replay, repair_replay};
 pub use follow::ReplayFollower;
 pub use frame::{FrameError, encode_frame};
 pub use reader::{Corruption, ReplayContents, SegmentSummary, read_replay};
-pub use record::{Episode, EpisodeEnd, EpisodeStart, ReplayRecord, Transition};
+pub use record::{
+    Episode, EpisodeAbandoned, EpisodeEnd, EpisodeOrigin, EpisodeStart, ReplayRecord, Transition,
+};
 pub use training::{
     ReplaySource, TrainingReplay, check_replay_robot, read_training_replay, replay_robot,
 };

@@ -8,7 +8,7 @@ use imago_robots::RobotSpec;
 
 use super::assemble::{Assembler, DamagedEpisode, EpisodeShape};
 use super::frame::{FrameError, decode_frame, resync};
-use super::record::{Episode, ReplayRecord};
+use super::record::{Episode, EpisodeOrigin, ReplayRecord};
 use super::{FORMAT_VERSION, MANIFEST, Manifest, file_name, segment_files, segment_index};
 
 /// A damaged stretch of a segment.
@@ -74,6 +74,9 @@ pub struct ReplayContents {
     pub unfinished_episodes: u64,
     /// Episodes left out, with the reason.
     pub damaged: Vec<DamagedEpisode>,
+    /// Where the whole episodes a fleet learner stored were recorded first (empty in
+    /// any other replay).
+    pub origins: Vec<EpisodeOrigin>,
     /// Damaged stretches found.
     pub corruptions: Vec<Corruption>,
     /// Per segment, in order.
@@ -214,6 +217,7 @@ pub fn read_replay(dir: &Path) -> anyhow::Result<ReplayContents> {
         }
     }
     out.damaged = std::mem::take(&mut assembler.damaged);
+    out.origins = std::mem::take(&mut assembler.origins);
     Ok(out)
 }
 

@@ -67,6 +67,48 @@ pub enum ReplayRecord {
     Transition(Box<Transition>),
     /// An episode ends.
     EpisodeEnd(Box<EpisodeEnd>),
+    /// An episode was given up before its end (a remote robot answered late or went
+    /// away): readers count it unfinished, never whole and never damaged.
+    EpisodeAbandoned(EpisodeAbandoned),
+    /// Where an episode was recorded first (a fleet learner's replay: which actor, and
+    /// the episode's id in that actor's own replay), right after its start.
+    EpisodeOrigin(EpisodeOrigin),
+}
+
+/// The actor that recorded an episode a fleet learner stored, and the episode's id
+/// in that actor's replay: what makes a resent episode a duplicate, after a crash too.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct EpisodeOrigin {
+    /// The episode's id in this replay.
+    pub episode: u64,
+    /// The actor's id (`imago daemon --actor-id`).
+    pub actor: String,
+    /// The episode's id in the actor's own replay.
+    pub actor_episode: u64,
+}
+
+impl ReplayRecord {
+    /// The id of the episode the record belongs to.
+    pub fn episode(&self) -> u64 {
+        match self {
+            Self::EpisodeStart(s) => s.episode,
+            Self::Transition(t) => t.episode,
+            Self::EpisodeEnd(e) => e.episode,
+            Self::EpisodeAbandoned(a) => a.episode,
+            Self::EpisodeOrigin(o) => o.episode,
+        }
+    }
+}
+
+/// Why and where an episode was given up.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EpisodeAbandoned {
+    /// The episode's id.
+    pub episode: u64,
+    /// Steps recorded before it was given up.
+    pub steps: u32,
+    /// What happened (`late observation`, `link lost`).
+    pub reason: String,
 }
 
 /// One whole episode: it began, every step from 0 was recorded in order, it ended.

@@ -73,7 +73,7 @@ fn episodes_round_trip_across_segments() {
         },
     );
     assert_eq!(report, OpenReport::default());
-    let mut robot = RobotConfig::default().build();
+    let mut robot = RobotConfig::default().build().unwrap();
     write_episodes(&mut writer, &mut robot, 5, 4);
     writer.close().unwrap();
     assert!(
@@ -102,7 +102,7 @@ fn episodes_round_trip_across_segments() {
 fn torn_tail_is_reported_then_truncated_keeping_every_record_before_it() {
     let dir = tempfile::tempdir().unwrap();
     let (mut writer, _) = open(dir.path(), ReplayWriterConfig::default());
-    let mut robot = RobotConfig::default().build();
+    let mut robot = RobotConfig::default().build().unwrap();
     write_episodes(&mut writer, &mut robot, 3, 5);
     // A crash: the writer never closes its segment, and half a record reaches the disk.
     drop(writer);
@@ -149,7 +149,7 @@ fn torn_tail_is_reported_then_truncated_keeping_every_record_before_it() {
 fn a_flipped_byte_leaves_out_only_the_episode_it_hits() {
     let dir = tempfile::tempdir().unwrap();
     let (mut writer, _) = open(dir.path(), ReplayWriterConfig::default());
-    let mut robot = RobotConfig::default().build();
+    let mut robot = RobotConfig::default().build().unwrap();
     write_episodes(&mut writer, &mut robot, 4, 3);
     writer.close().unwrap();
     let segment = only_segment(dir.path());
@@ -192,7 +192,7 @@ fn retention_deletes_the_oldest_closed_segments_first() {
         ..ReplayWriterConfig::default()
     };
     let (mut writer, _) = open(dir.path(), config);
-    let mut robot = RobotConfig::default().build();
+    let mut robot = RobotConfig::default().build().unwrap();
     write_episodes(&mut writer, &mut robot, 12, 4);
     let before_close = writer.dropped_segments();
     let dropped = writer.close().unwrap();
@@ -216,4 +216,52 @@ fn retention_deletes_the_oldest_closed_segments_first() {
         .last()
         .expect("the newest episode is kept");
     assert_eq!(last.start.episode, 11);
+}
+
+#[test]
+fn an_abandoned_episode_is_unfinished_and_origins_follow_whole_episodes() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut writer, _) = open(dir.path(), ReplayWriterConfig::default());
+    let mut robot = RobotConfig::default().build().unwrap();
+    write_episodes(&mut writer, &mut robot, 2, 3);
+    writer.flush().unwrap();
+    let whole = read_replay(dir.path()).unwrap().episodes;
+    // Episode 2 begins, takes one step and is given up (a remote robot went away).
+    let mut abandoned = whole[0].clone();
+    abandoned.start.episode = 2;
+    writer
+        .append(&ReplayRecord::EpisodeStart(abandoned.start.clone()))
+        .unwrap();
+    let mut first = abandoned.transitions[0].clone();
+    first.episode = 2;
+    writer
+        .append(&ReplayRecord::Transition(Box::new(first)))
+        .unwrap();
+    writer
+        .append(&ReplayRecord::EpisodeAbandoned(EpisodeAbandoned {
+            episode: 2,
+            steps: 1,
+            reason: "link lost".into(),
+        }))
+        .unwrap();
+    // Episode 3 is whole and came from an actor's episode 7.
+    let mut stored = whole[1].clone();
+    stored.start.episode = 3;
+    stored.end.episode = 3;
+    for t in &mut stored.transitions {
+        t.episode = 3;
+    }
+    let origin = EpisodeOrigin {
+        episode: 3,
+        actor: "arm-1".into(),
+        actor_episode: 7,
+    };
+    writer.append_episode_from(&stored, Some(&origin)).unwrap();
+    writer.close().unwrap();
+    let contents = read_replay(dir.path()).unwrap();
+    assert!(!contents.is_damaged(), "{:?}", contents.damage_lines());
+    assert_eq!(contents.unfinished_episodes, 1);
+    let ids: Vec<u64> = contents.episodes.iter().map(|e| e.start.episode).collect();
+    assert_eq!(ids, [0, 1, 3]);
+    assert_eq!(contents.origins, [origin]);
 }

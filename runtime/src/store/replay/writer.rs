@@ -12,8 +12,8 @@ use imago_robots::bounds::{ConfigError, in_range};
 use super::RecordedRobot;
 use super::frame::{encode_frame, resync};
 use super::reader::decode_record;
-use super::record::Episode;
 use super::record::ReplayRecord;
+use super::record::{Episode, EpisodeOrigin};
 use super::{
     FORMAT_VERSION, Manifest, SEGMENTS, SegmentEntry, file_name, segment_files, segment_index,
 };
@@ -262,7 +262,19 @@ impl ReplayWriter {
 
     /// Appends a whole episode (start, every transition, end) and flushes it to disk.
     pub fn append_episode(&mut self, episode: &Episode) -> anyhow::Result<()> {
+        self.append_episode_from(episode, None)
+    }
+
+    /// [`Self::append_episode`], with the episode's `origin` recorded after its start.
+    pub fn append_episode_from(
+        &mut self,
+        episode: &Episode,
+        origin: Option<&EpisodeOrigin>,
+    ) -> anyhow::Result<()> {
         self.append(&ReplayRecord::EpisodeStart(episode.start.clone()))?;
+        if let Some(origin) = origin {
+            self.append(&ReplayRecord::EpisodeOrigin(origin.clone()))?;
+        }
         for transition in &episode.transitions {
             self.append(&ReplayRecord::Transition(Box::new(transition.clone())))?;
         }
@@ -399,11 +411,7 @@ pub(super) fn scan_segment(path: &Path) -> anyhow::Result<SegmentScan> {
     while offset < data.len() {
         match decode_record(&data[offset..]) {
             Ok((record, used)) => {
-                let episode = match &record {
-                    ReplayRecord::EpisodeStart(s) => s.episode,
-                    ReplayRecord::Transition(t) => t.episode,
-                    ReplayRecord::EpisodeEnd(e) => e.episode,
-                };
+                let episode = record.episode();
                 scan.next_episode = scan.next_episode.max(episode.saturating_add(1));
                 scan.records += 1;
                 offset += used;

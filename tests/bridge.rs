@@ -1,0 +1,404 @@
+//! The robot bridge end to end, on loopback (docs/bridge.md): `imago daemon` with
+//! `robot = "remote"` driving `imago robot-serve`, a robot that dies and comes back,
+//! and robots served from Python (a gymnasium environment, a LeRobot-style arm).
+//!
+//! The Python tests need `IMAGO_PYTHON` (else `python3`) with `imago_bridge`
+//! (`pip install ./robots/bridge-python`) and gymnasium's classic-control extra;
+//! without them they say they skipped, except under `CI=true`, where `.ci/run`
+//! installs them and their absence is a failure.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::net::TcpListener;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use common::{imago, stderr};
+use imago_robots::Robot;
+use imago_runtime::robot::RobotConfig;
+use imago_runtime::store::replay::read_replay;
+
+/// One daemon at a time: each holds the control loop to its rate on two cores.
+static ONE_DAEMON: Mutex<()> = Mutex::new(());
+
+/// A loopback TCP port nobody listens on now.
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A key of this process alone, so that tests never see each other's robots.
+fn unique_key(name: &str) -> String {
+    format!("imago/test/{}/{name}", std::process::id())
+}
+
+/// `imago robot-serve` for `robot` at `key`, listening on `port`; returns once it
+/// says it is serving.
+fn robot_serve(robot: &str, key: &str, port: u16) -> Child {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_imago"))
+        .args(["robot-serve", "--robot", robot, "--key", key, "--listen"])
+        .arg(format!("tcp/127.0.0.1:{port}"))
+        .env("XDG_RUNTIME_DIR", std::env::temp_dir())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("robot-serve starts");
+    let mut first = String::new();
+    BufReader::new(child.stdout.as_mut().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    assert!(first.starts_with("serving"), "robot-serve said: {first}");
+    child
+}
+
+/// Stops a server with SIGINT and returns what it printed after its first line.
+fn interrupt(mut child: Child) -> String {
+    let _ = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status();
+    let mut rest = String::new();
+    let _ = std::io::Read::read_to_string(child.stdout.as_mut().unwrap(), &mut rest);
+    let status = child.wait().unwrap();
+    assert!(status.success(), "the server exited with {status}: {rest}");
+    rest
+}
+
+/// The number printed before `what` in a server's summary (`12 steps`).
+fn count(summary: &str, what: &str) -> u64 {
+    let words: Vec<&str> = summary.split([' ', ',']).collect();
+    let at = words
+        .iter()
+        .position(|w| *w == what)
+        .unwrap_or_else(|| panic!("no `{what}` in {summary}"));
+    words[at - 1].parse().unwrap()
+}
+
+/// A daemon config for the remote robot at `key` on `port`; `learner` is the
+/// `[learner]` table's text.
+fn remote_config(dir: &Path, key: &str, port: u16, learner: &str) -> String {
+    let path = dir.join("remote.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "robot = \"remote\"\ndevice = \"cpu\"\n\
+             [actor.robot]\nkey = \"{key}\"\nconnect_timeout_s = 60.0\n\
+             [actor.robot.link]\nconnect = [\"tcp/127.0.0.1:{port}\"]\n\
+             {learner}"
+        ),
+    )
+    .unwrap();
+    path.to_str().unwrap().to_string()
+}
+
+const SMALL_LEARNER: &str = "[learner]\nmin_episodes = 2\n\
+     [learner.finetune]\npolicy_steps = 5\nworld_model_steps = 3\ncritic_steps = 3\ncritic_batch = 16\n";
+
+fn report(path: &Path) -> serde_json::Value {
+    serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
+}
+
+#[test]
+fn a_daemon_drives_robot_serve_exactly_as_the_local_robot() {
+    let _one = ONE_DAEMON.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let (key, port) = (unique_key("reacher"), free_port());
+    let server = robot_serve("reacher2d", &key, port);
+    let (run, json) = (dir.path().join("run"), dir.path().join("status.json"));
+    let output = imago(&[
+        "daemon",
+        "--config",
+        &remote_config(dir.path(), &key, port, SMALL_LEARNER),
+        "--run-dir",
+        run.to_str().unwrap(),
+        "--duration",
+        "20",
+        "--report",
+        json.to_str().unwrap(),
+    ]);
+    let served = interrupt(server);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let status = report(&json);
+    // 20 Hz over the bridge while the learner trains: no deadline missed, no answer
+    // late, nothing lost.
+    assert_eq!(status["deadline_misses"], 0, "{status}");
+    assert_eq!(status["late_observations"], 0, "{status}");
+    assert_eq!(status["link_losses"], 0, "{status}");
+    assert!(status["ticks"].as_u64().unwrap() >= 350, "{status}");
+    assert_eq!(status["transitions_written"], status["actor_transitions"]);
+    // Every step the robot took is a transition the daemon recorded, and no other.
+    assert_eq!(
+        count(&served, "steps"),
+        status["actor_transitions"].as_u64().unwrap(),
+        "{served}"
+    );
+    assert_eq!(count(&served, "stale"), 0, "{served}");
+    // Each recorded episode is what the local robot does from the same seed under
+    // the same actions, bit for bit.
+    let contents = read_replay(&run.join("replay")).unwrap();
+    assert!(!contents.is_damaged(), "{:?}", contents.damage_lines());
+    assert_eq!(contents.spec, Some(RobotConfig::default().spec()));
+    assert!(contents.episodes.len() >= 3, "{}", contents.episodes.len());
+    let mut local = RobotConfig::default().build().unwrap();
+    for episode in &contents.episodes {
+        let mut observation = local.reset(episode.start.seed);
+        for t in &episode.transitions {
+            assert_eq!(
+                t.observation, observation,
+                "episode {}",
+                episode.start.episode
+            );
+            let step = local.step(&t.action);
+            assert_eq!(
+                (step.reward, step.done, step.success, &step.info.executed),
+                (t.reward, t.done, t.success, &t.executed)
+            );
+            observation = step.observation;
+        }
+        assert_eq!(episode.end.final_observation, observation);
+    }
+    assert!(status["learning_steps"].as_u64().unwrap() >= 1, "{status}");
+}
+
+#[test]
+fn a_lost_robot_is_held_counted_and_driven_again_when_it_returns() {
+    let _one = ONE_DAEMON.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let (key, port) = (unique_key("comeback"), free_port());
+    let mut first = robot_serve("reacher2d", &key, port);
+    let (run, json) = (dir.path().join("run"), dir.path().join("status.json"));
+    let daemon = Command::new(env!("CARGO_BIN_EXE_imago"))
+        .args([
+            "daemon",
+            "--config",
+            &remote_config(dir.path(), &key, port, "[learner]\nenabled = false\n"),
+            "--run-dir",
+            run.to_str().unwrap(),
+            "--duration",
+            "16",
+            "--report",
+            json.to_str().unwrap(),
+        ])
+        .env("XDG_RUNTIME_DIR", std::env::temp_dir())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(5));
+    // The robot's process dies without a word.
+    first.kill().unwrap();
+    first.wait().unwrap();
+    std::thread::sleep(Duration::from_secs(3));
+    let second = robot_serve("reacher2d", &key, port);
+    let output = daemon.wait_with_output().unwrap();
+    let served = interrupt(second);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let status = report(&json);
+    assert!(status["link_losses"].as_u64().unwrap() >= 1, "{status}");
+    assert!(
+        status["episodes_abandoned"].as_u64().unwrap() >= 1,
+        "{status}"
+    );
+    assert!(
+        String::from_utf8_lossy(&output.stderr).contains("lost the robot"),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    // It carried on with the robot that came back.
+    assert!(count(&served, "steps") >= 20, "{served}");
+    // The replay is intact: the abandoned episode is unfinished, not damaged, and
+    // holds nothing for the ticks without the robot.
+    let contents = read_replay(&run.join("replay")).unwrap();
+    assert!(!contents.is_damaged(), "{:?}", contents.damage_lines());
+    assert!(contents.unfinished_episodes >= 1);
+    assert_eq!(contents.records, status["replay_records"].as_u64().unwrap());
+    let whole: u64 = contents
+        .episodes
+        .iter()
+        .map(|e| e.transitions.len() as u64)
+        .sum();
+    assert!(whole <= status["transitions_written"].as_u64().unwrap());
+}
+
+/// The Python that has `imago_bridge` and gymnasium, or why the test skips.
+fn bridge_python() -> Option<String> {
+    let python = std::env::var("IMAGO_PYTHON").unwrap_or_else(|_| "python3".to_string());
+    let ok = Command::new(&python)
+        .args(["-c", "import imago_bridge, gymnasium, pygame"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if ok {
+        return Some(python);
+    }
+    assert!(
+        std::env::var("CI").as_deref() != Ok("true"),
+        "CI=true but {python} cannot import imago_bridge, gymnasium and pygame (.ci/run installs them)"
+    );
+    println!(
+        "skipped: {python} cannot import imago_bridge, gymnasium and pygame (pip install ./robots/bridge-python \"gymnasium[classic-control]\")"
+    );
+    None
+}
+
+/// A Python example of `robots/bridge-python/examples` serving at `key` on `port`;
+/// returns once it says it is serving.
+fn python_serve(python: &str, example: &str, key: &str, port: u16, extra: &[&str]) -> Child {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("robots/bridge-python/examples")
+        .join(example);
+    let mut child = Command::new(python)
+        .arg(script)
+        .args(["--key", key, "--listen", &format!("tcp/127.0.0.1:{port}")])
+        .args(extra)
+        .env("XDG_RUNTIME_DIR", std::env::temp_dir())
+        .env("SDL_VIDEODRIVER", "dummy")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("python starts");
+    let started = Instant::now();
+    let mut first = String::new();
+    BufReader::new(child.stdout.as_mut().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    assert!(
+        first.contains("serving"),
+        "{example} said: {first} (after {:?})",
+        started.elapsed()
+    );
+    child
+}
+
+#[test]
+fn a_gymnasium_environment_served_from_python_is_trained_on_end_to_end() {
+    let Some(python) = bridge_python() else {
+        return;
+    };
+    let _one = ONE_DAEMON.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let (key, port) = (unique_key("pendulum"), free_port());
+    let server = python_serve(
+        &python,
+        "serve_pendulum.py",
+        &key,
+        port,
+        &["--max-steps", "30"],
+    );
+    let (run, json) = (dir.path().join("run"), dir.path().join("status.json"));
+    let output = imago(&[
+        "daemon",
+        "--config",
+        &remote_config(dir.path(), &key, port, SMALL_LEARNER),
+        "--run-dir",
+        run.to_str().unwrap(),
+        "--duration",
+        "25",
+        "--report",
+        json.to_str().unwrap(),
+    ]);
+    let served = interrupt(server);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let status = report(&json);
+    assert_eq!(status["transitions_written"], status["actor_transitions"]);
+    assert_eq!(status["link_losses"], 0, "{status}");
+    let contents = read_replay(&run.join("replay")).unwrap();
+    assert!(!contents.is_damaged(), "{:?}", contents.damage_lines());
+    let spec = contents.spec.clone().unwrap();
+    assert_eq!(
+        (spec.name.as_str(), spec.action_limit.as_slice()),
+        ("pendulum", &[2.0f32][..])
+    );
+    assert!(contents.episodes.len() >= 4, "{}", contents.episodes.len());
+    for episode in &contents.episodes {
+        assert_eq!(episode.transitions.len(), 30);
+        let frame = episode.transitions[0].observation.image.as_ref().unwrap();
+        assert_eq!((frame.width, frame.height), (32, 32));
+        // Pendulum's reward is minus a cost: never positive, and not all zero.
+        assert!(episode.transitions.iter().all(|t| t.reward <= 0.0));
+        assert!(episode.transitions.iter().any(|t| t.reward < 0.0));
+    }
+    // It trained on what it recorded and acted with what it trained.
+    assert!(status["learning_steps"].as_u64().unwrap() >= 1, "{status}");
+    assert!(
+        status["policy_versions"].as_array().unwrap().len() >= 2,
+        "{status}"
+    );
+    // The Python server stepped once per recorded transition.
+    let steps = served
+        .split("'steps': ")
+        .nth(1)
+        .and_then(|rest| rest.split([',', '}']).next())
+        .and_then(|n| n.trim().parse::<u64>().ok());
+    assert_eq!(steps, status["actor_transitions"].as_u64(), "{served}");
+}
+
+#[test]
+fn a_lerobot_style_arm_served_from_python_gets_exactly_the_recorded_commands() {
+    let Some(python) = bridge_python() else {
+        return;
+    };
+    let _one = ONE_DAEMON.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let (key, port) = (unique_key("arm"), free_port());
+    let log = dir.path().join("sent.jsonl");
+    let server = python_serve(
+        &python,
+        "fake_lerobot_arm.py",
+        &key,
+        port,
+        &["--log", log.to_str().unwrap(), "--max-steps", "20"],
+    );
+    let (run, json) = (dir.path().join("run"), dir.path().join("status.json"));
+    let output = imago(&[
+        "daemon",
+        "--config",
+        &remote_config(dir.path(), &key, port, "[learner]\nenabled = false\n"),
+        "--run-dir",
+        run.to_str().unwrap(),
+        "--duration",
+        "6",
+        "--report",
+        json.to_str().unwrap(),
+    ]);
+    interrupt(server);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let status = report(&json);
+    let contents = read_replay(&run.join("replay")).unwrap();
+    assert!(!contents.is_damaged(), "{:?}", contents.damage_lines());
+    let spec = contents.spec.clone().unwrap();
+    assert_eq!(spec.name, "fake_so101");
+    assert_eq!(spec.proprio_dim(), 6);
+    // Position actions are predicted relative to where each joint is.
+    assert_eq!(spec.action_origin, Some((0..6).collect()));
+    let sent: Vec<Vec<f32>> = std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    assert_eq!(
+        sent.len() as u64,
+        status["actor_transitions"].as_u64().unwrap(),
+        "one command reached the arm per recorded tick"
+    );
+    let recorded: Vec<&Vec<f32>> = contents
+        .episodes
+        .iter()
+        .flat_map(|e| e.transitions.iter().map(|t| &t.executed.0))
+        .collect();
+    assert!(recorded.len() >= 40, "{}", recorded.len());
+    for (arm, replay) in sent.iter().zip(&recorded) {
+        assert_eq!(
+            arm, *replay,
+            "the arm got what the replay says was executed"
+        );
+    }
+}
