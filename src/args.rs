@@ -2,9 +2,13 @@
 //! `--robot-config`), the rerun recording (`--rerun*`), JSON reports and range checks.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use clap::Args;
 use imago_robots::bounds::in_range;
+use imago_runtime::device::{DeviceSpec, ResolvedDevice, resolve};
+use imago_runtime::engine::daemon::DaemonConfig;
 use imago_runtime::robot::{DEFAULT_ROBOT, RobotConfig};
 use imago_runtime::store::outputs::check_file_output;
 use imago_runtime::telemetry::{
@@ -119,4 +123,38 @@ pub fn flag_in_range<T: PartialOrd + std::fmt::Debug>(
     range: std::ops::RangeInclusive<T>,
 ) -> anyhow::Result<()> {
     in_range(flag, value, range).map_err(anyhow::Error::from)
+}
+
+/// Longest run `--duration` accepts: ten years, in seconds.
+const MAX_DURATION_SECONDS: f64 = 315_360_000.0;
+
+/// What a command run from a daemon config (`daemon`, `learner`) starts with: the
+/// config, `--duration` checked (0.1 s to ten years), the device (`--device`, else the
+/// config's), and a flag SIGINT/SIGTERM set.
+pub fn daemon_start(
+    config: &Path,
+    duration: Option<f64>,
+    device: DeviceSpec,
+) -> anyhow::Result<(
+    DaemonConfig,
+    Option<Duration>,
+    ResolvedDevice,
+    &'static AtomicBool,
+)> {
+    let config = DaemonConfig::load(config)?;
+    if let Some(seconds) = duration {
+        flag_in_range("--duration", seconds, 0.1..=MAX_DURATION_SECONDS)?;
+    }
+    let spec = match device {
+        DeviceSpec::Auto => config
+            .device
+            .parse()
+            .map_err(|e| anyhow::anyhow!("device: {e}"))?,
+        other => other,
+    };
+    let device = resolve(spec)?;
+    static STOP: AtomicBool = AtomicBool::new(false);
+    ctrlc::set_handler(|| STOP.store(true, Ordering::Relaxed))
+        .map_err(|e| anyhow::anyhow!("cannot install the signal handler: {e}"))?;
+    Ok((config, duration.map(Duration::from_secs_f64), device, &STOP))
 }

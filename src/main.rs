@@ -11,7 +11,8 @@ use clap::{Parser, Subcommand};
 use imago_runtime::device::DeviceSpec;
 
 use commands::{
-    bench, collect, daemon, demo, devices, eval, inspect, replay, robot_serve, train, wm_eval,
+    bench, collect, daemon, demo, devices, eval, inspect, learner, replay, robot_serve, train,
+    wm_eval,
 };
 
 #[derive(Debug, Parser)]
@@ -65,6 +66,10 @@ enum Command {
     /// Serve a built-in simulated robot over the bridge (zenoh), for a daemon with
     /// `robot = "remote"` in another process or on another machine (docs/bridge.md).
     RobotServe(robot_serve::RobotServeArgs),
+    /// The learner of a fleet: stores the episodes of every actor (`imago daemon
+    /// --learner`) in one replay, trains on it and publishes each new policy version
+    /// (docs/fleet.md).
+    Learner(learner::LearnerArgs),
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {
@@ -81,6 +86,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Replay { command } => replay::run(command),
         Command::Eval(args) => eval::run(args, device),
         Command::RobotServe(args) => robot_serve::run(args),
+        Command::Learner(args) => learner::run(args, device),
     }
 }
 

@@ -10,28 +10,18 @@
 mod common;
 
 use std::io::{BufRead, BufReader};
-use std::net::TcpListener;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use common::{imago, stderr};
+use common::{free_port, imago, stderr};
 use imago_robots::Robot;
 use imago_runtime::robot::RobotConfig;
 use imago_runtime::store::replay::read_replay;
 
 /// One daemon at a time: each holds the control loop to its rate on two cores.
 static ONE_DAEMON: Mutex<()> = Mutex::new(());
-
-/// A loopback TCP port nobody listens on now.
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 /// A key of this process alone, so that tests never see each other's robots.
 fn unique_key(name: &str) -> String {

@@ -1,17 +1,15 @@
 //! `imago daemon`.
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
 
 use clap::Args;
-use imago_runtime::device::{DeviceSpec, resolve};
-use imago_runtime::engine::daemon::{DaemonConfig, DaemonOptions, run_daemon};
+use imago_runtime::bridge::LinkConfig;
+use imago_runtime::device::DeviceSpec;
+use imago_runtime::engine::daemon::{DaemonOptions, run_daemon};
+use imago_runtime::engine::fleet::DEFAULT_FLEET_KEY;
+use imago_runtime::engine::fleet::actor::{FleetActorOptions, run_fleet_actor};
 
-use crate::args::{RerunArgs, flag_in_range, write_json};
-
-/// Longest daemon run `--duration` accepts: ten years, in seconds.
-const MAX_DURATION_SECONDS: f64 = 315_360_000.0;
+use crate::args::{RerunArgs, daemon_start, write_json};
 
 /// Flags of `imago daemon`.
 #[derive(Debug, Args)]
@@ -35,41 +33,79 @@ pub struct DaemonArgs {
     /// Also write the final status as JSON here.
     #[arg(long)]
     report: Option<PathBuf>,
+    /// Run as an actor of a fleet: no learner here; every whole episode goes to the
+    /// `imago learner` at this zenoh endpoint (repeatable), e.g. tcp/10.0.0.5:7447,
+    /// and its policy versions are swapped in (docs/fleet.md).
+    #[arg(long, value_name = "ENDPOINT", conflicts_with_all = ["resume", "fresh"])]
+    learner: Vec<String>,
+    /// The actor's id in the fleet, the same across its restarts [default: the run
+    /// directory's name].
+    #[arg(long, requires = "learner")]
+    actor_id: Option<String>,
+    /// The fleet's key.
+    #[arg(long, default_value = DEFAULT_FLEET_KEY, requires = "learner")]
+    fleet_key: String,
     #[command(flatten)]
     rerun: RerunArgs,
 }
 
 /// Runs the daemon until a signal or `--duration`, then prints what it did.
 pub fn run(args: DaemonArgs, device: DeviceSpec) -> anyhow::Result<()> {
-    let config = DaemonConfig::load(&args.config)?;
-    if let Some(seconds) = args.duration {
-        flag_in_range("--duration", seconds, 0.1..=MAX_DURATION_SECONDS)?;
-    }
-    // The config's device unless --device was given.
-    let spec = match device {
-        DeviceSpec::Auto => config
-            .device
-            .parse()
-            .map_err(|e| anyhow::anyhow!("device: {e}"))?,
-        other => other,
-    };
-    let device = resolve(spec)?;
-    static STOP: AtomicBool = AtomicBool::new(false);
-    ctrlc::set_handler(|| STOP.store(true, Ordering::Relaxed))
-        .map_err(|e| anyhow::anyhow!("cannot install the signal handler: {e}"))?;
+    let (config, duration, device, stop) = daemon_start(&args.config, args.duration, device)?;
     let session = args.rerun.start(&config.telemetry)?;
+    if !args.learner.is_empty() {
+        let run_dir = args.run_dir.unwrap_or(config.run_dir.clone());
+        let actor_id = match args.actor_id {
+            Some(id) => id,
+            None => run_dir
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .ok_or_else(|| {
+                    anyhow::anyhow!("--actor-id: the run directory has no name to take")
+                })?,
+        };
+        let report = run_fleet_actor(
+            &config,
+            &FleetActorOptions {
+                run_dir,
+                actor_id: actor_id.clone(),
+                duration,
+                link: LinkConfig::explicit(Vec::new(), args.learner),
+                fleet_key: args.fleet_key,
+                telemetry: session.handle(),
+            },
+            &device,
+            stop,
+        )?;
+        let control = &report.control;
+        println!(
+            "actor {actor_id} stopped: {} ticks, {} deadline misses, policy versions {:?}, {} of {} transitions written; {} episodes forwarded ({} already stored), {} pending",
+            control.ticks,
+            control.deadline_misses,
+            control.policy_versions,
+            control.transitions_written,
+            control.actor_transitions,
+            report.episodes_forwarded,
+            report.duplicates,
+            report.episodes_pending
+        );
+        if let Some(path) = args.report {
+            write_json(&path, &report)?;
+        }
+        return args.rerun.finish(session);
+    }
     let outcome = run_daemon(
         &config,
         &DaemonOptions {
             run_dir: args.run_dir,
-            duration: args.duration.map(Duration::from_secs_f64),
+            duration,
             resume: args.resume,
             fresh: args.fresh,
             max_learning_steps: None,
             telemetry: session.handle(),
         },
         &device,
-        &STOP,
+        stop,
     )?;
     let control = &outcome.control;
     println!(

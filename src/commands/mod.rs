@@ -9,6 +9,7 @@ pub mod demo;
 pub mod devices;
 pub mod eval;
 pub mod inspect;
+pub mod learner;
 pub mod replay;
 pub mod robot_serve;
 pub mod train;

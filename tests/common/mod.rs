@@ -1,4 +1,5 @@
-//! Helpers shared by the end-to-end tests.
+//! Helpers shared by the end-to-end tests (each test file uses some of them).
+#![allow(dead_code)]
 
 use std::process::{Command, Output};
 
@@ -14,4 +15,13 @@ pub fn imago(args: &[&str]) -> Output {
 /// Standard error as text.
 pub fn stderr(output: &Output) -> String {
     String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+/// A loopback TCP port nobody listens on now.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }

@@ -2,6 +2,8 @@
 //! replay writer records every transition (see [`crate::engine`]); on the calling
 //! thread the learner fine-tunes the policy on the replay and publishes each new
 //! version to the actor; checkpoints are written on a schedule and at shutdown.
+//! The fleet's learner (`engine::fleet::learner`) starts as this one does
+//! ([`prepare`]) and learns the same way.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -257,11 +259,11 @@ pub fn policy_checkpoint(run_dir: &Path) -> PathBuf {
 /// What the daemon starts from: the learner (policy, world model, critic), where it
 /// records, the learner's window on that replay, and the run directory's lock (held
 /// until the daemon ends).
-struct Prepared {
-    learner: Learner,
-    replay: PathBuf,
-    window: ReplayWindow,
-    checkpoint: PathBuf,
+pub(crate) struct Prepared {
+    pub(crate) learner: Learner,
+    pub(crate) replay: PathBuf,
+    pub(crate) window: ReplayWindow,
+    pub(crate) checkpoint: PathBuf,
     _lock: DirLock,
 }
 
@@ -341,7 +343,7 @@ fn aside_name(dir: &Path) -> PathBuf {
 
 /// Loads or initialises the models (from the run's checkpoint with `--resume`) and
 /// writes a first checkpoint, so that a crash at any time leaves one to resume.
-fn prepare(
+pub(crate) fn prepare(
     config: &DaemonConfig,
     options: &DaemonOptions,
     device: &ResolvedDevice,
@@ -446,7 +448,7 @@ fn prepare(
 /// Takes in what the actor recorded since the last look; whether the window now holds
 /// enough episodes recorded by a version within the staleness bound of the one the
 /// next learning step produces.
-fn enough_fresh(
+pub(crate) fn enough_fresh(
     window: &mut ReplayWindow,
     learner: &Learner,
     config: &LearnerConfig,
@@ -648,7 +650,7 @@ fn snapshot(learner: &Learner, device: &ResolvedDevice) -> PolicySnapshot {
     PolicySnapshot::new(learner.version(), learner.policy(), &device.inference)
 }
 
-fn save(learner: &Learner, spec: &RobotSpec, dir: &Path) -> anyhow::Result<()> {
+pub(crate) fn save(learner: &Learner, spec: &RobotSpec, dir: &Path) -> anyhow::Result<()> {
     save_policy(
         &learner.policy(),
         learner.policy_config(),

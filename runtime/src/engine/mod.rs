@@ -1,12 +1,14 @@
 //! The robot-side engine: an actor thread running the control loop at the robot's
 //! rate, a replay writer thread and a status (telemetry) thread, connected by a
 //! bounded queue and relaxed atomic counters, with policy hot-swap through a snapshot
-//! mailbox. The learner runs on the calling thread (see [`crate::engine::daemon`]).
+//! mailbox. The learner runs on the calling thread (see [`crate::engine::daemon`]), or
+//! in another process for a fleet of actors ([`crate::engine::fleet`]).
 
 mod actor;
 mod clock;
 pub mod daemon;
 mod driven;
+pub mod fleet;
 mod priority;
 mod replay_window;
 mod snapshot;

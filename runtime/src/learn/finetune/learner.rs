@@ -4,7 +4,7 @@
 //! actor recorded.
 
 use burn::Dispatch;
-use burn::module::AutodiffModule;
+use burn::module::{AutodiffModule, Module};
 use imago_policies::{VlaPolicy, VlaPolicyConfig};
 use imago_worldmodel::{LatentCritic, LatentCriticConfig, WorldModel, WorldModelConfig};
 use rand::SeedableRng;
@@ -67,9 +67,14 @@ impl Learner {
         max_steps: u32,
         device: &ResolvedDevice,
     ) -> Self {
+        // burn initialises parameters lazily, and each clone of an uninitialised
+        // module draws its own weights: the checkpoint, the actor's snapshot and a
+        // fleet's published version of "version 1" would differ. Materialise them once.
+        let record = policy.0.clone().into_record();
+        let initialised = policy.0.load_record(record);
         Self {
             telemetry: Telemetry::off(),
-            policy: policy.0,
+            policy: initialised,
             policy_config: policy.1,
             critic: LatentCriticConfig::new(world_model.1.latent_dim).init(&device.training),
             world_model: world_model.0,

@@ -83,6 +83,9 @@ pub struct EpisodeOrigin {
     pub episode: u64,
     /// The actor's id (`imago daemon --actor-id`).
     pub actor: String,
+    /// The actor's run directory, as a random number drawn when it was created: two
+    /// run directories under one actor id are told apart (and refused).
+    pub instance: u64,
     /// The episode's id in the actor's own replay.
     pub actor_episode: u64,
 }

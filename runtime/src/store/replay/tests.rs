@@ -254,6 +254,7 @@ fn an_abandoned_episode_is_unfinished_and_origins_follow_whole_episodes() {
     let origin = EpisodeOrigin {
         episode: 3,
         actor: "arm-1".into(),
+        instance: 5,
         actor_episode: 7,
     };
     writer.append_episode_from(&stored, Some(&origin)).unwrap();
