@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use clap::Args;
 use imago_robots::bounds::in_range;
+use imago_runtime::bridge::LinkConfig;
 use imago_runtime::device::{DeviceSpec, ResolvedDevice, resolve};
 use imago_runtime::engine::daemon::DaemonConfig;
 use imago_runtime::robot::{DEFAULT_ROBOT, RobotConfig};
@@ -157,4 +158,17 @@ pub fn daemon_start(
     ctrlc::set_handler(|| STOP.store(true, Ordering::Relaxed))
         .map_err(|e| anyhow::anyhow!("cannot install the signal handler: {e}"))?;
     Ok((config, duration.map(Duration::from_secs_f64), device, &STOP))
+}
+
+/// A zenoh link listening on `listen` and connecting to `connect` (no multicast
+/// scouting), its endpoints checked; the error names `flag`.
+pub fn flag_link(
+    flag: &str,
+    listen: Vec<String>,
+    connect: Vec<String>,
+) -> anyhow::Result<LinkConfig> {
+    let link = LinkConfig::explicit(listen, connect);
+    link.validate()
+        .map_err(|e| anyhow::anyhow!("{flag}: {e}"))?;
+    Ok(link)
 }

@@ -392,3 +392,85 @@ fn a_lerobot_style_arm_served_from_python_gets_exactly_the_recorded_commands() {
         );
     }
 }
+
+#[test]
+fn mistakes_in_bridge_and_fleet_settings_are_one_clear_error_and_touch_no_run_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("run");
+    let config = |name: &str, text: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        path.to_str().unwrap().to_string()
+    };
+    let daemon = |config: &str, extra: &[&str]| {
+        let mut args = vec![
+            "daemon",
+            "--config",
+            config,
+            "--run-dir",
+            run.to_str().unwrap(),
+            "--duration",
+            "1",
+        ];
+        args.extend_from_slice(extra);
+        imago(&args)
+    };
+    let cases = [
+        (
+            daemon(
+                &config("nokey.toml", "robot = \"remote\"\ndevice = \"cpu\"\n"),
+                &[],
+            ),
+            vec!["key", "is required"],
+        ),
+        (
+            daemon(
+                &config(
+                    "typo.toml",
+                    "robot = \"remote\"\n[actor.robot]\nkey = \"imago/robots/x\"\nconect_timeout_s = 1\n",
+                ),
+                &[],
+            ),
+            vec!["conect_timeout_s", "connect_timeout_s"],
+        ),
+        (
+            daemon(
+                &config(
+                    "absent.toml",
+                    &format!(
+                        "robot = \"remote\"\n[actor.robot]\nkey = \"{}\"\nconnect_timeout_s = 1.0\n[actor.robot.link]\nconnect = [\"tcp/127.0.0.1:{}\"]\n",
+                        unique_key("absent"),
+                        free_port()
+                    ),
+                ),
+                &[],
+            ),
+            vec!["no robot answered", "robot-serve"],
+        ),
+        (
+            daemon(
+                &config("fleet.toml", "robot = \"reacher2d\"\ndevice = \"cpu\"\n"),
+                &["--learner", "127.0.0.1:7447"],
+            ),
+            vec!["--learner", "PROTOCOL/ADDRESS"],
+        ),
+        (
+            imago(&["robot-serve", "--key", "imago/*"]),
+            vec!["not a robot key", "wildcards"],
+        ),
+    ];
+    for (output, words) in cases {
+        let text = stderr(&output);
+        assert!(!output.status.success(), "{text}");
+        // One error line (a "waiting for the robot" note may come before it).
+        assert_eq!(
+            text.lines().filter(|l| l.starts_with("error:")).count(),
+            1,
+            "{text}"
+        );
+        for word in words {
+            assert!(text.contains(word), "no `{word}` in: {text}");
+        }
+        assert!(!run.exists(), "a failed start created {}", run.display());
+    }
+}

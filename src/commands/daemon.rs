@@ -3,13 +3,12 @@
 use std::path::PathBuf;
 
 use clap::Args;
-use imago_runtime::bridge::LinkConfig;
 use imago_runtime::device::DeviceSpec;
 use imago_runtime::engine::daemon::{DaemonOptions, run_daemon};
 use imago_runtime::engine::fleet::DEFAULT_FLEET_KEY;
 use imago_runtime::engine::fleet::actor::{FleetActorOptions, run_fleet_actor};
 
-use crate::args::{RerunArgs, daemon_start, write_json};
+use crate::args::{RerunArgs, daemon_start, flag_link, write_json};
 
 /// Flags of `imago daemon`.
 #[derive(Debug, Args)]
@@ -70,7 +69,7 @@ pub fn run(args: DaemonArgs, device: DeviceSpec) -> anyhow::Result<()> {
                 run_dir,
                 actor_id: actor_id.clone(),
                 duration,
-                link: LinkConfig::explicit(Vec::new(), args.learner),
+                link: flag_link("--learner", Vec::new(), args.learner)?,
                 fleet_key: args.fleet_key,
                 telemetry: session.handle(),
             },

@@ -3,14 +3,13 @@
 use std::path::PathBuf;
 
 use clap::Args;
-use imago_runtime::bridge::LinkConfig;
 use imago_runtime::device::DeviceSpec;
 use imago_runtime::engine::daemon::DaemonOptions;
 use imago_runtime::engine::fleet::DEFAULT_FLEET_KEY;
 use imago_runtime::engine::fleet::learner::run_fleet_learner;
 use imago_runtime::telemetry::Telemetry;
 
-use crate::args::{daemon_start, write_json};
+use crate::args::{daemon_start, flag_link, write_json};
 
 /// Flags of `imago learner`.
 #[derive(Debug, Args)]
@@ -57,7 +56,7 @@ pub fn run(args: LearnerArgs, device: DeviceSpec) -> anyhow::Result<()> {
             telemetry: Telemetry::off(),
         },
         &device,
-        &LinkConfig::explicit(args.listen, Vec::new()),
+        &flag_link("--listen", args.listen, Vec::new())?,
         &args.fleet_key,
         stop,
     )?;

@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use clap::{Args, ValueEnum};
 use imago_runtime::bridge::{FrameEncoding, LinkConfig, ServeOptions, serve_robot};
 
-use crate::args::RobotArgs;
+use crate::args::{RobotArgs, flag_link};
 
 /// How camera frames travel on the bridge.
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -45,7 +45,7 @@ pub fn run(args: RobotServeArgs) -> anyhow::Result<()> {
     let link = if args.listen.is_empty() && args.connect.is_empty() {
         LinkConfig::default()
     } else {
-        LinkConfig::explicit(args.listen, args.connect)
+        flag_link("--listen/--connect", args.listen, args.connect)?
     };
     let options = ServeOptions {
         key,

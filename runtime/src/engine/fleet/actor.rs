@@ -93,8 +93,8 @@ pub fn run_fleet_actor(
     stop: &AtomicBool,
 ) -> anyhow::Result<FleetActorReport> {
     let keys = FleetKeys::new(&options.fleet_key).map_err(anyhow::Error::msg)?;
-    let _lock = open_actor_dir(&options.run_dir)?;
     let session = options.link.open()?;
+    let _lock = open_actor_dir(&options.run_dir)?;
     let (policy_sender, policies) = crossbeam_channel::bounded(4);
     let _policy_subscriber = session
         .declare_subscriber(keys.policy.clone())

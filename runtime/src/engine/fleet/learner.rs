@@ -64,6 +64,9 @@ pub fn run_fleet_learner(
     stop: &AtomicBool,
 ) -> anyhow::Result<FleetLearnerReport> {
     let keys = FleetKeys::new(fleet_key).map_err(anyhow::Error::msg)?;
+    // A link that cannot be opened (a port in use, a bad endpoint) is an error before
+    // the run directory is touched.
+    let session = link.open()?;
     let prepared = prepare(config, options, device)?;
     let (mut learner, mut window, checkpoint) =
         (prepared.learner, prepared.window, prepared.checkpoint);
@@ -84,7 +87,6 @@ pub fn run_fleet_learner(
         .into_iter()
         .map(|o| ((o.actor, o.actor_episode), o.episode))
         .collect();
-    let session = link.open()?;
     let latest = Arc::new(Mutex::new(encode(&PolicyMessage::new(
         learner.version(),
         &learner.policy(),
