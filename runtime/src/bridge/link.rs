@@ -1,7 +1,16 @@
 //! How a bridge endpoint reaches its peers: the zenoh session settings that robot
-//! and daemon configs share (`[actor.robot.link]`, `imago robot-serve --listen`).
+//! and daemon configs share (`[actor.robot.link]`, `imago robot-serve --listen`), and
+//! the declarations every side of the bridge and the fleet makes the same way.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use crossbeam_channel::Receiver;
 use serde::{Deserialize, Serialize};
+use zenoh::liveliness::LivelinessToken;
+use zenoh::pubsub::{Publisher, Subscriber};
+use zenoh::qos::CongestionControl;
+use zenoh::sample::SampleKind;
 use zenoh::{Config, Session, Wait};
 
 /// Whether this process routes for others (peer) or goes through a router (client).
@@ -100,6 +109,76 @@ impl LinkConfig {
                 self.connect
             )
         })
+    }
+}
+
+/// A publisher on `key` that never waits on the network (congestion control `Drop`:
+/// a message that cannot go now is lost) and sends each message at once (`express`,
+/// no batching).
+pub fn express_publisher(session: &Session, key: &str) -> anyhow::Result<Publisher<'static>> {
+    session
+        .declare_publisher(key.to_string())
+        .congestion_control(CongestionControl::Drop)
+        .express(true)
+        .wait()
+        .map_err(|e| anyhow::anyhow!("declaring {key}: {e}"))
+}
+
+/// A subscriber on `key` whose payloads wait in a queue of `capacity` (more are
+/// dropped) for a thread of the caller's.
+pub fn payload_queue(
+    session: &Session,
+    key: &str,
+    capacity: usize,
+) -> anyhow::Result<(Subscriber<()>, Receiver<Vec<u8>>)> {
+    let (sender, payloads) = crossbeam_channel::bounded(capacity);
+    let subscriber = session
+        .declare_subscriber(key.to_string())
+        .callback(move |sample| {
+            let _ = sender.try_send(sample.payload().to_bytes().into_owned());
+        })
+        .wait()
+        .map_err(|e| anyhow::anyhow!("subscribing to {key}: {e}"))?;
+    Ok((subscriber, payloads))
+}
+
+/// The liveliness token at `key`: the peer's sign of life while this side holds it.
+pub fn alive_token(session: &Session, key: &str) -> anyhow::Result<LivelinessToken> {
+    session
+        .liveliness()
+        .declare_token(key.to_string())
+        .wait()
+        .map_err(|e| anyhow::anyhow!("declaring {key}: {e}"))
+}
+
+/// Whether the liveliness token at a key is present, as zenoh's threads report it
+/// (with history: a peer already up is seen at once).
+pub struct PeerAlive {
+    alive: Arc<AtomicBool>,
+    _subscriber: Subscriber<()>,
+}
+
+impl PeerAlive {
+    /// Watches the token at `key`.
+    pub fn watch(session: &Session, key: &str) -> anyhow::Result<Self> {
+        let alive = Arc::new(AtomicBool::new(false));
+        let flag = alive.clone();
+        let subscriber = session
+            .liveliness()
+            .declare_subscriber(key.to_string())
+            .history(true)
+            .callback(move |sample| flag.store(sample.kind() == SampleKind::Put, Ordering::Relaxed))
+            .wait()
+            .map_err(|e| anyhow::anyhow!("watching {key}: {e}"))?;
+        Ok(Self {
+            alive,
+            _subscriber: subscriber,
+        })
+    }
+
+    /// Whether the token is present now.
+    pub fn is_alive(&self) -> bool {
+        self.alive.load(Ordering::Relaxed)
     }
 }
 

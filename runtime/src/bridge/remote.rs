@@ -6,7 +6,6 @@
 //! the actor drives, one command per tick, never waiting longer than the observation
 //! age allows.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -16,10 +15,8 @@ use imago_robots::{Observation, RobotSpec, Step};
 use serde::{Deserialize, Serialize};
 use zenoh::Wait;
 use zenoh::pubsub::{Publisher, Subscriber};
-use zenoh::qos::CongestionControl;
-use zenoh::sample::SampleKind;
 
-use super::link::LinkConfig;
+use super::link::{LinkConfig, PeerAlive, express_publisher};
 use super::protocol::{
     CommandKind, CommandMessage, ObservationMessage, PROTOCOL_VERSION, RobotKeys, SpecMessage,
     WireError, decode, encode, unix_ns,
@@ -198,9 +195,8 @@ pub struct RemoteRobot {
     keys: RobotKeys,
     commands: Publisher<'static>,
     observations: Receiver<Result<ObservationMessage, WireError>>,
-    alive: Arc<AtomicBool>,
+    alive: PeerAlive,
     _observation_subscriber: Subscriber<()>,
-    _liveliness_subscriber: Subscriber<()>,
     // Declared last: dropped after the publisher and subscribers it carries.
     _session: zenoh::Session,
     tick: u64,
@@ -212,12 +208,7 @@ impl RemoteRobot {
     pub fn open(config: &RemoteRobotConfig) -> anyhow::Result<Self> {
         let keys = RobotKeys::new(&config.settings.key).map_err(anyhow::Error::msg)?;
         let session = config.settings.link.open()?;
-        let commands = session
-            .declare_publisher(keys.command.clone())
-            .congestion_control(CongestionControl::Drop)
-            .express(true)
-            .wait()
-            .map_err(|e| anyhow::anyhow!("declaring {}: {e}", keys.command))?;
+        let commands = express_publisher(&session, &keys.command)?;
         let (sender, observations) = crossbeam_channel::bounded(OBSERVATION_QUEUE);
         let observation_subscriber = session
             .declare_subscriber(keys.observation.clone())
@@ -227,17 +218,7 @@ impl RemoteRobot {
             })
             .wait()
             .map_err(|e| anyhow::anyhow!("subscribing to {}: {e}", keys.observation))?;
-        let alive = Arc::new(AtomicBool::new(false));
-        let flag = alive.clone();
-        let liveliness_subscriber = session
-            .liveliness()
-            .declare_subscriber(keys.alive.clone())
-            .history(true)
-            .callback(move |sample| {
-                flag.store(sample.kind() == SampleKind::Put, Ordering::Relaxed);
-            })
-            .wait()
-            .map_err(|e| anyhow::anyhow!("watching {}: {e}", keys.alive))?;
+        let alive = PeerAlive::watch(&session, &keys.alive)?;
         Ok(Self {
             wait: config.observation_wait(),
             config: config.clone(),
@@ -246,7 +227,6 @@ impl RemoteRobot {
             observations,
             alive,
             _observation_subscriber: observation_subscriber,
-            _liveliness_subscriber: liveliness_subscriber,
             _session: session,
             tick: 0,
         })
@@ -259,7 +239,7 @@ impl RemoteRobot {
 
     /// Whether the robot's liveliness token is present.
     pub fn is_alive(&self) -> bool {
-        self.alive.load(Ordering::Relaxed)
+        self.alive.is_alive()
     }
 
     /// Sends a command for the next tick and returns its number.

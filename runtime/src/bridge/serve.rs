@@ -12,9 +12,8 @@ use std::time::Duration;
 use imago_robots::Robot;
 use serde::Serialize;
 use zenoh::Wait;
-use zenoh::qos::CongestionControl;
 
-use super::link::LinkConfig;
+use super::link::{LinkConfig, alive_token, express_publisher, payload_queue};
 use super::protocol::{
     CommandKind, CommandMessage, FrameEncoding, ObservationMessage, RobotKeys, SpecMessage, decode,
     encode, unix_ns,
@@ -75,26 +74,10 @@ pub fn serve_robot(
         })
         .wait()
         .map_err(|e| anyhow::anyhow!("declaring {}: {e}", keys.spec))?;
-    let observations = session
-        .declare_publisher(keys.observation.clone())
-        .congestion_control(CongestionControl::Drop)
-        .express(true)
-        .wait()
-        .map_err(|e| anyhow::anyhow!("declaring {}: {e}", keys.observation))?;
-    let (sender, commands) = crossbeam_channel::bounded(COMMAND_QUEUE);
-    let _subscriber = session
-        .declare_subscriber(keys.command.clone())
-        .callback(move |sample| {
-            let _ = sender.try_send(sample.payload().to_bytes().into_owned());
-        })
-        .wait()
-        .map_err(|e| anyhow::anyhow!("subscribing to {}: {e}", keys.command))?;
+    let observations = express_publisher(&session, &keys.observation)?;
+    let (_subscriber, commands) = payload_queue(&session, &keys.command, COMMAND_QUEUE)?;
     // Declared last: a daemon that sees the robot alive finds it answering.
-    let _alive = session
-        .liveliness()
-        .declare_token(keys.alive.clone())
-        .wait()
-        .map_err(|e| anyhow::anyhow!("declaring {}: {e}", keys.alive))?;
+    let _alive = alive_token(&session, &keys.alive)?;
     ready();
     let mut report = ServeReport::default();
     let (mut seq, mut running) = (0u64, false);

@@ -12,17 +12,15 @@
 
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::Receiver;
 use serde::{Deserialize, Serialize};
 use zenoh::Wait;
-use zenoh::pubsub::Subscriber;
-use zenoh::sample::SampleKind;
 
 use super::{EpisodeUpload, FleetKeys, IngestOutcome, IngestReply, PolicyMessage};
+use crate::bridge::link::{PeerAlive, payload_queue};
 use crate::bridge::protocol::{decode, encode};
 use crate::bridge::{LinkConfig, PROTOCOL_VERSION};
 use crate::device::ResolvedDevice;
@@ -95,23 +93,8 @@ pub fn run_fleet_actor(
     let keys = FleetKeys::new(&options.fleet_key).map_err(anyhow::Error::msg)?;
     let session = options.link.open()?;
     let _lock = open_actor_dir(&options.run_dir)?;
-    let (policy_sender, policies) = crossbeam_channel::bounded(4);
-    let _policy_subscriber = session
-        .declare_subscriber(keys.policy.clone())
-        .callback(move |sample| {
-            let _ = policy_sender.try_send(sample.payload().to_bytes().into_owned());
-        })
-        .wait()
-        .map_err(|e| anyhow::anyhow!("subscribing to {}: {e}", keys.policy))?;
-    let learner_alive = Arc::new(AtomicBool::new(false));
-    let flag = learner_alive.clone();
-    let _liveliness: Subscriber<()> = session
-        .liveliness()
-        .declare_subscriber(keys.learner_alive.clone())
-        .history(true)
-        .callback(move |sample| flag.store(sample.kind() == SampleKind::Put, Ordering::Relaxed))
-        .wait()
-        .map_err(|e| anyhow::anyhow!("watching {}: {e}", keys.learner_alive))?;
+    let (_policy_subscriber, policies) = payload_queue(&session, &keys.policy, 4)?;
+    let learner_up = PeerAlive::watch(&session, &keys.learner_alive)?;
     let Some(first) = latest_policy(&session, &keys, stop)? else {
         anyhow::bail!("stopped before the learner answered");
     };
@@ -154,7 +137,7 @@ pub fn run_fleet_actor(
                     version = newer.version;
                     mailbox.publish(newer);
                 }
-                if learner_alive.load(Ordering::Relaxed)
+                if learner_up.is_alive()
                     && let Err(error) = forwarder.pump(Duration::from_millis(500))
                 {
                     forward_error = Some(error);
@@ -170,7 +153,7 @@ pub fn run_fleet_actor(
     }
     // The last episodes the control loop recorded, while the learner is there.
     let until = Instant::now() + FINAL_FORWARD;
-    while Instant::now() < until && learner_alive.load(Ordering::Relaxed) {
+    while Instant::now() < until && learner_up.is_alive() {
         forwarder.pump(Duration::from_secs(1))?;
         if forwarder.pending.is_empty() && forwarder.poll()? == 0 {
             break;

@@ -19,6 +19,7 @@ use super::{
     EpisodeUpload, FleetKeys, IngestOutcome, IngestReply, PROTOCOL_VERSION, PolicyMessage,
 };
 use crate::bridge::LinkConfig;
+use crate::bridge::link::alive_token;
 use crate::bridge::protocol::{decode, encode};
 use crate::device::ResolvedDevice;
 use crate::engine::daemon::{DaemonConfig, DaemonOptions, enough_fresh, prepare, save};
@@ -116,11 +117,7 @@ pub fn run_fleet_learner(
         })
         .wait()
         .map_err(|e| anyhow::anyhow!("declaring {}: {e}", keys.ingest))?;
-    let _alive = session
-        .liveliness()
-        .declare_token(keys.learner_alive.clone())
-        .wait()
-        .map_err(|e| anyhow::anyhow!("declaring {}: {e}", keys.learner_alive))?;
+    let _alive = alive_token(&session, &keys.learner_alive)?;
     let started = Instant::now();
     let deadline = options.duration.map(|d| started + d);
     let out_of_time = || deadline.is_some_and(|d| Instant::now() >= d);
