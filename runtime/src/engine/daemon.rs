@@ -448,7 +448,7 @@ pub(crate) fn prepare(
 /// Takes in what the actor recorded since the last look; whether the window now holds
 /// enough episodes recorded by a version within the staleness bound of the one the
 /// next learning step produces.
-pub(crate) fn enough_fresh(
+fn enough_fresh(
     window: &mut ReplayWindow,
     learner: &Learner,
     config: &LearnerConfig,
@@ -467,6 +467,50 @@ pub(crate) fn enough_fresh(
     Ok(fresh >= config.min_episodes)
 }
 
+/// The learning side of a daemon or of a fleet's learner: while `keep_going(steps
+/// so far)`, a learning step on the learner's lower-priority `pool` whenever the
+/// window holds enough fresh episodes, each new version handed to `publish`, and
+/// checkpoints on the config's schedule (a failed one is a warning). Returns the
+/// steps taken, and the error that ended them early.
+pub(crate) fn learn_until(
+    config: &DaemonConfig,
+    (learner, window): (&mut Learner, &mut ReplayWindow),
+    checkpoint: &Path,
+    device: &ResolvedDevice,
+    pool: &rayon::ThreadPool,
+    keep_going: impl Fn(u64) -> bool,
+    mut publish: impl FnMut(&Learner) -> anyhow::Result<()> + Send,
+) -> (u64, anyhow::Result<()>) {
+    let mut steps = 0u64;
+    let mut last_checkpoint = Instant::now();
+    while keep_going(steps) {
+        if !config.learner.enabled {
+            std::thread::sleep(Duration::from_millis(50));
+            continue;
+        }
+        let step = pool.install(|| -> anyhow::Result<bool> {
+            if !enough_fresh(window, learner, &config.learner)? {
+                return Ok(false);
+            }
+            learner.learn(window.episodes(), &config.learner.finetune, device)?;
+            publish(learner)?;
+            Ok(true)
+        });
+        match step {
+            Ok(true) => steps += 1,
+            Ok(false) => std::thread::sleep(Duration::from_millis(200)),
+            Err(error) => return (steps, Err(error)),
+        }
+        if last_checkpoint.elapsed().as_secs_f64() >= config.checkpoint_every_seconds {
+            if let Err(error) = save(learner, &config.spec(), checkpoint) {
+                eprintln!("warning: scheduled checkpoint failed: {error:#}");
+            }
+            last_checkpoint = Instant::now();
+        }
+    }
+    (steps, Ok(()))
+}
+
 /// Runs the daemon until `stop` is set (by a signal), `options.duration` passes or
 /// `options.max_learning_steps` are done: the actor and the learner overlap.
 pub fn run_daemon(
@@ -482,7 +526,6 @@ pub fn run_daemon(
         checkpoint,
         _lock,
     } = prepare(config, options, device)?;
-    let finetune = &config.learner.finetune;
     let mailbox = SnapshotMailbox::default();
     // The learner computes on lower-priority threads so that the actor keeps its
     // deadlines on the same cores (engine/priority.rs).
@@ -491,7 +534,6 @@ pub fn run_daemon(
     let deadline = options.duration.map(|d| started + d);
     let mut learning_steps = 0u64;
     let mut learner_error: Option<anyhow::Error> = None;
-    let mut last_checkpoint = Instant::now();
     let initial = snapshot(&learner, device);
     let policy_config = learner.policy_config().clone();
     let out_of_time = || deadline.is_some_and(|d| Instant::now() >= d);
@@ -512,35 +554,20 @@ pub fn run_daemon(
         || {
             let learnt_enough =
                 |steps: u64| options.max_learning_steps.is_some_and(|max| steps >= max);
-            while !stop.load(Ordering::Relaxed) && !out_of_time() && !learnt_enough(learning_steps)
-            {
-                if !config.learner.enabled {
-                    std::thread::sleep(Duration::from_millis(50));
-                    continue;
-                }
-                let step = learner_pool.install(|| -> anyhow::Result<bool> {
-                    if !enough_fresh(&mut window, &learner, &config.learner)? {
-                        return Ok(false);
-                    }
-                    learner.learn(window.episodes(), finetune, device)?;
-                    mailbox.publish(snapshot(&learner, device));
-                    Ok(true)
-                });
-                match step {
-                    Ok(true) => learning_steps += 1,
-                    Ok(false) => std::thread::sleep(Duration::from_millis(200)),
-                    Err(error) => {
-                        learner_error = Some(error);
-                        break;
-                    }
-                }
-                if last_checkpoint.elapsed().as_secs_f64() >= config.checkpoint_every_seconds {
-                    if let Err(error) = save(&learner, &config.spec(), &checkpoint) {
-                        eprintln!("warning: scheduled checkpoint failed: {error:#}");
-                    }
-                    last_checkpoint = Instant::now();
-                }
-            }
+            let learnt = learn_until(
+                config,
+                (&mut learner, &mut window),
+                &checkpoint,
+                device,
+                &learner_pool,
+                |steps| !stop.load(Ordering::Relaxed) && !out_of_time() && !learnt_enough(steps),
+                |learner| {
+                    mailbox.publish(snapshot(learner, device));
+                    Ok(())
+                },
+            );
+            learning_steps = learnt.0;
+            learner_error = learnt.1.err();
             while !stop.load(Ordering::Relaxed) && !out_of_time() && !learnt_enough(learning_steps)
             {
                 std::thread::sleep(Duration::from_millis(20));

@@ -22,7 +22,7 @@ use crate::bridge::LinkConfig;
 use crate::bridge::link::alive_token;
 use crate::bridge::protocol::{decode, encode};
 use crate::device::ResolvedDevice;
-use crate::engine::daemon::{DaemonConfig, DaemonOptions, enough_fresh, prepare, save};
+use crate::engine::daemon::{DaemonConfig, DaemonOptions, learn_until, prepare, save};
 use crate::store::replay::{Episode, EpisodeOrigin, ReplayWriter, Transition, read_replay};
 
 /// Uploads waiting for the ingest thread; more are refused until it catches up (the
@@ -123,8 +123,6 @@ pub fn run_fleet_learner(
     let out_of_time = || deadline.is_some_and(|d| Instant::now() >= d);
     let ingest_stop = AtomicBool::new(false);
     let learner_pool = super::super::priority::learner_pool()?;
-    let mut learning_steps = 0u64;
-    let mut last_checkpoint = Instant::now();
     let (ingested, learned) = std::thread::scope(|scope| {
         let ingest = scope.spawn(|| {
             let mut store = EpisodeStore {
@@ -144,43 +142,26 @@ pub fn run_fleet_learner(
             }
             store.close()
         });
-        let learned = (|| -> anyhow::Result<()> {
-            while !stop.load(Ordering::Relaxed) && !out_of_time() {
-                if !config.learner.enabled {
-                    std::thread::sleep(Duration::from_millis(50));
-                    continue;
-                }
-                let stepped = learner_pool.install(|| -> anyhow::Result<bool> {
-                    if !enough_fresh(&mut window, &learner, &config.learner)? {
-                        return Ok(false);
-                    }
-                    learner.learn(window.episodes(), &config.learner.finetune, device)?;
-                    let message = encode(&PolicyMessage::new(
-                        learner.version(),
-                        &learner.policy(),
-                        learner.policy_config(),
-                    )?);
-                    *latest.lock().unwrap_or_else(|p| p.into_inner()) = message.clone();
-                    publisher
-                        .put(message)
-                        .wait()
-                        .map_err(|e| anyhow::anyhow!("publishing a policy: {e}"))?;
-                    Ok(true)
-                })?;
-                if stepped {
-                    learning_steps += 1;
-                } else {
-                    std::thread::sleep(Duration::from_millis(200));
-                }
-                if last_checkpoint.elapsed().as_secs_f64() >= config.checkpoint_every_seconds {
-                    if let Err(error) = save(&learner, &spec, &checkpoint) {
-                        eprintln!("warning: scheduled checkpoint failed: {error:#}");
-                    }
-                    last_checkpoint = Instant::now();
-                }
-            }
-            Ok(())
-        })();
+        let learned = learn_until(
+            config,
+            (&mut learner, &mut window),
+            &checkpoint,
+            device,
+            &learner_pool,
+            |_| !stop.load(Ordering::Relaxed) && !out_of_time(),
+            |learner| {
+                let message = encode(&PolicyMessage::new(
+                    learner.version(),
+                    &learner.policy(),
+                    learner.policy_config(),
+                )?);
+                *latest.lock().unwrap_or_else(|p| p.into_inner()) = message.clone();
+                publisher
+                    .put(message)
+                    .wait()
+                    .map_err(|e| anyhow::anyhow!("publishing a policy: {e}"))
+            },
+        );
         ingest_stop.store(true, Ordering::Relaxed);
         (ingest.join(), learned)
     });
@@ -188,6 +169,7 @@ pub fn run_fleet_learner(
     let mut report = ingested
         .map_err(|_| anyhow::anyhow!("the ingest thread panicked"))?
         .map_err(|e| e.context("recording uploads"))?;
+    let (learning_steps, learned) = learned;
     learned?;
     report.learning_steps = learning_steps;
     report.final_policy_version = learner.version();
