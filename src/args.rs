@@ -9,11 +9,11 @@ use clap::Args;
 use imago_robots::bounds::in_range;
 use imago_runtime::bridge::LinkConfig;
 use imago_runtime::device::{DeviceSpec, ResolvedDevice, resolve};
-use imago_runtime::engine::daemon::DaemonConfig;
+use imago_runtime::engine::daemon::{DaemonConfig, DaemonOptions};
 use imago_runtime::robot::{DEFAULT_ROBOT, RobotConfig};
 use imago_runtime::store::outputs::check_file_output;
 use imago_runtime::telemetry::{
-    DEFAULT_VIEWER_URL, TelemetryConfig, TelemetrySession, TelemetryTarget,
+    DEFAULT_VIEWER_URL, Telemetry, TelemetryConfig, TelemetrySession, TelemetryTarget,
 };
 use imago_runtime::toml_file::read_toml;
 
@@ -129,35 +129,90 @@ pub fn flag_in_range<T: PartialOrd + std::fmt::Debug>(
 /// Longest run `--duration` accepts: ten years, in seconds.
 const MAX_DURATION_SECONDS: f64 = 315_360_000.0;
 
-/// What a command run from a daemon config (`daemon`, `learner`) starts with: the
-/// config, `--duration` checked (0.1 s to ten years), the device (`--device`, else the
-/// config's), and a flag SIGINT/SIGTERM set.
-pub fn daemon_start(
-    config: &Path,
-    duration: Option<f64>,
-    device: DeviceSpec,
-) -> anyhow::Result<(
-    DaemonConfig,
-    Option<Duration>,
-    ResolvedDevice,
-    &'static AtomicBool,
-)> {
-    let config = DaemonConfig::load(config)?;
-    if let Some(seconds) = duration {
-        flag_in_range("--duration", seconds, 0.1..=MAX_DURATION_SECONDS)?;
+/// The flags of a command run from a daemon config (`daemon`, `learner`): the config,
+/// the run directory and how to treat an existing one, how long to run, the report.
+#[derive(Debug, Clone, Args)]
+pub struct RunArgs {
+    /// The daemon config: robot, actor, learner, replay (see
+    /// examples/reacher2d-daemon.toml).
+    #[arg(long)]
+    pub config: PathBuf,
+    /// Where the replay and checkpoints go (overrides the config's run_dir).
+    #[arg(long)]
+    pub run_dir: Option<PathBuf>,
+    /// Stop as on SIGTERM after this many seconds (0.1 to 315360000, ten years).
+    #[arg(long)]
+    pub duration: Option<f64>,
+    /// Continue the run in the run directory: its checkpoint and its replay.
+    #[arg(long, conflicts_with = "fresh")]
+    pub resume: bool,
+    /// Move what the run directory holds aside (renamed, never deleted) and start
+    /// a new run there.
+    #[arg(long)]
+    pub fresh: bool,
+    /// Also write the final status as JSON here.
+    #[arg(long)]
+    pub report: Option<PathBuf>,
+}
+
+/// What a run starts with, once its flags are checked.
+pub struct RunStart {
+    /// The config, loaded and checked.
+    pub config: DaemonConfig,
+    /// The device: `--device`, else the config's.
+    pub device: ResolvedDevice,
+    /// Set by SIGINT/SIGTERM.
+    pub stop: &'static AtomicBool,
+}
+
+impl RunArgs {
+    /// Loads the config, checks `--duration` and `--report` (before anything runs, so
+    /// a bad report path costs no run), resolves the device and installs the signal
+    /// handler.
+    pub fn start(&self, device: DeviceSpec) -> anyhow::Result<RunStart> {
+        let config = DaemonConfig::load(&self.config)?;
+        if let Some(seconds) = self.duration {
+            flag_in_range("--duration", seconds, 0.1..=MAX_DURATION_SECONDS)?;
+        }
+        if let Some(path) = &self.report {
+            check_file_output("--report", path, &[])?;
+        }
+        let spec = match device {
+            DeviceSpec::Auto => config
+                .device
+                .parse()
+                .map_err(|e| anyhow::anyhow!("device: {e}"))?,
+            other => other,
+        };
+        let device = resolve(spec)?;
+        static STOP: AtomicBool = AtomicBool::new(false);
+        ctrlc::set_handler(|| STOP.store(true, Ordering::Relaxed))
+            .map_err(|e| anyhow::anyhow!("cannot install the signal handler: {e}"))?;
+        Ok(RunStart {
+            config,
+            device,
+            stop: &STOP,
+        })
     }
-    let spec = match device {
-        DeviceSpec::Auto => config
-            .device
-            .parse()
-            .map_err(|e| anyhow::anyhow!("device: {e}"))?,
-        other => other,
-    };
-    let device = resolve(spec)?;
-    static STOP: AtomicBool = AtomicBool::new(false);
-    ctrlc::set_handler(|| STOP.store(true, Ordering::Relaxed))
-        .map_err(|e| anyhow::anyhow!("cannot install the signal handler: {e}"))?;
-    Ok((config, duration.map(Duration::from_secs_f64), device, &STOP))
+
+    /// The runtime's options for these flags, logging to `telemetry`.
+    pub fn options(&self, telemetry: Telemetry) -> DaemonOptions {
+        DaemonOptions {
+            run_dir: self.run_dir.clone(),
+            duration: self.duration.map(Duration::from_secs_f64),
+            resume: self.resume,
+            fresh: self.fresh,
+            max_learning_steps: None,
+            telemetry,
+        }
+    }
+
+    /// Writes `value` to `--report`, when given.
+    pub fn write_report(&self, value: &impl serde::Serialize) -> anyhow::Result<()> {
+        self.report
+            .as_ref()
+            .map_or(Ok(()), |path| write_json(path, value))
+    }
 }
 
 /// A zenoh link listening on `listen` and connecting to `connect` (no multicast

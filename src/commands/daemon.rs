@@ -1,37 +1,20 @@
 //! `imago daemon`.
 
-use std::path::PathBuf;
+use std::time::Duration;
 
 use clap::Args;
 use imago_runtime::device::DeviceSpec;
-use imago_runtime::engine::daemon::{DaemonOptions, run_daemon};
+use imago_runtime::engine::daemon::run_daemon;
 use imago_runtime::engine::fleet::DEFAULT_FLEET_KEY;
 use imago_runtime::engine::fleet::actor::{FleetActorOptions, run_fleet_actor};
 
-use crate::args::{RerunArgs, daemon_start, flag_link, write_json};
+use crate::args::{RerunArgs, RunArgs, RunStart, flag_link};
 
 /// Flags of `imago daemon`.
 #[derive(Debug, Args)]
 pub struct DaemonArgs {
-    /// The robot's config (see examples/reacher2d-daemon.toml).
-    #[arg(long)]
-    config: PathBuf,
-    /// Where replay and checkpoints go (overrides the config's run_dir).
-    #[arg(long)]
-    run_dir: Option<PathBuf>,
-    /// Stop as on SIGTERM after this many seconds (0.1 to 315360000, ten years).
-    #[arg(long)]
-    duration: Option<f64>,
-    /// Continue the run in the run directory: its checkpoint and its replay.
-    #[arg(long, conflicts_with = "fresh")]
-    resume: bool,
-    /// Move what the run directory holds aside (renamed, never deleted) and start
-    /// a new run there.
-    #[arg(long)]
-    fresh: bool,
-    /// Also write the final status as JSON here.
-    #[arg(long)]
-    report: Option<PathBuf>,
+    #[command(flatten)]
+    run: RunArgs,
     /// Run as an actor of a fleet: no learner here; every whole episode goes to the
     /// `imago learner` at this zenoh endpoint (repeatable), e.g. tcp/10.0.0.5:7447,
     /// and its policy versions are swapped in (docs/fleet.md).
@@ -50,10 +33,14 @@ pub struct DaemonArgs {
 
 /// Runs the daemon until a signal or `--duration`, then prints what it did.
 pub fn run(args: DaemonArgs, device: DeviceSpec) -> anyhow::Result<()> {
-    let (config, duration, device, stop) = daemon_start(&args.config, args.duration, device)?;
+    let RunStart {
+        config,
+        device,
+        stop,
+    } = args.run.start(device)?;
     let session = args.rerun.start(&config.telemetry)?;
     if !args.learner.is_empty() {
-        let run_dir = args.run_dir.unwrap_or(config.run_dir.clone());
+        let run_dir = args.run.run_dir.clone().unwrap_or(config.run_dir.clone());
         let actor_id = match args.actor_id {
             Some(id) => id,
             None => run_dir
@@ -68,7 +55,7 @@ pub fn run(args: DaemonArgs, device: DeviceSpec) -> anyhow::Result<()> {
             &FleetActorOptions {
                 run_dir,
                 actor_id: actor_id.clone(),
-                duration,
+                duration: args.run.duration.map(Duration::from_secs_f64),
                 link: flag_link("--learner", Vec::new(), args.learner)?,
                 fleet_key: args.fleet_key,
                 telemetry: session.handle(),
@@ -88,24 +75,10 @@ pub fn run(args: DaemonArgs, device: DeviceSpec) -> anyhow::Result<()> {
             report.duplicates,
             report.episodes_pending
         );
-        if let Some(path) = args.report {
-            write_json(&path, &report)?;
-        }
+        args.run.write_report(&report)?;
         return args.rerun.finish(session);
     }
-    let outcome = run_daemon(
-        &config,
-        &DaemonOptions {
-            run_dir: args.run_dir,
-            duration,
-            resume: args.resume,
-            fresh: args.fresh,
-            max_learning_steps: None,
-            telemetry: session.handle(),
-        },
-        &device,
-        stop,
-    )?;
+    let outcome = run_daemon(&config, &args.run.options(session.handle()), &device, stop)?;
     let control = &outcome.control;
     println!(
         "daemon stopped: {} ticks, {} deadline misses, tick latency p50 {:.2} ms p99 {:.2} ms max {:.2} ms, {} queue drops, {} telemetry drops, policy versions {:?}, {} of {} transitions written, {} learning steps; checkpoint version {} in {}",
@@ -129,8 +102,6 @@ pub fn run(args: DaemonArgs, device: DeviceSpec) -> anyhow::Result<()> {
             control.link_losses, control.late_observations, control.episodes_abandoned
         );
     }
-    if let Some(path) = args.report {
-        write_json(&path, &outcome)?;
-    }
+    args.run.write_report(&outcome)?;
     args.rerun.finish(session)
 }
