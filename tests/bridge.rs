@@ -10,15 +10,15 @@
 mod common;
 
 use std::io::{BufRead, BufReader};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use common::{free_port, imago, stderr};
+use common::{free_port, imago, spawn, stderr};
 use imago_robots::Robot;
 use imago_runtime::robot::RobotConfig;
-use imago_runtime::store::replay::read_replay;
+use imago_runtime::store::replay::{ReplayContents, read_replay};
 
 /// One daemon at a time: each holds the control loop to its rate on two cores.
 static ONE_DAEMON: Mutex<()> = Mutex::new(());
@@ -89,8 +89,44 @@ fn remote_config(dir: &Path, key: &str, port: u16, learner: &str) -> String {
 const SMALL_LEARNER: &str = "[learner]\nmin_episodes = 2\n\
      [learner.finetune]\npolicy_steps = 5\nworld_model_steps = 3\ncritic_steps = 3\ncritic_batch = 16\n";
 
-fn report(path: &Path) -> serde_json::Value {
-    serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
+/// Where a test's daemon runs (`DIR/run`) and reports (`DIR/status.json`).
+struct DaemonRun {
+    run: PathBuf,
+    json: PathBuf,
+}
+
+impl DaemonRun {
+    fn in_dir(dir: &Path) -> Self {
+        Self {
+            run: dir.join("run"),
+            json: dir.join("status.json"),
+        }
+    }
+
+    /// `imago daemon`'s arguments for `config`, run for `seconds`.
+    fn args<'a>(&'a self, config: &'a str, seconds: &'a str) -> [&'a str; 9] {
+        [
+            "daemon",
+            "--config",
+            config,
+            "--run-dir",
+            self.run.to_str().unwrap(),
+            "--duration",
+            seconds,
+            "--report",
+            self.json.to_str().unwrap(),
+        ]
+    }
+
+    /// The report it wrote.
+    fn report(&self) -> serde_json::Value {
+        serde_json::from_slice(&std::fs::read(&self.json).unwrap()).unwrap()
+    }
+
+    /// Its replay.
+    fn replay(&self) -> ReplayContents {
+        read_replay(&self.run.join("replay")).unwrap()
+    }
 }
 
 #[test]
@@ -99,21 +135,12 @@ fn a_daemon_drives_robot_serve_exactly_as_the_local_robot() {
     let dir = tempfile::tempdir().unwrap();
     let (key, port) = (unique_key("reacher"), free_port());
     let server = robot_serve("reacher2d", &key, port);
-    let (run, json) = (dir.path().join("run"), dir.path().join("status.json"));
-    let output = imago(&[
-        "daemon",
-        "--config",
-        &remote_config(dir.path(), &key, port, SMALL_LEARNER),
-        "--run-dir",
-        run.to_str().unwrap(),
-        "--duration",
-        "20",
-        "--report",
-        json.to_str().unwrap(),
-    ]);
+    let daemon = DaemonRun::in_dir(dir.path());
+    let config = remote_config(dir.path(), &key, port, SMALL_LEARNER);
+    let output = imago(&daemon.args(&config, "20"));
     let served = interrupt(server);
     assert!(output.status.success(), "{}", stderr(&output));
-    let status = report(&json);
+    let status = daemon.report();
     // 20 Hz over the bridge while the learner trains: no deadline missed, no answer
     // late, nothing lost.
     assert_eq!(status["deadline_misses"], 0, "{status}");
@@ -130,7 +157,7 @@ fn a_daemon_drives_robot_serve_exactly_as_the_local_robot() {
     assert_eq!(count(&served, "stale"), 0, "{served}");
     // Each recorded episode is what the local robot does from the same seed under
     // the same actions, bit for bit.
-    let contents = read_replay(&run.join("replay")).unwrap();
+    let contents = daemon.replay();
     assert!(!contents.is_damaged(), "{:?}", contents.damage_lines());
     assert_eq!(contents.spec, Some(RobotConfig::default().spec()));
     assert!(contents.episodes.len() >= 3, "{}", contents.episodes.len());
@@ -161,24 +188,9 @@ fn a_lost_robot_is_held_counted_and_driven_again_when_it_returns() {
     let dir = tempfile::tempdir().unwrap();
     let (key, port) = (unique_key("comeback"), free_port());
     let mut first = robot_serve("reacher2d", &key, port);
-    let (run, json) = (dir.path().join("run"), dir.path().join("status.json"));
-    let daemon = Command::new(env!("CARGO_BIN_EXE_imago"))
-        .args([
-            "daemon",
-            "--config",
-            &remote_config(dir.path(), &key, port, "[learner]\nenabled = false\n"),
-            "--run-dir",
-            run.to_str().unwrap(),
-            "--duration",
-            "16",
-            "--report",
-            json.to_str().unwrap(),
-        ])
-        .env("XDG_RUNTIME_DIR", std::env::temp_dir())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let run = DaemonRun::in_dir(dir.path());
+    let config = remote_config(dir.path(), &key, port, "[learner]\nenabled = false\n");
+    let daemon = spawn(&run.args(&config, "16"));
     std::thread::sleep(Duration::from_secs(5));
     // The robot's process dies without a word.
     first.kill().unwrap();
@@ -192,7 +204,7 @@ fn a_lost_robot_is_held_counted_and_driven_again_when_it_returns() {
         "{}",
         String::from_utf8_lossy(&output.stderr)
     );
-    let status = report(&json);
+    let status = run.report();
     assert!(status["link_losses"].as_u64().unwrap() >= 1, "{status}");
     assert!(
         status["episodes_abandoned"].as_u64().unwrap() >= 1,
@@ -207,7 +219,7 @@ fn a_lost_robot_is_held_counted_and_driven_again_when_it_returns() {
     assert!(count(&served, "steps") >= 20, "{served}");
     // The replay is intact: the abandoned episode is unfinished, not damaged, and
     // holds nothing for the ticks without the robot.
-    let contents = read_replay(&run.join("replay")).unwrap();
+    let contents = run.replay();
     assert!(!contents.is_damaged(), "{:?}", contents.damage_lines());
     assert!(contents.unfinished_episodes >= 1);
     assert_eq!(contents.records, status["replay_records"].as_u64().unwrap());
@@ -283,24 +295,15 @@ fn a_gymnasium_environment_served_from_python_is_trained_on_end_to_end() {
         port,
         &["--max-steps", "30"],
     );
-    let (run, json) = (dir.path().join("run"), dir.path().join("status.json"));
-    let output = imago(&[
-        "daemon",
-        "--config",
-        &remote_config(dir.path(), &key, port, SMALL_LEARNER),
-        "--run-dir",
-        run.to_str().unwrap(),
-        "--duration",
-        "25",
-        "--report",
-        json.to_str().unwrap(),
-    ]);
+    let daemon = DaemonRun::in_dir(dir.path());
+    let config = remote_config(dir.path(), &key, port, SMALL_LEARNER);
+    let output = imago(&daemon.args(&config, "25"));
     let served = interrupt(server);
     assert!(output.status.success(), "{}", stderr(&output));
-    let status = report(&json);
+    let status = daemon.report();
     assert_eq!(status["transitions_written"], status["actor_transitions"]);
     assert_eq!(status["link_losses"], 0, "{status}");
-    let contents = read_replay(&run.join("replay")).unwrap();
+    let contents = daemon.replay();
     assert!(!contents.is_damaged(), "{:?}", contents.damage_lines());
     let spec = contents.spec.clone().unwrap();
     assert_eq!(
@@ -347,22 +350,13 @@ fn a_lerobot_style_arm_served_from_python_gets_exactly_the_recorded_commands() {
         port,
         &["--log", log.to_str().unwrap(), "--max-steps", "20"],
     );
-    let (run, json) = (dir.path().join("run"), dir.path().join("status.json"));
-    let output = imago(&[
-        "daemon",
-        "--config",
-        &remote_config(dir.path(), &key, port, "[learner]\nenabled = false\n"),
-        "--run-dir",
-        run.to_str().unwrap(),
-        "--duration",
-        "6",
-        "--report",
-        json.to_str().unwrap(),
-    ]);
+    let daemon = DaemonRun::in_dir(dir.path());
+    let config = remote_config(dir.path(), &key, port, "[learner]\nenabled = false\n");
+    let output = imago(&daemon.args(&config, "6"));
     interrupt(server);
     assert!(output.status.success(), "{}", stderr(&output));
-    let status = report(&json);
-    let contents = read_replay(&run.join("replay")).unwrap();
+    let status = daemon.report();
+    let contents = daemon.replay();
     assert!(!contents.is_damaged(), "{:?}", contents.damage_lines());
     let spec = contents.spec.clone().unwrap();
     assert_eq!(spec.name, "fake_so101");

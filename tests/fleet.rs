@@ -7,22 +7,11 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::Duration;
 
-use common::free_port;
+use common::{free_port, spawn};
 use imago_runtime::store::replay::read_replay;
-
-/// `imago` with `args`, its output piped.
-fn spawn(args: &[&str]) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_imago"))
-        .args(args)
-        .env("XDG_RUNTIME_DIR", std::env::temp_dir())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("imago starts")
-}
 
 fn learner(config: &str, run: &Path, port: u16, key: &str, extra: &[&str]) -> Child {
     let listen = format!("tcp/127.0.0.1:{port}");

@@ -1,7 +1,7 @@
 //! Helpers shared by the end-to-end tests (each test file uses some of them).
 #![allow(dead_code)]
 
-use std::process::{Command, Output};
+use std::process::{Child, Command, Output, Stdio};
 
 /// The `imago` binary with a quiet Vulkan loader.
 pub fn imago(args: &[&str]) -> Output {
@@ -10,6 +10,17 @@ pub fn imago(args: &[&str]) -> Output {
         .env("XDG_RUNTIME_DIR", std::env::temp_dir())
         .output()
         .expect("imago runs")
+}
+
+/// The `imago` binary started with `args`, its standard output and error piped.
+pub fn spawn(args: &[&str]) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_imago"))
+        .args(args)
+        .env("XDG_RUNTIME_DIR", std::env::temp_dir())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("imago starts")
 }
 
 /// Standard error as text.
