@@ -93,6 +93,16 @@ pub fn run_fleet_actor(
     let keys = FleetKeys::new(&options.fleet_key).map_err(anyhow::Error::msg)?;
     let session = options.link.open()?;
     let _lock = open_actor_dir(&options.run_dir)?;
+    // Its cursor (and whose run directory this is) is checked before the learner is
+    // waited for.
+    let replay = options.run_dir.join("replay");
+    let mut forwarder = Forwarder::new(
+        &session,
+        &keys,
+        &options.actor_id,
+        &options.run_dir,
+        &replay,
+    )?;
     let (_policy_subscriber, policies) = payload_queue(&session, &keys.policy, 4)?;
     let learner_up = PeerAlive::watch(&session, &keys.learner_alive)?;
     let Some(first) = latest_policy(&session, &keys, stop)? else {
@@ -104,14 +114,6 @@ pub fn run_fleet_actor(
         "actor {}: policy version {version} from the learner at {}",
         options.actor_id, options.fleet_key
     );
-    let replay = options.run_dir.join("replay");
-    let mut forwarder = Forwarder::new(
-        &session,
-        &keys,
-        &options.actor_id,
-        &options.run_dir,
-        &replay,
-    )?;
     let mailbox = SnapshotMailbox::default();
     let started = Instant::now();
     let deadline = options.duration.map(|d| started + d);
