@@ -105,8 +105,9 @@ fn collect_train_eval_round_trip_and_bad_inputs() {
 
     let copy = dir.path().join("init");
     std::fs::create_dir_all(&copy).unwrap();
-    for file in ["meta.json", "model.mpk"] {
-        std::fs::copy(ckpt.join(file), copy.join(file)).unwrap();
+    for file in std::fs::read_dir(&ckpt).unwrap() {
+        let file = file.unwrap();
+        std::fs::copy(file.path(), copy.join(file.file_name())).unwrap();
     }
     let output = train(Some(copy.to_str().unwrap()));
     assert!(output.status.success(), "{}", stderr(&output));

@@ -1,6 +1,8 @@
-//! Model checkpoints (policies and world models): a directory holding the burn record
-//! (`model.mpk`) and `meta.json` (kind, config, version, parent, metrics, and the size
-//! and CRC-32 of every weight file). Written to a hidden sibling directory first and
+//! Model checkpoints (policies and world models): a directory holding the weights
+//! (`model.safetensors`, tensors named by their path in the module tree; checkpoints
+//! written before it hold burn's `model.mpk` record, which still loads) and
+//! `meta.json` (kind, config, version, parent, metrics, and the size and CRC-32 of
+//! every weight file). Written to a hidden sibling directory first and
 //! renamed into place, so a crash never leaves half a checkpoint. Loading validates the
 //! config's ranges before anything is allocated, checks every weight file against its
 //! checksum, and checks every loaded tensor's shape against the config, naming each
@@ -19,6 +21,7 @@ use anyhow::Context;
 
 use burn::prelude::*;
 use burn::record::{FullPrecisionSettings, NamedMpkFileRecorder};
+use burn_store::{ApplyError, ApplyResult, ModuleSnapshot, SafetensorsStore};
 use imago_policies::{VlaPolicy, VlaPolicyConfig};
 use imago_robots::RobotSpec;
 use imago_worldmodel::{WorldModel, WorldModelConfig};
@@ -32,11 +35,15 @@ use crate::store::atomic;
 pub const POLICY_KIND: &str = "vla-policy";
 /// The `kind` of a world-model checkpoint.
 pub const WORLD_MODEL_KIND: &str = "world-model";
-/// Version of the checkpoint layout (2: `meta.json` lists the weight files' sizes and
-/// checksums; format 1, without them, still loads).
-pub const CHECKPOINT_FORMAT: u32 = 2;
+/// Version of the checkpoint layout (3: the weights are `model.safetensors`; 2: burn's
+/// `model.mpk` record, with `meta.json` listing the weight files' sizes and checksums;
+/// 1: `model.mpk` without them). Every format loads.
+pub const CHECKPOINT_FORMAT: u32 = 3;
 const MODEL_STEM: &str = "model";
-const MODEL_FILE: &str = "model.mpk";
+/// The weights of a format-3 checkpoint (docs/checkpoints.md names its tensors).
+pub const SAFETENSORS_FILE: &str = "model.safetensors";
+/// The weights of a format-1 or -2 checkpoint.
+pub const MPK_FILE: &str = "model.mpk";
 const META: &str = "meta.json";
 
 /// `meta.json` of a checkpoint.
@@ -260,14 +267,16 @@ fn save_checkpoint<B: Backend, M: Module<B>, C: Serialize>(
     meta.format = CHECKPOINT_FORMAT;
     meta.kind = kind.to_string();
     meta.config = serde_json::to_value(config).map_err(|e| write_err(e.to_string()))?;
+    let mut store = SafetensorsStore::from_file(staged.join(SAFETENSORS_FILE))
+        .metadata("imago_kind", kind)
+        .metadata("imago_version", meta.version.to_string());
     let result = model
-        .clone()
-        .save_file(staged.join(MODEL_STEM), &recorder())
+        .save_into(&mut store)
         .map_err(|e| write_err(e.to_string()))
         .and_then(|_| {
-            let digest =
-                FileDigest::of(&staged.join(MODEL_FILE)).map_err(|e| write_err(e.to_string()))?;
-            meta.files = BTreeMap::from([(MODEL_FILE.to_string(), digest)]);
+            let digest = FileDigest::of(&staged.join(SAFETENSORS_FILE))
+                .map_err(|e| write_err(e.to_string()))?;
+            meta.files = BTreeMap::from([(SAFETENSORS_FILE.to_string(), digest)]);
             meta.checksum = None;
             serde_json::to_vec_pretty(&meta)
                 .map(sign_meta_json)
@@ -359,13 +368,20 @@ pub fn read_meta(dir: &Path) -> Result<CheckpointMeta, CheckpointError> {
     };
     match meta.format {
         1 => {}
-        2 if !meta.files.contains_key(MODEL_FILE) => {
-            return Err(bad(format!("it lists no checksum of {MODEL_FILE}")));
+        2 | 3 => {
+            let weights = if meta.format == 2 {
+                MPK_FILE
+            } else {
+                SAFETENSORS_FILE
+            };
+            if !meta.files.contains_key(weights) {
+                return Err(bad(format!("it lists no checksum of {weights}")));
+            }
+            verify_meta_json(&text).map_err(bad)?;
         }
-        2 => verify_meta_json(&text).map_err(bad)?,
         other => {
             return Err(bad(format!(
-                "format {other}; this build reads formats 1 and {CHECKPOINT_FORMAT}"
+                "format {other}; this build reads formats 1 to {CHECKPOINT_FORMAT}"
             )));
         }
     }
@@ -449,12 +465,31 @@ fn load_weights<B: Backend, M: Module<B>>(
         reason,
     })?;
     let expected = parameter_shapes(&model);
-    let loaded = model
-        .load_file(dir.join(MODEL_STEM), &recorder(), device)
-        .map_err(|e| CheckpointError::Weights {
-            path: dir.to_path_buf(),
-            reason: e.to_string(),
-        })?;
+    let weights_err = |reason: String| CheckpointError::Weights {
+        path: dir.to_path_buf(),
+        reason,
+    };
+    let loaded = if meta.format >= 3 {
+        let mut model = model;
+        let mut store = SafetensorsStore::from_file(dir.join(SAFETENSORS_FILE))
+            .allow_partial(true)
+            .validate(false);
+        let applied = model
+            .load_from(&mut store)
+            .map_err(|e| weights_err(e.to_string()))?;
+        let differences = applied_differences(&applied);
+        if !differences.is_empty() {
+            return Err(CheckpointError::ShapeMismatch {
+                path: dir.to_path_buf(),
+                differences: differences.join("; "),
+            });
+        }
+        model
+    } else {
+        model
+            .load_file(dir.join(MODEL_STEM), &recorder(), device)
+            .map_err(|e| weights_err(e.to_string()))?
+    };
     let differences = shape_differences(&expected, &parameter_shapes(&loaded));
     if !differences.is_empty() {
         return Err(CheckpointError::ShapeMismatch {
@@ -463,6 +498,45 @@ fn load_weights<B: Backend, M: Module<B>>(
         });
     }
     Ok(loaded)
+}
+
+/// Every tensor a safetensors file did not fit the model with, one line each: missing,
+/// extra, or of another shape or type.
+fn applied_differences(applied: &ApplyResult) -> Vec<String> {
+    let mut out: Vec<String> = applied
+        .errors
+        .iter()
+        .map(|error| match error {
+            ApplyError::ShapeMismatch {
+                path,
+                expected,
+                found,
+            } => format!(
+                "tensor {path}: stored {:?}, the config gives {:?}",
+                found.as_slice(),
+                expected.as_slice()
+            ),
+            ApplyError::DTypeMismatch {
+                path,
+                expected,
+                found,
+            } => format!("tensor {path}: stored as {found:?}, the model holds {expected:?}"),
+            other => format!("{other}"),
+        })
+        .collect();
+    out.extend(
+        applied
+            .missing
+            .iter()
+            .map(|(path, _)| format!("tensor {path}: missing")),
+    );
+    out.extend(
+        applied
+            .unused
+            .iter()
+            .map(|path| format!("tensor {path}: not in the model the config gives")),
+    );
+    out
 }
 
 fn config_differences<C: Serialize>(stored: &serde_json::Value, expected: &C) -> Vec<String> {
@@ -701,12 +775,12 @@ mod tests {
         assert!(err.to_string().contains("own checksum"), "{err}");
 
         std::fs::write(&meta_path, &good_meta).unwrap();
-        let model = dir.join("model.mpk");
+        let model = dir.join(SAFETENSORS_FILE);
         let bytes = std::fs::read(&model).unwrap();
         std::fs::write(&model, &bytes[..bytes.len() / 2]).unwrap();
         let err = load_policy::<Dispatch>(&dir, None, &device).unwrap_err();
         assert!(matches!(err, CheckpointError::Damaged { .. }), "{err}");
-        assert!(err.to_string().contains("model.mpk has"), "{err}");
+        assert!(err.to_string().contains("model.safetensors has"), "{err}");
 
         // One flipped bit anywhere in the weights is caught by the checksum.
         let mut flipped = bytes.clone();
@@ -733,7 +807,7 @@ mod tests {
             "{message}"
         );
 
-        // A format-2 meta without the checksum of its weights.
+        // A meta without the checksum of its weights.
         std::fs::write(&meta_path, resigned(&|m| m.files.clear())).unwrap();
         let err = load_policy::<Dispatch>(&dir, None, &device).unwrap_err();
         assert!(err.to_string().contains("no checksum"), "{err}");
@@ -750,7 +824,7 @@ mod tests {
         let root = tempfile::tempdir().unwrap();
         let dir = root.path().join("ckpt");
         let (reference, device) = saved(&dir);
-        let pristine: Vec<(String, Vec<u8>)> = ["model.mpk", META]
+        let pristine: Vec<(String, Vec<u8>)> = [SAFETENSORS_FILE, META]
             .iter()
             .map(|f| (f.to_string(), std::fs::read(dir.join(f)).unwrap()))
             .collect();
@@ -792,5 +866,115 @@ mod tests {
         // Every change to either file is refused.
         assert!(cases > 100, "{cases}");
         assert_eq!(refused, cases);
+    }
+
+    /// The tensor names and shapes in a safetensors file's header.
+    fn safetensors_header(path: &Path) -> BTreeMap<String, Vec<usize>> {
+        let bytes = std::fs::read(path).unwrap();
+        let len = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+        let header: serde_json::Value = serde_json::from_slice(&bytes[8..8 + len]).unwrap();
+        header
+            .as_object()
+            .unwrap()
+            .iter()
+            .filter(|(name, _)| *name != "__metadata__")
+            .map(|(name, v)| {
+                let shape = v["shape"].as_array().unwrap();
+                (
+                    name.clone(),
+                    shape.iter().map(|d| d.as_u64().unwrap() as usize).collect(),
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn safetensors_tensors_are_named_by_the_module_tree_and_mismatches_name_each_tensor() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("ckpt");
+        let (_, device) = saved(&dir);
+        let meta = read_meta(&dir).unwrap();
+        assert_eq!(meta.format, 3);
+        assert!(meta.files.contains_key(SAFETENSORS_FILE));
+        let stored = safetensors_header(&dir.join(SAFETENSORS_FILE));
+        let policy = config().init::<Dispatch>(&device);
+        assert_eq!(stored, parameter_shapes(&policy));
+        assert!(
+            stored.contains_key("encoder.layers.0.mha.query.weight"),
+            "{stored:?}"
+        );
+
+        // A config with a second layer: every tensor of it is named missing.
+        let meta_path = dir.join(META);
+        let good = std::fs::read_to_string(&meta_path).unwrap();
+        let resign = |layers: u64| {
+            let mut meta: CheckpointMeta = serde_json::from_str(&good).unwrap();
+            meta.config["n_layers"] = serde_json::json!(layers);
+            meta.checksum = None;
+            sign_meta_json(serde_json::to_vec_pretty(&meta).unwrap())
+        };
+        std::fs::write(&meta_path, resign(2)).unwrap();
+        let err = load_policy::<Dispatch>(&dir, None, &device).unwrap_err();
+        let message = err.to_string();
+        assert!(
+            matches!(err, CheckpointError::ShapeMismatch { .. }),
+            "{message}"
+        );
+        assert!(
+            message.contains("tensor encoder.layers.1.mha.query.weight: missing"),
+            "{message}"
+        );
+
+        // Saved with two layers, loaded with a config of one: the extra ones are named.
+        let two = config().with_n_layers(2);
+        saved_with(&dir, &two);
+        let good = std::fs::read_to_string(&meta_path).unwrap();
+        let mut meta: CheckpointMeta = serde_json::from_str(&good).unwrap();
+        meta.config["n_layers"] = serde_json::json!(1);
+        meta.checksum = None;
+        std::fs::write(
+            &meta_path,
+            sign_meta_json(serde_json::to_vec_pretty(&meta).unwrap()),
+        )
+        .unwrap();
+        let message = load_policy::<Dispatch>(&dir, None, &device)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            message.contains("tensor encoder.layers.1.mha.query.weight: not in the model"),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn checkpoints_with_burn_mpk_weights_still_load() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("ckpt");
+        std::fs::create_dir_all(&dir).unwrap();
+        let device = DispatchDevice::Flex(FlexDevice);
+        let policy = config().init::<Dispatch>(&device);
+        let before = outputs(&policy, &config(), &device).unwrap();
+        // A format-2 checkpoint as builds before safetensors wrote it.
+        policy.save_file(dir.join(MODEL_STEM), &recorder()).unwrap();
+        let mut meta = CheckpointMeta::new(&RobotConfig::default().spec(), 7, None);
+        meta.format = 2;
+        meta.config = serde_json::to_value(config()).unwrap();
+        meta.files = BTreeMap::from([(
+            MPK_FILE.to_string(),
+            FileDigest::of(&dir.join(MPK_FILE)).unwrap(),
+        )]);
+        std::fs::write(
+            dir.join(META),
+            sign_meta_json(serde_json::to_vec_pretty(&meta).unwrap()),
+        )
+        .unwrap();
+        let (loaded, _, meta) = load_policy::<Dispatch>(&dir, Some(&config()), &device).unwrap();
+        assert_eq!(meta.version, 7);
+        assert_eq!(outputs(&loaded, &config(), &device).unwrap(), before);
+        // Saving it again writes safetensors, with the same weights.
+        save_policy(&loaded, &config(), meta, &dir).unwrap();
+        assert!(dir.join(SAFETENSORS_FILE).exists() && !dir.join(MPK_FILE).exists());
+        let (again, _, _) = load_policy::<Dispatch>(&dir, Some(&config()), &device).unwrap();
+        assert_eq!(outputs(&again, &config(), &device).unwrap(), before);
     }
 }
