@@ -11,8 +11,8 @@ use clap::{Parser, Subcommand};
 use imago_runtime::device::DeviceSpec;
 
 use commands::{
-    bench, collect, daemon, demo, devices, eval, inspect, learner, replay, robot_serve, train,
-    wm_eval,
+    bench, collect, daemon, dataset, demo, devices, eval, inspect, learner, replay, robot_serve,
+    train, wm_eval,
 };
 
 #[derive(Debug, Parser)]
@@ -70,6 +70,16 @@ enum Command {
     /// --learner`) in one replay, trains on it and publishes each new policy version
     /// (docs/fleet.md).
     Learner(learner::LearnerArgs),
+    /// Bring data in: a LeRobot dataset becomes a replay (docs/datasets.md).
+    Import {
+        #[command(subcommand)]
+        command: dataset::ImportCommand,
+    },
+    /// Hand data out: a replay becomes a LeRobot dataset (docs/datasets.md).
+    Export {
+        #[command(subcommand)]
+        command: dataset::ExportCommand,
+    },
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {
@@ -87,6 +97,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Eval(args) => eval::run(args, device),
         Command::RobotServe(args) => robot_serve::run(args),
         Command::Learner(args) => learner::run(args, device),
+        Command::Import { command } => dataset::run_import(command),
+        Command::Export { command } => dataset::run_export(command),
     }
 }
 

@@ -5,6 +5,7 @@
 pub mod bench;
 pub mod collect;
 pub mod daemon;
+pub mod dataset;
 pub mod demo;
 pub mod devices;
 pub mod eval;
