@@ -233,22 +233,10 @@ fn a_lost_robot_is_held_counted_and_driven_again_when_it_returns() {
 
 /// The Python that has `imago_bridge` and gymnasium, or why the test skips.
 fn bridge_python() -> Option<String> {
-    let python = std::env::var("IMAGO_PYTHON").unwrap_or_else(|_| "python3".to_string());
-    let ok = Command::new(&python)
-        .args(["-c", "import imago_bridge, gymnasium, pygame"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if ok {
-        return Some(python);
-    }
-    assert!(
-        std::env::var("CI").as_deref() != Ok("true"),
-        "CI=true but {python} cannot import imago_bridge, gymnasium and pygame (.ci/run installs them)"
-    );
-    println!(
-        "skipped: {python} cannot import imago_bridge, gymnasium and pygame (pip install ./robots/bridge-python \"gymnasium[classic-control]\")"
-    );
-    None
+    common::python_with(
+        &["imago_bridge", "gymnasium", "pygame"],
+        "pip install ./robots/bridge-python \"gymnasium[classic-control]\"",
+    )
 }
 
 /// A Python example of `robots/bridge-python/examples` serving at `key` on `port`;

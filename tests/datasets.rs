@@ -15,20 +15,7 @@ use imago_runtime::store::replay::{Episode, read_replay};
 
 /// The Python that has pyarrow and PyAV, or why the test skips.
 fn fixture_python() -> Option<String> {
-    let python = std::env::var("IMAGO_PYTHON").unwrap_or_else(|_| "python3".to_string());
-    let ok = Command::new(&python)
-        .args(["-c", "import pyarrow, av, numpy"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if ok {
-        return Some(python);
-    }
-    assert!(
-        std::env::var("CI").as_deref() != Ok("true"),
-        "CI=true but {python} cannot import pyarrow, av and numpy (.ci/run installs them)"
-    );
-    println!("skipped: {python} cannot import pyarrow, av and numpy (pip install pyarrow av)");
-    None
+    common::python_with(&["pyarrow", "av", "numpy"], "pip install pyarrow av")
 }
 
 /// Writes a fixture dataset of `layout` with `frames` under `root`; returns its path.
@@ -312,45 +299,22 @@ fn damaged_or_unsupported_datasets_are_one_clear_error_and_leave_no_replay() {
     let dataset = fixture(&python, root.path(), "v3.0", "av1");
     let d = path(&dataset);
     let o = path(&out);
+    let import_fails = |extra: &[&str]| {
+        let mut args = vec!["import", "lerobot", &d, "--out", &o];
+        args.extend(extra);
+        failed_import(&args, &out)
+    };
 
-    let message = failed_import(
-        &[
-            "import",
-            "lerobot",
-            &d,
-            "--out",
-            &o,
-            "--state",
-            "observation.pose",
-        ],
-        &out,
-    );
+    let message = import_fails(&["--state", "observation.pose"]);
     assert!(
         message.contains("no feature `observation.pose`") && message.contains("observation.state"),
         "{message}"
     );
-    let message = failed_import(
-        &["import", "lerobot", &d, "--out", &o, "--camera", "action"],
-        &out,
-    );
+    let message = import_fails(&["--camera", "action"]);
     assert!(message.contains("not a camera"), "{message}");
-    let message = failed_import(
-        &["import", "lerobot", &d, "--out", &o, "--episodes", "9..12"],
-        &out,
-    );
+    let message = import_fails(&["--episodes", "9..12"]);
     assert!(message.contains("selects none"), "{message}");
-    let message = failed_import(
-        &[
-            "import",
-            "lerobot",
-            &d,
-            "--out",
-            &o,
-            "--instruction",
-            "grasp the cube",
-        ],
-        &out,
-    );
+    let message = import_fails(&["--instruction", "grasp the cube"]);
     assert!(
         message.contains("unknown word `grasp`") && message.contains("--instruction"),
         "{message}"
@@ -360,14 +324,14 @@ fn damaged_or_unsupported_datasets_are_one_clear_error_and_leave_no_replay() {
     let video = dataset.join("videos/observation.image/chunk-000/file-001.mp4");
     let bytes = std::fs::read(&video).unwrap();
     std::fs::write(&video, &bytes[..bytes.len() / 2]).unwrap();
-    let message = failed_import(&["import", "lerobot", &d, "--out", &o], &out);
+    let message = import_fails(&[]);
     assert!(message.contains("file-001.mp4"), "{message}");
     std::fs::write(&video, &bytes).unwrap();
 
     let data = dataset.join("data/chunk-000/file-001.parquet");
     let bytes = std::fs::read(&data).unwrap();
     std::fs::write(&data, &bytes[..bytes.len() - 20]).unwrap();
-    let message = failed_import(&["import", "lerobot", &d, "--out", &o], &out);
+    let message = import_fails(&[]);
     assert!(
         message.contains("file-001.parquet") && message.contains("parquet"),
         "{message}"
@@ -384,7 +348,7 @@ fn damaged_or_unsupported_datasets_are_one_clear_error_and_leave_no_replay() {
     let info_path = dataset.join("meta/info.json");
     let info = std::fs::read_to_string(&info_path).unwrap();
     std::fs::write(&info_path, info.replace("\"v3.0\"", "\"v1.6\"")).unwrap();
-    let message = failed_import(&["import", "lerobot", &d, "--out", &o], &out);
+    let message = import_fails(&[]);
     assert!(message.contains("codebase_version `v1.6`"), "{message}");
     std::fs::write(&info_path, &info).unwrap();
 

@@ -36,3 +36,24 @@ pub fn free_port() -> u16 {
         .unwrap()
         .port()
 }
+
+/// The Python in `IMAGO_PYTHON` (else `python3`) when it can import every one of
+/// `modules`; else `None`, after printing that the test skipped and how to install
+/// them. Under `CI=true`, where `.ci/run` installs them, their absence fails.
+pub fn python_with(modules: &[&str], install: &str) -> Option<String> {
+    let python = std::env::var("IMAGO_PYTHON").unwrap_or_else(|_| "python3".to_string());
+    let names = modules.join(", ");
+    let ok = Command::new(&python)
+        .args(["-c", &format!("import {names}")])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if ok {
+        return Some(python);
+    }
+    assert!(
+        std::env::var("CI").as_deref() != Ok("true"),
+        "CI=true but {python} cannot import {names} (.ci/run installs them)"
+    );
+    println!("skipped: {python} cannot import {names} ({install})");
+    None
+}

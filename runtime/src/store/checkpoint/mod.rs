@@ -868,6 +868,21 @@ mod tests {
         assert_eq!(refused, cases);
     }
 
+    /// Edits the `meta.json` of the checkpoint in `dir` and signs it again, as a hand
+    /// edit that keeps its checksum right would.
+    fn rewrite_meta(dir: &Path, edit: impl Fn(&mut CheckpointMeta)) {
+        let path = dir.join(META);
+        let mut meta: CheckpointMeta =
+            serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        edit(&mut meta);
+        meta.checksum = None;
+        std::fs::write(
+            &path,
+            sign_meta_json(serde_json::to_vec_pretty(&meta).unwrap()),
+        )
+        .unwrap();
+    }
+
     /// The tensor names and shapes in a safetensors file's header.
     fn safetensors_header(path: &Path) -> BTreeMap<String, Vec<usize>> {
         let bytes = std::fs::read(path).unwrap();
@@ -905,15 +920,7 @@ mod tests {
         );
 
         // A config with a second layer: every tensor of it is named missing.
-        let meta_path = dir.join(META);
-        let good = std::fs::read_to_string(&meta_path).unwrap();
-        let resign = |layers: u64| {
-            let mut meta: CheckpointMeta = serde_json::from_str(&good).unwrap();
-            meta.config["n_layers"] = serde_json::json!(layers);
-            meta.checksum = None;
-            sign_meta_json(serde_json::to_vec_pretty(&meta).unwrap())
-        };
-        std::fs::write(&meta_path, resign(2)).unwrap();
+        rewrite_meta(&dir, |m| m.config["n_layers"] = serde_json::json!(2));
         let err = load_policy::<Dispatch>(&dir, None, &device).unwrap_err();
         let message = err.to_string();
         assert!(
@@ -926,17 +933,8 @@ mod tests {
         );
 
         // Saved with two layers, loaded with a config of one: the extra ones are named.
-        let two = config().with_n_layers(2);
-        saved_with(&dir, &two);
-        let good = std::fs::read_to_string(&meta_path).unwrap();
-        let mut meta: CheckpointMeta = serde_json::from_str(&good).unwrap();
-        meta.config["n_layers"] = serde_json::json!(1);
-        meta.checksum = None;
-        std::fs::write(
-            &meta_path,
-            sign_meta_json(serde_json::to_vec_pretty(&meta).unwrap()),
-        )
-        .unwrap();
+        saved_with(&dir, &config().with_n_layers(2));
+        rewrite_meta(&dir, |m| m.config["n_layers"] = serde_json::json!(1));
         let message = load_policy::<Dispatch>(&dir, None, &device)
             .unwrap_err()
             .to_string();

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::{Float32Type, Float64Type, Int32Type, Int64Type, UInt32Type, UInt64Type};
-use arrow_array::{Array, ArrayRef, RecordBatch};
+use arrow_array::{Array, ArrayRef, GenericListArray, OffsetSizeTrait, RecordBatch};
 use arrow_schema::{DataType, Schema};
 use parquet::arrow::ArrowWriter;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
@@ -300,29 +300,19 @@ impl ListView<'_> {
 }
 
 fn list_values(array: &ArrayRef) -> Option<ListView<'_>> {
+    fn view<O: OffsetSizeTrait>(list: &GenericListArray<O>) -> ListView<'_> {
+        ListView {
+            values: list.values(),
+            offsets: list
+                .offsets()
+                .windows(2)
+                .map(|w| (w[0].as_usize(), (w[1] - w[0]).as_usize()))
+                .collect(),
+        }
+    }
     match array.data_type() {
-        DataType::List(_) => {
-            let list = array.as_list::<i32>();
-            let offsets = list.offsets();
-            Some(ListView {
-                values: list.values(),
-                offsets: offsets
-                    .windows(2)
-                    .map(|w| (w[0] as usize, (w[1] - w[0]) as usize))
-                    .collect(),
-            })
-        }
-        DataType::LargeList(_) => {
-            let list = array.as_list::<i64>();
-            let offsets = list.offsets();
-            Some(ListView {
-                values: list.values(),
-                offsets: offsets
-                    .windows(2)
-                    .map(|w| (w[0] as usize, (w[1] - w[0]) as usize))
-                    .collect(),
-            })
-        }
+        DataType::List(_) => Some(view(array.as_list::<i32>())),
+        DataType::LargeList(_) => Some(view(array.as_list::<i64>())),
         DataType::FixedSizeList(_, size) => {
             let list = array.as_fixed_size_list();
             let size = *size as usize;
