@@ -65,6 +65,9 @@ mod tests {
     type A = Autodiff<NdArray>;
 
     fn value_and_gradient(path: ComputePath) -> (Vec<f32>, Vec<f32>) {
+        let _serial = crate::AUTODIFF_TESTS
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
         let device = Default::default();
         <A as Backend>::seed(&device, 3);
         let x = Tensor::<A, 2>::random([40, 300], Distribution::Uniform(-5.0, 5.0), &device)
@@ -104,6 +107,9 @@ mod tests {
 
     #[test]
     fn an_intermediate_activation_gets_the_exact_slope() {
+        let _serial = crate::AUTODIFF_TESTS
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
         // `x` computed from a leaf is in the graph but not `is_require_grad`: the host
         // path must still carry its gradient, and with the exact slope.
         let device = Default::default();

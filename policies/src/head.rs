@@ -219,6 +219,9 @@ mod tests {
 
     #[test]
     fn flow_sampler_reproduces_a_bimodal_distribution() {
+        let _serial = crate::AUTODIFF_TESTS
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
         let device = Default::default();
         B::seed(&device, 7);
         // An unconditional head: a zero-width summary, chunks of one 1-D action.

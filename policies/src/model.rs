@@ -856,6 +856,9 @@ mod tests {
         targets: ImitationTargets<B>,
         steps: usize,
     ) -> (VlaPolicy<B>, Vec<f32>) {
+        let _serial = crate::AUTODIFF_TESTS
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
         let device = Default::default();
         B::seed(&device, 3);
         let mut policy = config.init::<B>(&device);

@@ -258,6 +258,9 @@ mod tests {
     /// random 8x8 batch, through `path`: `(keypoints, means, d weight, d bias,
     /// d scale)`.
     fn readings_and_gradients(path: ComputePath, activation: StemActivation) -> [Vec<f32>; 5] {
+        let _serial = crate::AUTODIFF_TESTS
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
         type A = Autodiff<NdArray>;
         let device = Default::default();
         <A as Backend>::seed(&device, 7);

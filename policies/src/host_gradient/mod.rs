@@ -422,6 +422,9 @@ mod tests {
         mask: Vec<f32>,
         weights: Option<Vec<f32>>,
     ) {
+        let _serial = crate::AUTODIFF_TESTS
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
         let device = Default::default();
         <A as Backend>::seed(&device, 7);
         let policy = config.init::<A>(&device);
