@@ -11,8 +11,8 @@ use clap::{Parser, Subcommand};
 use imago_runtime::device::DeviceSpec;
 
 use commands::{
-    bench, collect, daemon, dataset, demo, devices, eval, inspect, learner, replay, robot_serve,
-    train, wm_eval,
+    accelerate, bench, collect, daemon, dataset, demo, devices, eval, gate, inspect, learner,
+    replay, robot_serve, train, wm_eval,
 };
 
 #[derive(Debug, Parser)]
@@ -70,6 +70,14 @@ enum Command {
     /// --learner`) in one replay, trains on it and publishes each new policy version
     /// (docs/fleet.md).
     Learner(learner::LearnerArgs),
+    /// The champion-challenger promotion test offline: paired episodes in simulation
+    /// until a sequential, anytime-valid test promotes the challenger or keeps the
+    /// champion (docs/promotion.md).
+    Gate(gate::GateArgs),
+    /// Certified acceleration: the fastest variant of a policy (more of each action
+    /// chunk executed open-loop) whose failure rate on episodes the policy solves is
+    /// certified below a budget (docs/promotion.md).
+    Accelerate(accelerate::AccelerateArgs),
     /// Bring data in: a LeRobot dataset becomes a replay (docs/datasets.md).
     Import {
         #[command(subcommand)]
@@ -97,6 +105,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Eval(args) => eval::run(args, device),
         Command::RobotServe(args) => robot_serve::run(args),
         Command::Learner(args) => learner::run(args, device),
+        Command::Gate(args) => gate::run(args, device),
+        Command::Accelerate(args) => accelerate::run(args, device),
         Command::Import { command } => dataset::run_import(command),
         Command::Export { command } => dataset::run_export(command),
     }

@@ -1294,3 +1294,24 @@ fn pusht_collects_trains_and_evaluates_with_coverage() {
         "{error}"
     );
 }
+
+#[test]
+fn gate_settings_out_of_range_are_one_error_naming_the_flag() {
+    let dir = tempfile::tempdir().unwrap();
+    let ckpt = dir.path().join("absent");
+    let ckpt = ckpt.to_str().unwrap();
+    let gate = |extra: &[&str]| {
+        let mut args = vec!["gate", "--champion", ckpt, "--challenger", ckpt];
+        args.extend(extra);
+        let output = imago(&args);
+        assert!(!output.status.success(), "{extra:?}");
+        stderr(&output)
+    };
+    assert!(gate(&["--confidence", "0.3"]).contains("--confidence"));
+    assert!(gate(&["--max-episodes", "0"]).contains("--max-episodes"));
+    assert!(gate(&["--metric", "return"]).contains("not built"));
+    assert!(gate(&[]).contains("does not exist"));
+    let output = imago(&["accelerate", "--ckpt", ckpt, "--budget", "1.5"]);
+    assert!(!output.status.success());
+    assert!(stderr(&output).contains("--budget"), "{}", stderr(&output));
+}

@@ -25,7 +25,8 @@ fn small_config(dir: &Path) -> String {
         "robot = \"reacher2d\"\ndevice = \"cpu\"\n\
          [actor.robot]\ncontrol_hz = 20.0\n\
          [learner]\nmin_episodes = 2\n\
-         [learner.finetune]\npolicy_steps = 5\nworld_model_steps = 3\ncritic_steps = 3\ncritic_batch = 16\n",
+         [learner.finetune]\npolicy_steps = 5\nworld_model_steps = 3\ncritic_steps = 3\ncritic_batch = 16\n\
+         [promotion]\nenabled = false\n",
     )
     .unwrap();
     path.to_str().unwrap().to_string()
@@ -248,6 +249,18 @@ fn bad_configs_name_the_key_and_the_problem() {
             "robot = \"reacher2d\"\n[learner.finetune]\nbeta = 0.0\n",
             "beta",
         ),
+        (
+            "robot = \"reacher2d\"\n[promotion]\nmode = \"live\"\n",
+            "promotion.mode",
+        ),
+        (
+            "robot = \"reacher2d\"\n[promotion]\nconfidence = 1.5\n",
+            "promotion.confidence",
+        ),
+        (
+            "robot = \"reacher2d\"\n[promotion]\nmetric = \"speed\"\n",
+            "metric",
+        ),
     ] {
         std::fs::write(&path, text).unwrap();
         let output = imago(&[
@@ -278,7 +291,8 @@ fn kill_config(dir: &Path) -> String {
         "robot = \"reacher2d\"\ndevice = \"cpu\"\ncheckpoint_every_seconds = 1000000.0\n\
          [actor.robot]\ncontrol_hz = 50.0\nmax_steps = 40\n\
          [learner]\nmin_episodes = 2\n\
-         [learner.finetune]\npolicy_steps = 3\nworld_model_steps = 2\ncritic_steps = 2\ncritic_batch = 8\n",
+         [learner.finetune]\npolicy_steps = 3\nworld_model_steps = 2\ncritic_steps = 2\ncritic_batch = 8\n\
+         [promotion]\nenabled = false\n",
     )
     .unwrap();
     path.to_str().unwrap().to_string()
@@ -511,4 +525,80 @@ fn one_daemon_per_run_dir_and_restarts_say_resume_or_fresh() {
     let kept = read_replay(&aside[0].join("replay")).unwrap().episodes;
     assert_eq!(kept, episodes);
     assert_eq!(checkpoint_version(&aside[0]), Some(version));
+}
+
+/// A learner gone wrong (`learner.publish_fresh_weights`: every version it publishes
+/// has freshly initialised weights) never gets a version past the promotion gate: the
+/// trained champion acts from the first tick to the last, and the control loop keeps
+/// its deadlines while the tests run beside it.
+#[test]
+fn a_broken_learner_never_gets_past_the_promotion_gate() {
+    let _one = ONE_DAEMON.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let path = |p: &Path| p.to_str().unwrap().to_string();
+    let demos = dir.path().join("demos");
+    let output = imago(&["collect", "--episodes", "60", "--out", &path(&demos)]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let champion = dir.path().join("bc");
+    let output = imago(&[
+        "--device",
+        "cpu",
+        "train",
+        "--replay",
+        &path(&demos),
+        "--out",
+        &path(&champion),
+        "--steps",
+        "400",
+    ]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let config = dir.path().join("broken.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "robot = \"reacher2d\"\ndevice = \"cpu\"\npolicy = \"{}\"\n\
+             [actor.robot]\ncontrol_hz = 20.0\n\
+             [learner]\nmin_episodes = 2\npublish_fresh_weights = true\n\
+             [learner.finetune]\npolicy_steps = 3\nworld_model_steps = 2\ncritic_steps = 2\ncritic_batch = 8\n\
+             [promotion]\nmax_episodes = 160\n",
+            path(&champion)
+        ),
+    )
+    .unwrap();
+    let run = dir.path().join("run");
+    let json = dir.path().join("status.json");
+    let output = imago(&[
+        "daemon",
+        "--config",
+        &path(&config),
+        "--run-dir",
+        &path(&run),
+        "--duration",
+        "25",
+        "--report",
+        &path(&json),
+    ]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let status = report(&json);
+    assert!(status["learning_steps"].as_u64().unwrap() >= 1, "{status}");
+    assert!(
+        status["final_policy_version"].as_u64().unwrap() >= 2,
+        "{status}"
+    );
+    assert_eq!(status["promotions"], 0, "{status}");
+    assert!(status["rejections"].as_u64().unwrap() >= 1, "{status}");
+    assert_eq!(status["champion_version"], 1, "{status}");
+    assert_eq!(status["deadline_misses"], 0, "{status}");
+    let tests = status["promotion_test_episodes"].as_array().unwrap();
+    assert!(tests.iter().all(|n| n.as_u64().unwrap() <= 160), "{status}");
+    // Every recorded tick was the champion's.
+    let contents = read_replay(&run.join("replay")).unwrap();
+    assert!(!contents.episodes.is_empty());
+    for episode in &contents.episodes {
+        assert!(episode.transitions.iter().all(|t| t.policy_version == 1));
+    }
+    let champion_meta: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(run.join("checkpoints/champion/meta.json")).unwrap())
+            .unwrap();
+    assert_eq!(champion_meta["version"], 1);
 }

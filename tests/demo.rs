@@ -129,6 +129,103 @@ fn quick_demo_fine_tunes_a_policy_that_follows_image_and_instruction() {
     assert!(run_dir.join("finetuned-policy").join("meta.json").exists());
     assert!(run_dir.join("world-model").join("meta.json").exists());
 
+    // The promotion test, offline: the fine-tuned policy is certified better than the
+    // cloned one, and a challenger with (nearly) fresh weights is certified worse,
+    // each long before the budget a fixed-size test would spend.
+    let gate = |champion: &std::path::Path, challenger: &std::path::Path| {
+        let report = dir.path().join("gate.json");
+        let output = imago(&[
+            "--device",
+            "cpu",
+            "gate",
+            "--champion",
+            champion.to_str().unwrap(),
+            "--challenger",
+            challenger.to_str().unwrap(),
+            "--report",
+            report.to_str().unwrap(),
+        ]);
+        assert!(output.status.success(), "{}", stderr(&output));
+        serde_json::from_slice::<serde_json::Value>(&std::fs::read(&report).unwrap()).unwrap()
+    };
+    let promoted = gate(
+        &run_dir.join("bc-policy"),
+        &run_dir.join("finetuned-policy"),
+    );
+    assert_eq!(promoted["decision"], "promote", "{promoted}");
+    assert!(promoted["evidence_better"].as_f64().unwrap() >= 20.0);
+    assert!(promoted["episodes"].as_u64().unwrap() < 400, "{promoted}");
+    let fresh = dir.path().join("fresh");
+    let output = imago(&[
+        "--device",
+        "cpu",
+        "train",
+        "--replay",
+        run_dir.join("replay").to_str().unwrap(),
+        "--out",
+        fresh.to_str().unwrap(),
+        "--steps",
+        "1",
+        "--learning-rate",
+        "1e-9",
+    ]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let rejected = gate(&run_dir.join("finetuned-policy"), &fresh);
+    assert_eq!(rejected["decision"], "reject_worse", "{rejected}");
+    let paired = &rejected["paired"];
+    assert_eq!(
+        paired["only_candidate"].as_u64().unwrap()
+            + paired["only_baseline"].as_u64().unwrap()
+            + paired["both"].as_u64().unwrap()
+            + paired["neither"].as_u64().unwrap(),
+        rejected["episodes"].as_u64().unwrap()
+    );
+
+    // Certified acceleration of the fine-tuned policy: the chosen variant's failure
+    // rate among episodes the policy solves is certified below the budget.
+    let accelerated = dir.path().join("accelerate.json");
+    let output = imago(&[
+        "--device",
+        "cpu",
+        "accelerate",
+        "--ckpt",
+        run_dir.join("finetuned-policy").to_str().unwrap(),
+        "--budget",
+        "0.3",
+        "--report",
+        accelerated.to_str().unwrap(),
+    ]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let acceleration: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&accelerated).unwrap()).unwrap();
+    let variants = acceleration["variants"].as_array().unwrap();
+    assert!(!variants.is_empty(), "{acceleration}");
+    for v in variants {
+        let (failed, solved) = (
+            v["variant_failed"].as_u64().unwrap(),
+            v["reference_solved"].as_u64().unwrap(),
+        );
+        assert!(
+            failed <= solved && solved <= v["episodes"].as_u64().unwrap(),
+            "{v}"
+        );
+        if v["certified"].as_bool().unwrap() {
+            assert!(v["certified_bound"].as_f64().unwrap() <= 0.3, "{v}");
+        }
+    }
+    let chosen = acceleration["chosen_execute_steps"].as_u64().unwrap();
+    if chosen > 1 {
+        assert!(
+            acceleration["chosen_bound"].as_f64().unwrap() <= 0.3,
+            "{acceleration}"
+        );
+        assert_eq!(
+            acceleration["chosen_speedup"].as_f64().unwrap(),
+            chosen as f64
+        );
+    }
+    println!("accelerate chose execute_steps = {chosen}: {acceleration}");
+
     // The world model, scored on held-out demonstrations: it beats copying the last
     // latent at the longest horizon, and its calibrated intervals cover about what
     // Gaussian ones would.

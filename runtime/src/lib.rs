@@ -7,7 +7,8 @@
 //! - [`jobs`]: what the CLI's commands run (demo, bench, offline training, inspect);
 //! - beside them: [`robot`] (the robot registry) and [`bridge`] (robots in other
 //!   processes, over zenoh), [`device`] (backend choice),
-//!   [`telemetry`] (rerun transport and drawing), and small leaves ([`stats`],
+//!   [`telemetry`] (rerun transport and drawing), [`promotion`] (sequential
+//!   champion-challenger tests), and small leaves ([`stats`],
 //!   [`progress`], [`toml_file`]).
 //!
 //! Imports point down: jobs -> engine -> learn -> act -> store; every layer may use
@@ -25,6 +26,7 @@ pub mod engine;
 pub mod jobs;
 pub mod learn;
 pub mod progress;
+pub mod promotion;
 pub mod robot;
 pub mod stats;
 pub mod store;

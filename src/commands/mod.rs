@@ -2,6 +2,7 @@
 //! checks the flags, calls into `imago_runtime::jobs` (or the layer below) and prints
 //! what happened.
 
+pub mod accelerate;
 pub mod bench;
 pub mod collect;
 pub mod daemon;
@@ -9,6 +10,7 @@ pub mod dataset;
 pub mod demo;
 pub mod devices;
 pub mod eval;
+pub mod gate;
 pub mod inspect;
 pub mod learner;
 pub mod replay;

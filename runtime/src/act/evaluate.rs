@@ -42,7 +42,7 @@ pub enum Controller<'a, B: Backend> {
 }
 
 /// Per-episode outcomes of one evaluation, in seed order.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct EvalOutcome {
     /// Whether each episode succeeded.
     pub success: Vec<bool>,

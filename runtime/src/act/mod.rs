@@ -7,5 +7,6 @@ pub mod camera;
 pub mod collect;
 pub mod evaluate;
 pub mod paired;
+pub mod promotion_run;
 pub mod rollout;
 pub mod sampling;

@@ -19,6 +19,7 @@ use imago_worldmodel::{TransitionFamily, WorldModelConfig};
 use serde::{Deserialize, Serialize};
 
 use crate::device::{DeviceSpec, ResolvedDevice};
+use crate::engine::champion::{ChampionGate, PromotionConfig, PromotionSummary};
 use crate::engine::{
     ActorConfig, ControlReport, PolicySnapshot, Recording, ReplayWindow, ReplayWriterConfig,
     SnapshotMailbox, run_control_loop,
@@ -26,8 +27,8 @@ use crate::engine::{
 use crate::learn::finetune::{FinetuneConfig, Learner};
 use crate::learn::world_model::WorldModelTrainConfig;
 use crate::store::checkpoint::{
-    CheckpointMeta, ensure_trained_for, load_policy_to_continue, load_world_model, read_meta,
-    recover_checkpoint, save_policy,
+    CheckpointMeta, ensure_trained_for, load_policy, load_policy_to_continue, load_world_model,
+    read_meta, recover_checkpoint, save_policy,
 };
 use crate::store::lock::DirLock;
 use crate::store::outputs::{
@@ -52,6 +53,10 @@ pub struct LearnerConfig {
     /// The learning step's settings (rollout and round fields are not used: the actor
     /// collects).
     pub finetune: FinetuneConfig,
+    /// For testing the promotion gate only: after every learning step the learner's
+    /// policy is replaced by freshly initialised weights (a learner gone wrong), which
+    /// it then publishes.
+    pub publish_fresh_weights: bool,
 }
 
 impl Default for LearnerConfig {
@@ -66,6 +71,7 @@ impl Default for LearnerConfig {
                 critic_steps: 50,
                 ..FinetuneConfig::default()
             },
+            publish_fresh_weights: false,
         }
     }
 }
@@ -97,6 +103,9 @@ pub struct DaemonConfig<A = ActorConfig> {
     /// The learner.
     #[serde(default)]
     pub learner: LearnerConfig,
+    /// The promotion gate between the learner and the actor (docs/promotion.md).
+    #[serde(default)]
+    pub promotion: PromotionConfig,
     /// Replay segment size and retention limit (`retention_bytes`, oldest closed
     /// segments deleted first).
     #[serde(default)]
@@ -150,6 +159,7 @@ impl DaemonConfig {
             world_model: file.world_model,
             actor,
             learner: file.learner,
+            promotion: file.promotion,
             replay: file.replay,
             checkpoint_every_seconds: file.checkpoint_every_seconds,
             status_every_seconds: file.status_every_seconds,
@@ -211,6 +221,11 @@ impl DaemonConfig {
                 ),
             ));
         }
+        if self.learner.enabled {
+            self.promotion
+                .validate(&self.actor.robot)
+                .map_err(|e| e.within("promotion"))?;
+        }
         self.learner
             .finetune
             .validate()
@@ -249,11 +264,20 @@ pub struct DaemonReport {
     pub seconds: f64,
     /// The checkpoint written at shutdown.
     pub checkpoint: String,
+    /// What the promotion gate did.
+    #[serde(flatten)]
+    pub promotion: PromotionSummary,
 }
 
-/// Where the daemon's policy checkpoint lives in `run_dir`.
+/// Where the daemon's policy checkpoint (the learner's newest weights) lives in
+/// `run_dir`.
 pub fn policy_checkpoint(run_dir: &Path) -> PathBuf {
     run_dir.join("checkpoints").join("policy")
+}
+
+/// Where the champion (the policy that acts) is kept next to the learner's `checkpoint`.
+pub fn champion_checkpoint(checkpoint: &Path) -> PathBuf {
+    checkpoint.with_file_name("champion")
 }
 
 /// What the daemon starts from: the learner (policy, world model, critic), where it
@@ -493,6 +517,9 @@ pub(crate) fn learn_until(
                 return Ok(false);
             }
             learner.learn(window.episodes(), &config.learner.finetune, device)?;
+            if config.learner.publish_fresh_weights {
+                learner.replace_with_fresh_weights(device);
+            }
             publish(learner)?;
             Ok(true)
         });
@@ -534,7 +561,24 @@ pub fn run_daemon(
     let deadline = options.duration.map(|d| started + d);
     let mut learning_steps = 0u64;
     let mut learner_error: Option<anyhow::Error> = None;
-    let initial = snapshot(&learner, device);
+    let champion_dir = champion_checkpoint(&checkpoint);
+    let mut gate = match config.promotion.enabled {
+        true => Some(start_gate(
+            config,
+            options,
+            &learner,
+            &champion_dir,
+            device,
+        )?),
+        false => None,
+    };
+    let initial = match &gate {
+        Some(gate) => {
+            let (champion, version) = gate.champion();
+            PolicySnapshot::new(version, champion.clone(), &device.inference)
+        }
+        None => snapshot(&learner, device),
+    };
     let policy_config = learner.policy_config().clone();
     let out_of_time = || deadline.is_some_and(|d| Instant::now() >= d);
     let control = run_control_loop(
@@ -562,7 +606,24 @@ pub fn run_daemon(
                 &learner_pool,
                 |steps| !stop.load(Ordering::Relaxed) && !out_of_time() && !learnt_enough(steps),
                 |learner| {
-                    mailbox.publish(snapshot(learner, device));
+                    let Some(gate) = gate.as_mut() else {
+                        mailbox.publish(snapshot(learner, device));
+                        return Ok(());
+                    };
+                    let challenger = (learner.policy(), learner.policy_config(), learner.version());
+                    if gate.consider(challenger, device)? {
+                        let (champion, version) = gate.champion();
+                        mailbox.publish(PolicySnapshot::new(
+                            version,
+                            champion.clone(),
+                            &device.inference,
+                        ));
+                        if let Err(error) =
+                            save_champion(gate, learner, &config.spec(), &champion_dir)
+                        {
+                            eprintln!("warning: the champion's checkpoint failed: {error:#}");
+                        }
+                    }
                     Ok(())
                 },
             );
@@ -575,8 +636,12 @@ pub fn run_daemon(
             stop.store(true, Ordering::Relaxed);
         },
     );
-    // Whatever stopped the control loop, the learner's weights are whole: keep them.
-    let saved = save(&learner, &config.spec(), &checkpoint);
+    // Whatever stopped the control loop, the learner's weights are whole: keep them,
+    // and the champion's.
+    let saved = save(&learner, &config.spec(), &checkpoint).and_then(|()| match &gate {
+        Some(gate) => save_champion(gate, &learner, &config.spec(), &champion_dir),
+        None => Ok(()),
+    });
     let control = match (control, saved) {
         (Ok(control), Ok(())) => control,
         (Ok(_), Err(error)) => return Err(error.context("the final checkpoint failed")),
@@ -596,13 +661,63 @@ pub fn run_daemon(
     if let Some(error) = learner_error {
         eprintln!("warning: the learner stopped: {error:#}");
     }
+    let promotion = match &gate {
+        Some(gate) => gate.summary().clone(),
+        None => PromotionSummary {
+            champion_version: learner.version(),
+            ..PromotionSummary::default()
+        },
+    };
     Ok(DaemonReport {
         control,
         learning_steps,
         final_policy_version: learner.version(),
         seconds: started.elapsed().as_secs_f64(),
         checkpoint: checkpoint.display().to_string(),
+        promotion,
     })
+}
+
+/// The promotion gate of a run: its champion is the one `--resume` finds in
+/// `champion_dir`, else the policy the learner starts from; written there at once, so
+/// that a restart never deploys an unproven version.
+fn start_gate(
+    config: &DaemonConfig,
+    options: &DaemonOptions,
+    learner: &Learner,
+    champion_dir: &Path,
+    device: &ResolvedDevice,
+) -> anyhow::Result<ChampionGate> {
+    let champion = if options.resume && champion_dir.exists() {
+        let (policy, _, meta) = load_policy::<Dispatch>(
+            champion_dir,
+            Some(learner.policy_config()),
+            &device.training,
+        )
+        .with_context(|| format!("cannot resume the champion in {}", champion_dir.display()))?;
+        (policy, meta.version)
+    } else {
+        (learner.policy(), learner.version())
+    };
+    let gate = ChampionGate::new(&config.promotion, &config.actor.robot, champion);
+    save_champion(&gate, learner, &config.spec(), champion_dir)?;
+    Ok(gate)
+}
+
+fn save_champion(
+    gate: &ChampionGate,
+    learner: &Learner,
+    spec: &RobotSpec,
+    dir: &Path,
+) -> anyhow::Result<()> {
+    let (champion, version) = gate.champion();
+    save_policy(
+        champion,
+        learner.policy_config(),
+        CheckpointMeta::new(spec, version, None),
+        dir,
+    )?;
+    Ok(())
 }
 
 /// The same work as [`run_daemon`] with `max_learning_steps`, done in turns instead
@@ -669,6 +784,10 @@ pub fn run_in_turns(
         final_policy_version: learner.version(),
         seconds: started.elapsed().as_secs_f64(),
         checkpoint: checkpoint.display().to_string(),
+        promotion: PromotionSummary {
+            champion_version: learner.version(),
+            ..PromotionSummary::default()
+        },
     })
 }
 

@@ -5,6 +5,7 @@
 //! in another process for a fleet of actors ([`crate::engine::fleet`]).
 
 mod actor;
+pub mod champion;
 mod clock;
 pub mod daemon;
 mod driven;

@@ -118,6 +118,11 @@ pub fn run_fleet_learner(
         .wait()
         .map_err(|e| anyhow::anyhow!("declaring {}: {e}", keys.ingest))?;
     let _alive = alive_token(&session, &keys.learner_alive)?;
+    if config.promotion.enabled && config.learner.enabled {
+        eprintln!(
+            "warning: the fleet learner publishes every version to its actors: the promotion gate (docs/promotion.md) is built for `imago daemon` only so far"
+        );
+    }
     let started = Instant::now();
     let deadline = options.duration.map(|d| started + d);
     let out_of_time = || deadline.is_some_and(|d| Instant::now() >= d);

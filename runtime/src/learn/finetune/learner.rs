@@ -102,6 +102,15 @@ impl Learner {
         self.version
     }
 
+    /// Replaces the policy's weights by freshly initialised ones (keeping the version):
+    /// a learner gone wrong, for testing the promotion gate
+    /// (`learner.publish_fresh_weights`).
+    pub fn replace_with_fresh_weights(&mut self, device: &ResolvedDevice) {
+        let fresh = self.policy_config.init::<Dispatch>(&device.training);
+        let record = fresh.clone().into_record();
+        self.policy = fresh.load_record(record);
+    }
+
     /// The current policy, for inference.
     pub fn policy(&self) -> VlaPolicy<Dispatch> {
         self.policy.valid()

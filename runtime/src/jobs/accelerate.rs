@@ -1,0 +1,172 @@
+//! `imago accelerate`: certified acceleration (CARE). Faster variants of a policy
+//! execute more of each action chunk open-loop (re-planning every `k` ticks instead of
+//! every tick, so the policy runs `k` times less per tick). Each variant runs paired
+//! episodes with the reference (`k = 1`) from identical seeds; among episodes the
+//! reference solves, the share the variant fails is bounded by an anytime-valid
+//! confidence bound ([`FailureCounts`]). The fastest variant whose bound is certified
+//! below the budget is chosen, else the reference.
+
+use std::path::Path;
+use std::time::Instant;
+
+use imago_robots::Robot;
+use serde::Serialize;
+
+use crate::act::evaluate::{Controller, evaluate, measure_latency};
+use crate::act::promotion_run::PROMOTION_BATCH;
+use crate::device::ResolvedDevice;
+use crate::promotion::FailureCounts;
+use crate::robot::RobotConfig;
+use crate::store::checkpoint::{ensure_trained_for, load_policy};
+
+/// What `imago accelerate` tries, and how sure it must be.
+#[derive(Debug, Clone)]
+pub struct AccelerateOptions<'a> {
+    /// The policy's checkpoint.
+    pub ckpt: &'a Path,
+    /// The simulated robot.
+    pub robot: &'a RobotConfig,
+    /// Largest failure rate among reference-solved episodes a variant may have.
+    pub budget: f64,
+    /// Confidence of the bound.
+    pub confidence: f64,
+    /// Paired episodes per variant at most.
+    pub max_episodes: usize,
+    /// Seed of the first paired episode.
+    pub first_seed: u64,
+}
+
+/// One variant's test.
+#[derive(Debug, Clone, Serialize)]
+pub struct VariantReport {
+    /// Actions of each chunk executed before re-planning.
+    pub execute_steps: usize,
+    /// Policy forward passes per control tick, relative to the reference: `1 / k`.
+    pub policy_calls_per_tick: f64,
+    /// Measured policy compute per control tick (batch-1 latency p50 / `k`), ms.
+    pub policy_ms_per_tick: f64,
+    /// Speed-up of the policy compute per tick over the reference.
+    pub speedup: f64,
+    /// Paired episodes run.
+    pub episodes: usize,
+    /// Episodes the reference solved (the trials).
+    pub reference_solved: u32,
+    /// Of them, the variant failed.
+    pub variant_failed: u32,
+    /// The variant's success rate over all paired episodes.
+    pub variant_success_rate: f64,
+    /// The reference's success rate over all paired episodes.
+    pub reference_success_rate: f64,
+    /// Upper bound on the failure rate among reference-solved episodes, at the
+    /// confidence asked for.
+    pub certified_bound: f64,
+    /// The bound is below the budget.
+    pub certified: bool,
+}
+
+/// What `imago accelerate` chose.
+#[derive(Debug, Clone, Serialize)]
+pub struct AccelerateReport {
+    /// The chosen variant's `execute_steps` (1: the reference).
+    pub chosen_execute_steps: usize,
+    /// Its speed-up of policy compute per tick.
+    pub chosen_speedup: f64,
+    /// Its certified bound (0 for the reference, which is never tested against itself).
+    pub chosen_bound: f64,
+    /// The budget.
+    pub budget: f64,
+    /// The confidence.
+    pub confidence: f64,
+    /// Reference latency at batch 1, p50, ms.
+    pub reference_policy_ms: f64,
+    /// Every variant tried, fastest first.
+    pub variants: Vec<VariantReport>,
+    /// Wall-clock seconds.
+    pub seconds: f64,
+}
+
+/// Runs certified acceleration on the checkpoint of `options`.
+pub fn run_accelerate(
+    options: &AccelerateOptions<'_>,
+    device: &ResolvedDevice,
+) -> anyhow::Result<AccelerateReport> {
+    anyhow::ensure!(
+        options.budget > 0.0 && options.budget < 1.0,
+        "--budget {}: must lie in (0, 1)",
+        options.budget
+    );
+    anyhow::ensure!(
+        (0.5..=0.9999).contains(&options.confidence),
+        "--confidence {}: must lie in [0.5, 0.9999]",
+        options.confidence
+    );
+    let started = Instant::now();
+    ensure_trained_for(options.ckpt, &options.robot.spec())?;
+    let (policy, config, _) = load_policy::<burn::Dispatch>(options.ckpt, None, &device.inference)?;
+    let observation = options.robot.build()?.reset(options.first_seed);
+    let latency = measure_latency(&policy, &config, &device.inference, &observation, 50)?;
+    let controller = |execute_steps| Controller::Policy {
+        policy: &policy,
+        config: &config,
+        device: &device.inference,
+        wrong_instruction: false,
+        execute_steps,
+    };
+    let reference = controller(1);
+    let mut steps: Vec<usize> = (1..)
+        .map(|i| 1usize << i)
+        .take_while(|&k| k <= config.chunk_len)
+        .collect();
+    steps.reverse();
+    let threshold = 1.0 / (1.0 - options.confidence);
+    let mut variants = Vec::new();
+    for k in steps {
+        let variant = controller(k);
+        let mut counts = FailureCounts::default();
+        let (mut episodes, mut reference_wins, mut variant_wins) = (0, 0usize, 0usize);
+        while episodes < options.max_episodes && counts.evidence_below(options.budget) < threshold {
+            let seeds: Vec<u64> = (0..PROMOTION_BATCH.min(options.max_episodes - episodes) as u64)
+                .map(|i| options.first_seed.wrapping_add(episodes as u64 + i))
+                .collect();
+            let a = evaluate(&reference, options.robot, &seeds, "reference")?;
+            let b = evaluate(&variant, options.robot, &seeds, "variant")?;
+            for (&ra, &vb) in a.success.iter().zip(&b.success) {
+                if ra {
+                    counts.observe(!vb);
+                }
+            }
+            reference_wins += a.successes();
+            variant_wins += b.successes();
+            episodes += seeds.len();
+        }
+        let certified_bound = counts.certified_bound(options.confidence);
+        let certified = counts.evidence_below(options.budget) >= threshold;
+        variants.push(VariantReport {
+            execute_steps: k,
+            policy_calls_per_tick: 1.0 / k as f64,
+            policy_ms_per_tick: latency.p50 / k as f64,
+            speedup: k as f64,
+            episodes,
+            reference_solved: counts.trials,
+            variant_failed: counts.failures,
+            variant_success_rate: variant_wins as f64 / episodes.max(1) as f64,
+            reference_success_rate: reference_wins as f64 / episodes.max(1) as f64,
+            certified_bound,
+            certified,
+        });
+        if certified {
+            break;
+        }
+    }
+    let chosen = variants.iter().find(|v| v.certified);
+    Ok(AccelerateReport {
+        chosen_execute_steps: chosen.map_or(1, |v| v.execute_steps),
+        chosen_speedup: chosen.map_or(1.0, |v| v.speedup),
+        chosen_bound: chosen.map_or(0.0, |v| v.certified_bound),
+        budget: options.budget,
+        confidence: options.confidence,
+        reference_policy_ms: latency.p50,
+        variants,
+        seconds: started.elapsed().as_secs_f64(),
+    })
+}

@@ -1,0 +1,85 @@
+//! `imago gate`: the champion-challenger promotion test offline, on two checkpoints,
+//! in simulation ([`run_promotion_test`]).
+
+use std::path::Path;
+use std::time::Instant;
+
+use serde::Serialize;
+
+use crate::act::evaluate::Controller;
+use crate::act::promotion_run::{PromotionRun, run_promotion_test};
+use crate::device::ResolvedDevice;
+use crate::promotion::PromotionTestConfig;
+use crate::robot::RobotConfig;
+use crate::store::checkpoint::{ensure_trained_for, load_policy};
+
+/// What `imago gate` compares, and how.
+#[derive(Debug, Clone)]
+pub struct GateOptions<'a> {
+    /// The deployed policy's checkpoint.
+    pub champion: &'a Path,
+    /// The candidate's checkpoint.
+    pub challenger: &'a Path,
+    /// The simulated robot both run on.
+    pub robot: &'a RobotConfig,
+    /// The sequential test.
+    pub test: PromotionTestConfig,
+    /// Seed of the first paired episode.
+    pub first_seed: u64,
+}
+
+/// What a gate run decided, and what it cost.
+#[derive(Debug, Clone, Serialize)]
+pub struct GateReport {
+    /// The decision and its figures.
+    #[serde(flatten)]
+    pub run: PromotionRun,
+    /// Episodes a fixed-size test of the same confidence and budget always uses.
+    pub fixed_size_episodes: u32,
+    /// `fixed_size_episodes - episodes`.
+    pub episodes_saved: u32,
+    /// The test's settings.
+    pub test: PromotionTestConfig,
+    /// Wall-clock seconds.
+    pub seconds: f64,
+}
+
+/// Runs the promotion test of `options` on `device`.
+pub fn run_gate(options: &GateOptions<'_>, device: &ResolvedDevice) -> anyhow::Result<GateReport> {
+    options
+        .test
+        .validate()
+        .map_err(|e| anyhow::anyhow!("promotion test: {e}"))?;
+    let started = Instant::now();
+    let spec = options.robot.spec();
+    for ckpt in [options.champion, options.challenger] {
+        ensure_trained_for(ckpt, &spec)?;
+    }
+    let (champion, champion_config, _) =
+        load_policy::<burn::Dispatch>(options.champion, None, &device.inference)?;
+    let (challenger, challenger_config, _) =
+        load_policy::<burn::Dispatch>(options.challenger, None, &device.inference)?;
+    let controller = |policy, config| Controller::Policy {
+        policy,
+        config,
+        device: &device.inference,
+        wrong_instruction: false,
+        execute_steps: 1,
+    };
+    let run = run_promotion_test(
+        (
+            &controller(&champion, &champion_config),
+            &controller(&challenger, &challenger_config),
+        ),
+        options.robot,
+        &options.test,
+        options.first_seed,
+    )?;
+    Ok(GateReport {
+        fixed_size_episodes: options.test.max_episodes,
+        episodes_saved: options.test.max_episodes - run.episodes,
+        run,
+        test: options.test,
+        seconds: started.elapsed().as_secs_f64(),
+    })
+}

@@ -1,0 +1,111 @@
+//! `imago accelerate`.
+
+use std::path::PathBuf;
+
+use clap::Args;
+use imago_runtime::device::{DeviceSpec, resolve};
+use imago_runtime::jobs::accelerate::{AccelerateOptions, run_accelerate};
+use imago_runtime::jobs::demo::EVAL_SEED_BASE;
+use imago_runtime::store::outputs::{Input, check_file_output};
+
+use crate::args::{RobotArgs, write_json};
+
+/// Flags of `imago accelerate`.
+#[derive(Debug, Args)]
+pub struct AccelerateArgs {
+    /// The policy's checkpoint.
+    #[arg(long)]
+    ckpt: PathBuf,
+    /// Largest share of the episodes the reference solves that a faster variant may
+    /// fail, in (0, 1).
+    #[arg(long, default_value_t = 0.1)]
+    budget: f64,
+    /// Confidence of the bound, in [0.5, 0.9999].
+    #[arg(long, default_value_t = 0.95)]
+    confidence: f64,
+    /// Paired episodes per variant at most.
+    #[arg(long, default_value_t = 400)]
+    max_episodes: usize,
+    /// Seed of the first paired episode.
+    #[arg(long, default_value_t = EVAL_SEED_BASE)]
+    seed: u64,
+    /// Also write the choice and every variant's figures as JSON here.
+    #[arg(long)]
+    report: Option<PathBuf>,
+    #[command(flatten)]
+    robot: RobotArgs,
+}
+
+/// Tries the variants, prints a table and the choice.
+pub fn run(args: AccelerateArgs, device: DeviceSpec) -> anyhow::Result<()> {
+    if let Some(report) = &args.report {
+        check_file_output(
+            "--report",
+            report,
+            &[Input {
+                flag: "--ckpt",
+                path: &args.ckpt,
+            }],
+        )?;
+    }
+    anyhow::ensure!(
+        (1..=100_000).contains(&args.max_episodes),
+        "--max-episodes {}: must lie in [1, 100000]",
+        args.max_episodes
+    );
+    let robot = args.robot.resolve()?;
+    let device = resolve(device)?;
+    let report = run_accelerate(
+        &AccelerateOptions {
+            ckpt: &args.ckpt,
+            robot: &robot,
+            budget: args.budget,
+            confidence: args.confidence,
+            max_episodes: args.max_episodes,
+            first_seed: args.seed,
+        },
+        &device,
+    )?;
+    println!(
+        "{:>13} {:>8} {:>12} {:>9} {:>16} {:>8} {:>9}",
+        "execute_steps",
+        "speed-up",
+        "policy ms/tick",
+        "episodes",
+        "failed/ref-solved",
+        "bound",
+        "certified"
+    );
+    println!(
+        "{:>13} {:>8} {:>12.3} {:>9} {:>16} {:>8} {:>9}",
+        1, "1.0x", report.reference_policy_ms, "-", "-", "-", "reference"
+    );
+    for v in &report.variants {
+        println!(
+            "{:>13} {:>7.1}x {:>12.3} {:>9} {:>16} {:>8.3} {:>9}",
+            v.execute_steps,
+            v.speedup,
+            v.policy_ms_per_tick,
+            v.episodes,
+            format!("{}/{}", v.variant_failed, v.reference_solved),
+            v.certified_bound,
+            v.certified
+        );
+    }
+    println!(
+        "chosen: execute_steps = {} ({:.1}x less policy compute per tick), failure rate among reference-solved episodes certified below {:.3} at {:.0}% (budget {})",
+        report.chosen_execute_steps,
+        report.chosen_speedup,
+        if report.chosen_execute_steps == 1 {
+            0.0
+        } else {
+            report.chosen_bound
+        },
+        report.confidence * 100.0,
+        report.budget
+    );
+    if let Some(path) = &args.report {
+        write_json(path, &report)?;
+    }
+    Ok(())
+}
