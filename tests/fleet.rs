@@ -72,7 +72,8 @@ fn every_episode_of_every_actor_reaches_the_learner_once_through_crashes_of_both
         "robot = \"reacher2d\"\ndevice = \"cpu\"\n\
          [actor.robot]\ncontrol_hz = 20.0\nmax_steps = 30\n\
          [learner]\nmin_episodes = 2\n\
-         [learner.finetune]\npolicy_steps = 5\nworld_model_steps = 3\ncritic_steps = 3\ncritic_batch = 16\n",
+         [learner.finetune]\npolicy_steps = 5\nworld_model_steps = 3\ncritic_steps = 3\ncritic_batch = 16\n\
+         [promotion]\nenabled = false\n",
     )
     .unwrap();
     let config = config.to_str().unwrap();

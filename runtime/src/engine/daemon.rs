@@ -678,10 +678,10 @@ pub fn run_daemon(
     })
 }
 
-/// The promotion gate of a run: its champion is the one `--resume` finds in
-/// `champion_dir`, else the policy the learner starts from; written there at once, so
-/// that a restart never deploys an unproven version.
-fn start_gate(
+/// The promotion gate of a run (a daemon's, or a fleet learner's): its champion is the
+/// one `--resume` finds in `champion_dir`, else the policy the learner starts from;
+/// written there at once, so that a restart never deploys an unproven version.
+pub(crate) fn start_gate(
     config: &DaemonConfig,
     options: &DaemonOptions,
     learner: &Learner,
@@ -704,7 +704,8 @@ fn start_gate(
     Ok(gate)
 }
 
-fn save_champion(
+/// Writes the gate's champion to `dir`.
+pub(crate) fn save_champion(
     gate: &ChampionGate,
     learner: &Learner,
     spec: &RobotSpec,

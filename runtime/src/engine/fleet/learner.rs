@@ -22,7 +22,12 @@ use crate::bridge::LinkConfig;
 use crate::bridge::link::alive_token;
 use crate::bridge::protocol::{decode, encode};
 use crate::device::ResolvedDevice;
-use crate::engine::daemon::{DaemonConfig, DaemonOptions, learn_until, prepare, save};
+use crate::engine::champion::{ChampionGate, PromotionSummary};
+use crate::engine::daemon::{
+    DaemonConfig, DaemonOptions, champion_checkpoint, learn_until, prepare, save, save_champion,
+    start_gate,
+};
+use crate::learn::finetune::Learner;
 use crate::store::replay::{Episode, EpisodeOrigin, ReplayWriter, Transition, read_replay};
 
 /// Uploads waiting for the ingest thread; more are refused until it catches up (the
@@ -53,6 +58,9 @@ pub struct FleetLearnerReport {
     pub final_policy_version: u64,
     /// Wall time, seconds.
     pub seconds: f64,
+    /// What the promotion gate did: only promoted versions reach the actors.
+    #[serde(flatten)]
+    pub promotion: PromotionSummary,
 }
 
 /// Runs the learner until `stop` is set or `options.duration` passes.
@@ -88,11 +96,30 @@ pub fn run_fleet_learner(
         .into_iter()
         .map(|o| ((o.actor, o.actor_episode), o.episode))
         .collect();
-    let latest = Arc::new(Mutex::new(encode(&PolicyMessage::new(
-        learner.version(),
-        &learner.policy(),
-        learner.policy_config(),
-    )?)));
+    // With the promotion gate on, actors only ever receive champions.
+    let champion_dir = champion_checkpoint(&checkpoint);
+    let mut gate = match config.promotion.enabled && config.learner.enabled {
+        true => Some(start_gate(
+            config,
+            options,
+            &learner,
+            &champion_dir,
+            device,
+        )?),
+        false => None,
+    };
+    let acting = |learner: &Learner, gate: &Option<ChampionGate>| match gate {
+        Some(gate) => {
+            let (champion, version) = gate.champion();
+            PolicyMessage::new(version, champion, learner.policy_config())
+        }
+        None => PolicyMessage::new(
+            learner.version(),
+            &learner.policy(),
+            learner.policy_config(),
+        ),
+    };
+    let latest = Arc::new(Mutex::new(encode(&acting(&learner, &gate)?)));
     let answer = latest.clone();
     let latest_key = keys.latest_policy.clone();
     let _latest_queryable = session
@@ -118,11 +145,6 @@ pub fn run_fleet_learner(
         .wait()
         .map_err(|e| anyhow::anyhow!("declaring {}: {e}", keys.ingest))?;
     let _alive = alive_token(&session, &keys.learner_alive)?;
-    if config.promotion.enabled && config.learner.enabled {
-        eprintln!(
-            "warning: the fleet learner publishes every version to its actors: the promotion gate (docs/promotion.md) is built for `imago daemon` only so far"
-        );
-    }
     let started = Instant::now();
     let deadline = options.duration.map(|d| started + d);
     let out_of_time = || deadline.is_some_and(|d| Instant::now() >= d);
@@ -155,11 +177,16 @@ pub fn run_fleet_learner(
             &learner_pool,
             |_| !stop.load(Ordering::Relaxed) && !out_of_time(),
             |learner| {
-                let message = encode(&PolicyMessage::new(
-                    learner.version(),
-                    &learner.policy(),
-                    learner.policy_config(),
-                )?);
+                if let Some(gate) = gate.as_mut() {
+                    let challenger = (learner.policy(), learner.policy_config(), learner.version());
+                    if !gate.consider(challenger, device)? {
+                        return Ok(());
+                    }
+                    if let Err(error) = save_champion(gate, learner, &spec, &champion_dir) {
+                        eprintln!("warning: the champion's checkpoint failed: {error:#}");
+                    }
+                }
+                let message = encode(&acting(learner, &gate)?);
                 *latest.lock().unwrap_or_else(|p| p.into_inner()) = message.clone();
                 publisher
                     .put(message)
@@ -171,6 +198,9 @@ pub fn run_fleet_learner(
         (ingest.join(), learned)
     });
     save(&learner, &spec, &checkpoint)?;
+    if let Some(gate) = &gate {
+        save_champion(gate, &learner, &spec, &champion_dir)?;
+    }
     let mut report = ingested
         .map_err(|_| anyhow::anyhow!("the ingest thread panicked"))?
         .map_err(|e| e.context("recording uploads"))?;
@@ -178,6 +208,13 @@ pub fn run_fleet_learner(
     learned?;
     report.learning_steps = learning_steps;
     report.final_policy_version = learner.version();
+    report.promotion = match &gate {
+        Some(gate) => gate.summary().clone(),
+        None => PromotionSummary {
+            champion_version: learner.version(),
+            ..PromotionSummary::default()
+        },
+    };
     report.seconds = started.elapsed().as_secs_f64();
     report.intake_transitions_per_second = report.transitions_stored as f64 / report.seconds;
     Ok(report)
