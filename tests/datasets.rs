@@ -43,6 +43,24 @@ fn episodes(replay: &Path) -> Vec<Episode> {
     contents.episodes
 }
 
+/// Three reacher2d episodes collected into `DIR/replay` and exported to `DIR/dataset`.
+fn collected_and_exported(dir: &Path) -> (PathBuf, PathBuf) {
+    let replay = dir.join("replay");
+    let output = imago(&["collect", "--episodes", "3", "--out", &path(&replay)]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let dataset = dir.join("dataset");
+    let output = imago(&[
+        "export",
+        "lerobot",
+        "--replay",
+        &path(&replay),
+        "--out",
+        &path(&dataset),
+    ]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    (replay, dataset)
+}
+
 /// Checks an imported replay against what the fixture script recorded it wrote.
 /// Frames are compared by their mean colour: exactly for PNG, within the codec's
 /// loss for AV1.
@@ -199,19 +217,7 @@ fn lerobot_datasets_of_both_layouts_import_exactly_and_train() {
 #[test]
 fn a_replay_exported_and_imported_again_has_the_same_episodes() {
     let root = tempfile::tempdir().unwrap();
-    let replay = root.path().join("replay");
-    let output = imago(&["collect", "--episodes", "3", "--out", &path(&replay)]);
-    assert!(output.status.success(), "{}", stderr(&output));
-    let dataset = root.path().join("dataset");
-    let output = imago(&[
-        "export",
-        "lerobot",
-        "--replay",
-        &path(&replay),
-        "--out",
-        &path(&dataset),
-    ]);
-    assert!(output.status.success(), "{}", stderr(&output));
+    let (replay, dataset) = collected_and_exported(root.path());
     for file in [
         "meta/info.json",
         "meta/stats.json",
@@ -476,19 +482,7 @@ fn lerobot_reads_imago_exports_and_imago_reads_lerobot_recordings() {
         return;
     };
     let root = tempfile::tempdir().unwrap();
-    let replay = root.path().join("replay");
-    let output = imago(&["collect", "--episodes", "3", "--out", &path(&replay)]);
-    assert!(output.status.success(), "{}", stderr(&output));
-    let dataset = root.path().join("dataset");
-    let output = imago(&[
-        "export",
-        "lerobot",
-        "--replay",
-        &path(&replay),
-        "--out",
-        &path(&dataset),
-    ]);
-    assert!(output.status.success(), "{}", stderr(&output));
+    let (replay, dataset) = collected_and_exported(root.path());
     let frames: usize = read_replay(&replay)
         .unwrap()
         .episodes

@@ -14,6 +14,7 @@ use crate::act::promotion_run::run_promotion_test;
 use crate::device::ResolvedDevice;
 use crate::promotion::{PromotionMetric, PromotionTestConfig, Verdict};
 use crate::robot::RobotConfig;
+use crate::telemetry::{Telemetry, TelemetryEvent};
 
 /// Where a promotion test runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -112,6 +113,7 @@ pub struct PromotionSummary {
 
 /// The champion, and the test a challenger must pass to replace it.
 pub struct ChampionGate {
+    telemetry: Telemetry,
     config: PromotionConfig,
     robot: RobotConfig,
     champion: VlaPolicy<Dispatch>,
@@ -131,6 +133,7 @@ impl ChampionGate {
         (champion, version): (VlaPolicy<Dispatch>, u64),
     ) -> Self {
         Self {
+            telemetry: Telemetry::off(),
             config: config.clone(),
             robot: robot.clone(),
             champion,
@@ -140,6 +143,12 @@ impl ChampionGate {
             },
             next_seed: FIRST_TEST_SEED,
         }
+    }
+
+    /// Notes each test's decision and evidence on rerun's `events` log.
+    pub fn with_telemetry(mut self, telemetry: Telemetry) -> Self {
+        self.telemetry = telemetry;
+        self
     }
 
     /// Tests `challenger` (version `version`) against the champion; whether it was
@@ -164,7 +173,7 @@ impl ChampionGate {
         )?;
         self.next_seed = self.next_seed.wrapping_add(run.episodes_simulated as u64);
         self.summary.promotion_test_episodes.push(run.episodes);
-        eprintln!(
+        let line = format!(
             "promotion test of version {version} against champion {}: {:?} after {} paired episodes (evidence better {:.3}, worse {:.3}, threshold {:.0})",
             self.summary.champion_version,
             run.decision,
@@ -173,6 +182,8 @@ impl ChampionGate {
             run.evidence_worse,
             run.threshold
         );
+        eprintln!("{line}");
+        self.telemetry.offer(TelemetryEvent::Note(line));
         let promoted = run.decision == Verdict::Promote;
         if promoted {
             self.summary.promotions += 1;

@@ -562,16 +562,7 @@ pub fn run_daemon(
     let mut learning_steps = 0u64;
     let mut learner_error: Option<anyhow::Error> = None;
     let champion_dir = champion_checkpoint(&checkpoint);
-    let mut gate = match config.promotion.enabled {
-        true => Some(start_gate(
-            config,
-            options,
-            &learner,
-            &champion_dir,
-            device,
-        )?),
-        false => None,
-    };
+    let mut gate = start_gate(config, options, &learner, &champion_dir, device)?;
     let initial = match &gate {
         Some(gate) => {
             let (champion, version) = gate.champion();
@@ -678,16 +669,20 @@ pub fn run_daemon(
     })
 }
 
-/// The promotion gate of a run (a daemon's, or a fleet learner's): its champion is the
-/// one `--resume` finds in `champion_dir`, else the policy the learner starts from;
-/// written there at once, so that a restart never deploys an unproven version.
+/// The promotion gate of a run (a daemon's, or a fleet learner's), when the config has
+/// it and a learner: its champion is the one `--resume` finds in `champion_dir`, else
+/// the policy the learner starts from; written there at once, so that a restart never
+/// deploys an unproven version.
 pub(crate) fn start_gate(
     config: &DaemonConfig,
     options: &DaemonOptions,
     learner: &Learner,
     champion_dir: &Path,
     device: &ResolvedDevice,
-) -> anyhow::Result<ChampionGate> {
+) -> anyhow::Result<Option<ChampionGate>> {
+    if !(config.promotion.enabled && config.learner.enabled) {
+        return Ok(None);
+    }
     let champion = if options.resume && champion_dir.exists() {
         let (policy, _, meta) = load_policy::<Dispatch>(
             champion_dir,
@@ -699,9 +694,10 @@ pub(crate) fn start_gate(
     } else {
         (learner.policy(), learner.version())
     };
-    let gate = ChampionGate::new(&config.promotion, &config.actor.robot, champion);
+    let gate = ChampionGate::new(&config.promotion, &config.actor.robot, champion)
+        .with_telemetry(options.telemetry.clone());
     save_champion(&gate, learner, &config.spec(), champion_dir)?;
-    Ok(gate)
+    Ok(Some(gate))
 }
 
 /// Writes the gate's champion to `dir`.

@@ -98,16 +98,7 @@ pub fn run_fleet_learner(
         .collect();
     // With the promotion gate on, actors only ever receive champions.
     let champion_dir = champion_checkpoint(&checkpoint);
-    let mut gate = match config.promotion.enabled && config.learner.enabled {
-        true => Some(start_gate(
-            config,
-            options,
-            &learner,
-            &champion_dir,
-            device,
-        )?),
-        false => None,
-    };
+    let mut gate = start_gate(config, options, &learner, &champion_dir, device)?;
     let acting = |learner: &Learner, gate: &Option<ChampionGate>| match gate {
         Some(gate) => {
             let (champion, version) = gate.champion();
