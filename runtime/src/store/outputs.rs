@@ -40,6 +40,8 @@ pub enum Holding {
     DamagedCheckpoint,
     /// A replay directory.
     Replay,
+    /// A LeRobot dataset (a folder with `meta/info.json`).
+    LeRobotDataset,
     /// A run directory of this kind (`demo`, `daemon`).
     RunDirectory(String),
     /// A plain file (or anything that is not a directory).
@@ -58,6 +60,7 @@ impl std::fmt::Display for Holding {
             }
             Self::DamagedCheckpoint => write!(f, "a checkpoint whose meta.json cannot be read"),
             Self::Replay => write!(f, "a replay"),
+            Self::LeRobotDataset => write!(f, "a LeRobot dataset"),
             Self::RunDirectory(kind) => write!(f, "an `imago {kind}` run directory"),
             Self::File => write!(f, "a file"),
             Self::OtherDirectory => write!(f, "a directory of other files"),
@@ -72,6 +75,8 @@ pub enum OutputKind {
     Checkpoint(&'static str),
     /// A replay (continued if one is there).
     Replay,
+    /// A LeRobot dataset (`imago export lerobot`).
+    LeRobotDataset,
     /// A run directory of this kind.
     RunDirectory(&'static str),
 }
@@ -81,6 +86,7 @@ impl OutputKind {
         match (self, holding) {
             (Self::Checkpoint(kind), Holding::Checkpoint { kind: found, .. }) => kind == found,
             (Self::Replay, Holding::Replay) => true,
+            (Self::LeRobotDataset, Holding::LeRobotDataset) => true,
             (Self::RunDirectory(kind), Holding::RunDirectory(found)) => kind == found,
             _ => false,
         }
@@ -112,6 +118,9 @@ pub fn holding(path: &Path) -> Holding {
         || path.join(crate::store::replay::MANIFEST).is_file()
     {
         return Holding::Replay;
+    }
+    if path.join("meta").join("info.json").is_file() {
+        return Holding::LeRobotDataset;
     }
     // A lock file left by an earlier writer holds nothing of value.
     let only_a_lock = std::fs::read_dir(path).is_ok_and(|entries| {
@@ -246,6 +255,7 @@ pub fn check_output(
         let what = match kind {
             OutputKind::Checkpoint(k) => format!("a `{k}` checkpoint"),
             OutputKind::Replay => "a replay".into(),
+            OutputKind::LeRobotDataset => "a LeRobot dataset".into(),
             OutputKind::RunDirectory(k) => format!("an `imago {k}` run directory"),
         };
         anyhow::bail!(

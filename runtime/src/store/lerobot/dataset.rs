@@ -48,9 +48,13 @@ pub struct LeRobotDataset {
 }
 
 impl LeRobotDataset {
-    /// Reads the dataset's metadata at `root`, locating the frames of `camera`.
-    pub fn open(root: &Path, camera: Option<&str>) -> anyhow::Result<Self> {
-        let (info, layout) = DatasetInfo::read(root)?;
+    /// The dataset at `root` whose `meta/info.json` ([`DatasetInfo::read`]) is `info`:
+    /// its episode index, locating the frames of `camera`.
+    pub fn open(
+        root: &Path,
+        (info, layout): (DatasetInfo, Layout),
+        camera: Option<&str>,
+    ) -> anyhow::Result<Self> {
         if let Some(camera) = camera {
             info.feature(camera, "--camera")?;
         }

@@ -24,6 +24,7 @@ use super::picture::encode_png;
 use super::stats::{DatasetStats, VectorStats};
 use super::table::TableWriter;
 use crate::store::atomic;
+use crate::store::outputs::{Input, OutputKind, check_output};
 use crate::store::replay::{Episode, ReplaySource, read_training_replay};
 
 /// The state feature an export writes.
@@ -117,20 +118,22 @@ pub fn export_lerobot(options: &ExportOptions) -> anyhow::Result<ExportReport> {
     })
 }
 
-/// `--out` must be new, an empty folder, or (with `--force`) anything but the replay.
+/// `--out` must be new or an empty folder; with `--force` it may hold anything but
+/// the replay (kept until the new dataset is complete).
 fn check_out(out: &Path, replay: &Path, force: bool) -> anyhow::Result<()> {
-    let resolved = |p: &Path| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
-    let (out_abs, replay_abs) = (resolved(out), resolved(replay));
+    let plan = check_output(
+        "--out",
+        out,
+        OutputKind::LeRobotDataset,
+        &[Input {
+            flag: "--replay",
+            path: replay,
+        }],
+        force,
+    )?;
     anyhow::ensure!(
-        !out_abs.starts_with(&replay_abs) && !replay_abs.starts_with(&out_abs),
-        "--out {} overlaps --replay {}: choose an --out outside it",
-        out.display(),
-        replay.display()
-    );
-    let empty = std::fs::read_dir(out).map_or(true, |mut d| d.next().is_none());
-    anyhow::ensure!(
-        !out.exists() || (out.is_dir() && empty) || force,
-        "--out {} exists and is not an empty folder; choose another --out, or --force to replace it (it is kept until the new dataset is complete)",
+        !plan.continues() || force,
+        "--out {} holds a LeRobot dataset already, not an empty folder; an export writes a new one (choose another --out, or --force to replace it; it is kept until the new dataset is complete)",
         out.display()
     );
     Ok(())

@@ -148,7 +148,7 @@ pub fn import_lerobot(options: &ImportOptions) -> anyhow::Result<ImportReport> {
         "--out {} holds a replay already; an import writes a new one (choose another --out, or --force to replace it)",
         options.out.display()
     );
-    let (info, _) = DatasetInfo::read(&options.dataset)?;
+    let (info, layout) = DatasetInfo::read(&options.dataset)?;
     let camera = match &options.camera {
         CameraChoice::Without => None,
         CameraChoice::Feature(key) => {
@@ -171,7 +171,8 @@ pub fn import_lerobot(options: &ImportOptions) -> anyhow::Result<ImportReport> {
             ),
         },
     };
-    let dataset = LeRobotDataset::open(&options.dataset, camera.as_deref())?;
+    let dataset = LeRobotDataset::open(&options.dataset, (info, layout), camera.as_deref())?;
+    let info = &dataset.info;
     let episodes: Vec<DatasetEpisode> = dataset
         .episodes
         .iter()
@@ -188,7 +189,7 @@ pub fn import_lerobot(options: &ImportOptions) -> anyhow::Result<ImportReport> {
     let instructions = instructions(&episodes, options.instruction.as_deref())?;
     let spec = spec(&dataset, options, camera.as_deref(), &episodes)?;
     let columns =
-        columns::FrameColumns::names(&info, &options.state, &options.action, camera.as_deref())?;
+        columns::FrameColumns::names(info, &options.state, &options.action, camera.as_deref())?;
 
     let staged = atomic::sibling_temp(&options.out, "staged");
     let mut reader = EpisodeReader {
