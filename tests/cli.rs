@@ -115,7 +115,8 @@ fn collect_train_eval_round_trip_and_bad_inputs() {
 
     let replay_arg = path(&replay);
     let ckpt_arg = path(&ckpt);
-    // A checkpoint of another config (a flow head) cannot continue as a Gaussian one.
+    // A checkpoint with a flow head continues with it; asked to continue as a Gaussian
+    // one, it is refused.
     let flow = path(&dir.path().join("flow"));
     let output = imago(&[
         "--device",
@@ -133,25 +134,44 @@ fn collect_train_eval_round_trip_and_bad_inputs() {
         "flow",
     ]);
     assert!(output.status.success(), "{}", stderr(&output));
-    let continue_from = |init: &str, must_mention: &str| {
-        assert_one_line_error(
-            &[
-                "--device",
-                "cpu",
-                "train",
-                "--replay",
-                &replay_arg,
-                "--out",
-                &ckpt_arg,
-                "--steps",
-                "2",
-                "--init",
-                init,
-            ],
-            must_mention,
-        )
+    let continue_from = |init: &str, extra: &[&str], must_mention: &str| {
+        let mut args = vec![
+            "--device",
+            "cpu",
+            "train",
+            "--replay",
+            &replay_arg,
+            "--out",
+            &ckpt_arg,
+            "--steps",
+            "2",
+            "--init",
+            init,
+        ];
+        args.extend(extra);
+        assert_one_line_error(&args, must_mention)
     };
-    continue_from(&flow, "head: \"flow\" vs \"gaussian\"");
+    continue_from(
+        &flow,
+        &["--head", "gaussian"],
+        "a policy with a flow head (a head cannot change",
+    );
+    continue_from(&flow, &["--chunk-len", "8"], "chunks of 4");
+    let flow_continued = path(&dir.path().join("flow-continued"));
+    let output = imago(&[
+        "--device",
+        "cpu",
+        "train",
+        "--replay",
+        &replay_arg,
+        "--out",
+        &flow_continued,
+        "--steps",
+        "2",
+        "--init",
+        &flow,
+    ]);
+    assert!(output.status.success(), "{}", stderr(&output));
     // A hand-edited meta.json no longer matches its checksum.
     let meta = std::fs::read_to_string(copy.join("meta.json")).unwrap();
     std::fs::write(
@@ -159,7 +179,7 @@ fn collect_train_eval_round_trip_and_bad_inputs() {
         meta.replace("\"d_model\": 64", "\"d_model\": 32"),
     )
     .unwrap();
-    continue_from(copy.to_str().unwrap(), "own checksum");
+    continue_from(copy.to_str().unwrap(), &[], "own checksum");
     assert_one_line_error(
         &[
             "--device",

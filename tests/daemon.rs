@@ -602,3 +602,80 @@ fn a_broken_learner_never_gets_past_the_promotion_gate() {
             .unwrap();
     assert_eq!(champion_meta["version"], 1);
 }
+
+/// Runs the daemon without its learner for 8 s on `policy` with a policy slowed to
+/// 200 ms per inference (four control periods at 20 Hz), chunks executed by `mode`,
+/// acting on the chunks' means; returns its report.
+fn slowed_policy_run(dir: &Path, policy: &Path, mode: &str) -> serde_json::Value {
+    let config = dir.join(format!("{mode}.toml"));
+    std::fs::write(
+        &config,
+        format!(
+            "robot = \"reacher2d\"\ndevice = \"cpu\"\npolicy = \"{}\"\n\
+             [actor]\nexploration = 0.0\npolicy_delay_ms = 200\n\
+             [actor.takeover]\nwindow = 100000\n\
+             [actor.chunking]\nmode = \"{mode}\"\n\
+             [learner]\nenabled = false\n",
+            policy.display()
+        ),
+    )
+    .unwrap();
+    let json = dir.join(format!("{mode}.json"));
+    let run = dir.join(format!("{mode}-run"));
+    let output = imago(&[
+        "daemon",
+        "--config",
+        config.to_str().unwrap(),
+        "--run-dir",
+        run.to_str().unwrap(),
+        "--duration",
+        "8",
+        "--report",
+        json.to_str().unwrap(),
+    ]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    report(&json)
+}
+
+/// A policy slower than the control period: executed synchronously (each chunk
+/// whole, then the robot waits for the next), it misses deadlines at every chunk
+/// boundary and jumps into each new chunk; with real-time chunking the next chunk is
+/// planned while the current one executes and cross-faded in, so no deadline is
+/// missed and the executed actions are smoother.
+#[test]
+fn real_time_chunking_keeps_deadlines_and_moves_smoother_with_a_slow_policy() {
+    let _one = ONE_DAEMON.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let path = |p: &Path| p.to_str().unwrap().to_string();
+    let demos = dir.path().join("demos");
+    let output = imago(&["collect", "--episodes", "60", "--out", &path(&demos)]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let policy = dir.path().join("bc16");
+    let output = imago(&[
+        "--device",
+        "cpu",
+        "train",
+        "--replay",
+        &path(&demos),
+        "--out",
+        &path(&policy),
+        "--steps",
+        "400",
+        "--chunk-len",
+        "16",
+    ]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let synchronous = slowed_policy_run(dir.path(), &policy, "synchronous");
+    let realtime = slowed_policy_run(dir.path(), &policy, "realtime");
+    let both = format!("synchronous: {synchronous}\nrealtime: {realtime}");
+    let misses = |r: &serde_json::Value| r["deadline_misses"].as_u64().unwrap();
+    let jerk = |r: &serde_json::Value| r["action_jerk"].as_f64().unwrap();
+    assert!(misses(&synchronous) >= 3, "{both}");
+    assert!(misses(&realtime) < misses(&synchronous), "{both}");
+    assert!(jerk(&realtime) < jerk(&synchronous), "{both}");
+    // Both ran the policy, and finished episodes.
+    for r in [&synchronous, &realtime] {
+        assert!(r["episodes_finished"].as_u64().unwrap() >= 1, "{both}");
+        assert_eq!(r["policy_versions"], serde_json::json!([1]), "{both}");
+    }
+}

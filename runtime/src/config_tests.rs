@@ -25,6 +25,8 @@ const KEYS: &[(&str, Kind, f64, f64)] = &[
     ("checkpoint_every_seconds", Kind::Float64, 0.1, 1e6),
     ("status_every_seconds", Kind::Float64, 0.1, 86_400.0),
     ("actor.exploration", Kind::Float, 0.0, 10.0),
+    ("actor.policy_delay_ms", Kind::Float, 0.0, 10_000.0),
+    ("actor.chunking.blend_ticks", Kind::Integer, 0.0, 64.0),
     ("promotion.confidence", Kind::Float64, 0.5, 0.9999),
     ("promotion.max_episodes", Kind::Integer, 1.0, 100_000.0),
     ("promotion.min_improvement", Kind::Float64, 0.0, 0.45),

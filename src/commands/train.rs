@@ -7,7 +7,7 @@ use clap::{Args, ValueEnum};
 use imago_policies::ActionHeadKind;
 use imago_runtime::device::{DeviceSpec, resolve};
 use imago_runtime::jobs::finetune::finetune_offline;
-use imago_runtime::jobs::train::train_bc_offline;
+use imago_runtime::jobs::train::{PolicyShape, train_bc_offline};
 use imago_runtime::jobs::train_world_model::train_world_model_offline;
 use imago_runtime::learn::bc::BcConfig;
 use imago_runtime::learn::finetune::{FinetuneConfig, FinetuneMethod, MAX_BATCH, MAX_STEPS};
@@ -65,9 +65,14 @@ pub struct TrainArgs {
     /// World model: feed predictions back in (multi-step) or not (one-step).
     #[arg(long, value_enum, default_value_t = SupervisionArg::MultiStep)]
     supervision: SupervisionArg,
-    /// Policy: the action-chunk head of a new policy.
-    #[arg(long, default_value_t = ActionHeadKind::Gaussian)]
-    head: ActionHeadKind,
+    /// Policy: the action-chunk head of a new policy [default: gaussian; with --init,
+    /// the checkpoint's].
+    #[arg(long)]
+    head: Option<ActionHeadKind>,
+    /// Policy: actions per predicted chunk of a new policy, in [1, 64] [default: 4;
+    /// with --init, the checkpoint's].
+    #[arg(long)]
+    chunk_len: Option<usize>,
     /// Fine-tuning: the world-model checkpoint imagination runs in [default: a SALT
     /// world model trained on the replay first].
     #[arg(long)]
@@ -170,7 +175,10 @@ fn train_bc(
         source(args),
         output(args),
         args.init.as_deref(),
-        args.head,
+        PolicyShape {
+            head: args.head,
+            chunk_len: args.chunk_len,
+        },
         &bc,
         device,
         telemetry,

@@ -14,17 +14,18 @@ use std::time::Duration;
 
 use burn::Dispatch;
 use crossbeam_channel::{Sender, TrySendError};
-use imago_policies::{HostScratch, PolicyBatch, VlaPolicyConfig};
+use imago_policies::VlaPolicyConfig;
 use imago_robots::bounds::{ConfigError, in_range};
 use serde::{Deserialize, Serialize};
 
 use super::clock::DeadlineClock;
+use super::commands::{ChunkingConfig, CommandSettings, CommandSource};
 use super::driven::DrivenRobot;
 use super::snapshot::{PolicySnapshot, SnapshotMailbox};
 use super::stats::ControlStats;
 use super::status::LiveCounters;
 use crate::act::rollout::{TakeoverConfig, TakeoverWatch};
-use crate::act::sampling::{exploration_rng, sample_first_actions, to_robot_units};
+use crate::act::sampling::to_robot_units;
 use crate::bridge::Interruption;
 use crate::robot::RobotConfig;
 use crate::store::replay::{EpisodeAbandoned, EpisodeEnd, EpisodeStart, ReplayRecord, Transition};
@@ -47,6 +48,11 @@ pub struct ActorConfig<R = RobotConfig> {
     pub takeover: Option<TakeoverConfig>,
     /// Seed of the first episode; each next episode takes the next seed. Any value.
     pub first_seed: u64,
+    /// How the policy's chunks become commands (`every_tick` or `realtime`).
+    pub chunking: ChunkingConfig,
+    /// Latency added to every policy inference, ms: a measurement knob that makes the
+    /// policy as slow as a large VLA (0: none). Range: [0, 10000].
+    pub policy_delay_ms: f32,
 }
 
 impl ActorConfig<toml::Table> {
@@ -61,6 +67,8 @@ impl ActorConfig<toml::Table> {
             exploration: self.exploration,
             takeover: self.takeover.clone(),
             first_seed: self.first_seed,
+            chunking: self.chunking.clone(),
+            policy_delay_ms: self.policy_delay_ms,
         })
     }
 }
@@ -70,6 +78,8 @@ impl ActorConfig {
     pub fn validate(&self) -> Result<(), ConfigError> {
         self.robot.validate().map_err(|e| e.within("robot"))?;
         in_range("exploration", self.exploration, 0.0..=10.0)?;
+        in_range("policy_delay_ms", self.policy_delay_ms, 0.0..=10_000.0)?;
+        self.chunking.validate().map_err(|e| e.within("chunking"))?;
         match &self.takeover {
             Some(takeover) => takeover.validate().map_err(|e| e.within("takeover")),
             None => Ok(()),
@@ -84,6 +94,8 @@ impl<R: Default> Default for ActorConfig<R> {
             exploration: 1.0,
             takeover: Some(TakeoverConfig::default()),
             first_seed: 0,
+            chunking: ChunkingConfig::default(),
+            policy_delay_ms: 0.0,
         }
     }
 }
@@ -143,16 +155,27 @@ pub fn run_actor(
     ));
     let mut stats = ControlStats::default();
     let mut current = initial;
-    let mut batch = PolicyBatch::new(policy_config);
-    let mut scratch = HostScratch::default();
+    let mut source = CommandSource::new(
+        &CommandSettings {
+            chunking: &config.chunking,
+            exploration: config.exploration,
+            added_latency: Duration::from_secs_f32(config.policy_delay_ms / 1e3),
+        },
+        policy_config,
+        device,
+    )?;
     let (mut episode, mut seed) = (first_episode, config.first_seed);
     'episodes: while !stop.load(Ordering::Relaxed) {
         let Some(mut observation) = robot.reset(seed, episode, stop)? else {
             break;
         };
-        // Waiting for a remote robot to come up or to reset is not a missed tick.
+        if !source.start_episode((episode, seed), &observation, &current, stop)? {
+            break;
+        }
+        // Waiting for a remote robot to come up or to reset, or for the first chunk
+        // of a real-time plan, is not a missed tick.
         clock.restart_after_wait();
-        let mut rngs = [exploration_rng(seed, current.version)];
+        stats.jerk.restart();
         let mut takeover = robot
             .simulated()
             .map(|sim| TakeoverWatch::new(config.takeover.as_ref(), sim));
@@ -180,6 +203,7 @@ pub fn run_actor(
                 break 'episodes;
             }
             let due = clock.wait();
+            stats.jerk.hold(clock.late_periods());
             if let Some(snapshot) = mailbox.take() {
                 current = snapshot;
             }
@@ -187,30 +211,21 @@ pub fn run_actor(
                 .store(current.version, Ordering::Relaxed);
             live.deadline_misses
                 .store(clock.misses(), Ordering::Relaxed);
-            let (action, log_prob, chunk, intervention) = match robot.expert_action() {
+            let (action, log_prob, chunk, intervention, version) = match robot.expert_action() {
                 Some(action) => {
+                    source.expert_took_over();
                     let chunk = action.0.clone();
-                    (action, None, chunk, true)
+                    (action, None, chunk, true, current.version)
                 }
                 None => {
-                    batch.clear();
-                    batch.push(&observation)?;
-                    let mut commands = sample_first_actions(
-                        &current.policy,
-                        current.host.as_ref().map(|host| (host, &mut scratch)),
-                        &batch,
-                        device,
-                        &mut rngs,
-                        &[0],
-                        config.exploration,
-                    )?;
-                    let command = commands.remove(0);
-                    stats.policy_versions.insert(current.version);
+                    let command = source.command(step, &observation, &current)?;
+                    stats.policy_versions.insert(command.version);
                     (
                         to_robot_units(&command.action, &limits),
                         command.log_prob,
-                        to_robot_units(&command.chunk, &limits).0,
+                        to_robot_units(&command.plan, &limits).0,
                         false,
+                        command.version,
                     )
                 }
             };
@@ -220,7 +235,7 @@ pub fn run_actor(
                 Some(drawing) if logged => drawing.intended_path(&chunk),
                 _ => Vec::new(),
             };
-            let outcome = match robot.step(episode, current.version, &action, &chunk)? {
+            let outcome = match robot.step(episode, version, &action, &chunk)? {
                 Ok(outcome) => outcome,
                 Err(interruption) => {
                     robot.hold(episode);
@@ -262,7 +277,7 @@ pub fn run_actor(
                         .as_ref()
                         .filter(|_| telemetry.wants_frame(step)),
                     frame_downsample,
-                    current.version,
+                    version,
                     intervention,
                     outcome.reward,
                     TickTiming {
@@ -272,6 +287,9 @@ pub fn run_actor(
                 ));
             }
             stats.ticks += 1;
+            stats
+                .jerk
+                .push(&normalised(&outcome.info.executed.0, &limits));
             episode_return += outcome.reward;
             stats.transitions += 1;
             live.ticks.fetch_add(1, Ordering::Relaxed);
@@ -286,7 +304,7 @@ pub fn run_actor(
                     reward: outcome.reward,
                     done: outcome.done,
                     success: outcome.success,
-                    policy_version: current.version,
+                    policy_version: version,
                     intervention,
                     behaviour_log_prob: log_prob,
                 })),
@@ -306,6 +324,8 @@ pub fn run_actor(
                     &mut stats,
                 );
                 live.episodes.fetch_add(1, Ordering::Relaxed);
+                stats.episodes_finished += 1;
+                stats.episodes_succeeded += u64::from(outcome.success);
                 if logged {
                     telemetry.offer(TelemetryEvent::EpisodeEnd(EpisodeEndEvent {
                         episode,
@@ -321,9 +341,19 @@ pub fn run_actor(
         episode += 1;
         seed = seed.wrapping_add(1);
     }
+    stats.starved_ticks = source.starved_ticks();
     // A late observation is a missed deadline too.
     stats.deadline_misses = clock.misses() + stats.late_observations;
     Ok(stats)
+}
+
+/// `action` (robot units) in units of the action limits.
+fn normalised(action: &[f32], limits: &[f32]) -> Vec<f32> {
+    action
+        .iter()
+        .zip(limits.iter().cycle())
+        .map(|(v, l)| v / l)
+        .collect()
 }
 
 #[cfg(test)]

@@ -12,6 +12,7 @@ pub struct DeadlineClock {
     period: Duration,
     next: Instant,
     misses: u64,
+    late_periods: u32,
 }
 
 impl DeadlineClock {
@@ -21,12 +22,20 @@ impl DeadlineClock {
             period,
             next: Instant::now(),
             misses: 0,
+            late_periods: 0,
         }
     }
 
     /// Deadlines missed so far.
     pub fn misses(&self) -> u64 {
         self.misses
+    }
+
+    /// Whole control periods the tick that [`DeadlineClock::wait`] last returned
+    /// started after its deadline: periods in which the robot got no new command and
+    /// held the last one.
+    pub fn late_periods(&self) -> u32 {
+        self.late_periods
     }
 
     /// Restarts the schedule from now, without counting a miss, after a wait the
@@ -44,6 +53,8 @@ impl DeadlineClock {
     /// from now (the skipped ticks are not made up).
     pub fn wait(&mut self) -> Instant {
         let now = Instant::now();
+        let overdue = now.saturating_duration_since(self.next);
+        self.late_periods = (overdue.as_secs_f64() / self.period.as_secs_f64()) as u32;
         if now > self.next + self.period {
             self.misses += 1;
             self.next = now;
@@ -72,10 +83,15 @@ mod tests {
             assert_eq!(due, start + period * k);
         }
         assert_eq!(clock.misses(), 0);
+        assert_eq!(clock.late_periods(), 0);
         // One tick of work longer than two periods is a miss; the schedule restarts.
         std::thread::sleep(Duration::from_millis(35));
         let restarted = clock.wait();
         assert_eq!(clock.misses(), 1);
+        assert!(
+            clock.late_periods() >= 2,
+            "35 ms late is over two 10 ms periods"
+        );
         assert!(
             restarted.elapsed() < period,
             "the overdue tick runs at once"

@@ -7,9 +7,11 @@
 mod actor;
 pub mod champion;
 mod clock;
+mod commands;
 pub mod daemon;
 mod driven;
 pub mod fleet;
+mod planner;
 mod priority;
 mod replay_window;
 mod snapshot;
@@ -26,9 +28,10 @@ use imago_policies::VlaPolicyConfig;
 
 pub use actor::{ActorConfig, run_actor};
 pub use clock::DeadlineClock;
+pub use commands::{ChunkMode, ChunkingConfig};
 pub use replay_window::ReplayWindow;
 pub use snapshot::{PolicySnapshot, SnapshotMailbox};
-pub use stats::{ControlReport, ControlStats, LatencySummary};
+pub use stats::{ControlReport, ControlStats, JerkMeter, LatencySummary};
 pub use status::{LiveCounters, run_status};
 pub use writer::{WriterReport, run_writer};
 
@@ -163,6 +166,10 @@ pub fn run_control_loop(
         late_observations: stats.late_observations,
         link_losses: stats.link_losses,
         episodes_abandoned: stats.episodes_abandoned,
+        episodes_finished: stats.episodes_finished,
+        episodes_succeeded: stats.episodes_succeeded,
+        action_jerk: stats.jerk.mean(),
+        starved_ticks: stats.starved_ticks,
     })
 }
 

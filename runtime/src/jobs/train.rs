@@ -38,20 +38,37 @@ pub struct BcRunSummary {
     pub version: u64,
 }
 
+/// The choices of a new policy's shape that are not the robot's: its action head and
+/// its chunk length. `None` keeps the default for a new policy, the checkpoint's for
+/// one continued with `--init` (which must not be asked to change them).
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct PolicyShape {
+    /// The action-chunk head.
+    pub head: Option<ActionHeadKind>,
+    /// Actions per chunk. Range: [1, 64].
+    pub chunk_len: Option<usize>,
+}
+
 /// Trains a VLA policy by behaviour cloning on the replay at `replay` and writes the
 /// checkpoint to `out`. With `init`, training continues from that checkpoint, whose
-/// config must match the policy config with `head` for the replay's robot (a
+/// config must match the policy config of `shape` for the replay's robot (a
 /// checkpoint for a robot of another spec is an error naming both). The loss curve
 /// goes to `telemetry`.
 pub fn train_bc_offline(
     replay: ReplaySource<'_>,
     out: OutputPath<'_>,
     init: Option<&Path>,
-    head: ActionHeadKind,
+    shape: PolicyShape,
     bc: &BcConfig,
     device: &ResolvedDevice,
     telemetry: &Telemetry,
 ) -> anyhow::Result<BcRunSummary> {
+    if let Some(k) = shape.chunk_len {
+        anyhow::ensure!(
+            (1..=64).contains(&k),
+            "--chunk-len {k}: must be in [1, 64] (actions per predicted chunk)"
+        );
+    }
     replay.ensure_exists()?;
     out.check(
         OutputKind::Checkpoint(POLICY_KIND),
@@ -59,15 +76,36 @@ pub fn train_bc_offline(
     )?;
     let read = read_training_replay(replay)?;
     let (spec, contents) = (read.spec, read.contents);
-    let expected = VlaPolicyConfig::for_robot(&spec)
-        .map_err(|e| anyhow::anyhow!("the policy for {}: {e}", spec.summary()))?
-        .with_head(head);
+    let mut expected = VlaPolicyConfig::for_robot(&spec)
+        .map_err(|e| anyhow::anyhow!("the policy for {}: {e}", spec.summary()))?;
+    if let Some(head) = shape.head {
+        expected = expected.with_head(head);
+    }
+    if let Some(k) = shape.chunk_len {
+        expected = expected.with_chunk_len(k);
+    }
     Dispatch::seed(&device.training, bc.seed);
     let (policy, config, version, parent) = match init {
         Some(dir) => {
             ensure_trained_for(dir, &spec)?;
             let (policy, config, meta) =
                 load_policy_to_continue::<Dispatch>(dir, &expected, &device.training)?;
+            if shape.head.is_some_and(|head| head != config.head) {
+                anyhow::bail!(
+                    "--head {}: {} holds a policy with a {} head (a head cannot change when training continues; leave --head out)",
+                    expected.head,
+                    dir.display(),
+                    config.head
+                );
+            }
+            if shape.chunk_len.is_some_and(|k| k != config.chunk_len) {
+                anyhow::bail!(
+                    "--chunk-len {}: {} holds a policy with chunks of {} (the chunk length cannot change when training continues; leave --chunk-len out)",
+                    expected.chunk_len,
+                    dir.display(),
+                    config.chunk_len
+                );
+            }
             (
                 policy,
                 config,

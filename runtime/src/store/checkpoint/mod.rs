@@ -197,7 +197,9 @@ pub fn load_policy<B: Backend>(
 
 /// Loads a policy checkpoint onto `device` to continue training it (`train --init`,
 /// the daemon): its config must equal `expected` except in the choices the checkpoint
-/// keeps, its stem activation (GELU for checkpoints from before ReLU).
+/// keeps: its stem activation (GELU for checkpoints from before ReLU), its action head
+/// (with the flow head's width and steps) and its chunk length, chosen when it was
+/// first trained.
 pub fn load_policy_to_continue<B: Backend>(
     dir: &Path,
     expected: &VlaPolicyConfig,
@@ -206,7 +208,11 @@ pub fn load_policy_to_continue<B: Backend>(
     let (config, meta) = read_policy_config(dir)?;
     let expected = expected
         .clone()
-        .with_stem_activation(config.stem_activation);
+        .with_stem_activation(config.stem_activation)
+        .with_head(config.head)
+        .with_flow_width(config.flow_width)
+        .with_flow_steps(config.flow_steps)
+        .with_chunk_len(config.chunk_len);
     ensure_config_matches(dir, &meta, &expected)?;
     let policy = load_weights(config.init::<B>(device), &meta, dir, device)?;
     Ok((policy, config, meta))
@@ -578,7 +584,7 @@ impl CheckpointMeta {
 #[cfg(test)]
 mod tests {
     use burn::{Dispatch, DispatchDevice, backend::flex::FlexDevice};
-    use imago_policies::{PolicyBatch, StemActivation};
+    use imago_policies::{ActionHeadKind, PolicyBatch, StemActivation};
     use imago_robots::Robot;
 
     use super::*;
@@ -680,6 +686,14 @@ mod tests {
             load_policy_to_continue::<Dispatch>(&dir, &config(), &device).unwrap();
         assert_eq!(continued_config, old);
         assert_eq!(outputs(&continued, &old, &device).unwrap(), before);
+        // So are its head and chunk length.
+        let (_, continued_config, _) = load_policy_to_continue::<Dispatch>(
+            &dir,
+            &config().with_chunk_len(7).with_head(ActionHeadKind::Flow),
+            &device,
+        )
+        .unwrap();
+        assert_eq!(continued_config, old);
         // Anything else that differs is still refused.
         let err = load_policy_to_continue::<Dispatch>(&dir, &config().with_d_model(32), &device)
             .unwrap_err();
