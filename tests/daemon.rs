@@ -679,3 +679,93 @@ fn real_time_chunking_keeps_deadlines_and_moves_smoother_with_a_slow_policy() {
         assert_eq!(r["policy_versions"], serde_json::json!([1]), "{both}");
     }
 }
+
+/// A regression the simulator test did not catch (staged: `promotion.stage_regression`
+/// promotes the first challenger untested, and the learner publishes fresh weights):
+/// the guard watches the new champion's live episodes against the trained champion's
+/// live record, certifies the regression, and rolls the trained champion back in; the
+/// later broken versions are rejected by the test, so the run ends with it.
+#[test]
+fn a_staged_regression_is_rolled_back_by_the_live_guard() {
+    let _one = ONE_DAEMON.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let path = |p: &Path| p.to_str().unwrap().to_string();
+    let demos = dir.path().join("demos");
+    let output = imago(&["collect", "--episodes", "100", "--out", &path(&demos)]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let champion = dir.path().join("bc");
+    let output = imago(&[
+        "--device",
+        "cpu",
+        "train",
+        "--replay",
+        &path(&demos),
+        "--out",
+        &path(&champion),
+        "--steps",
+        "1500",
+    ]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let config = dir.path().join("staged.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "robot = \"reacher2d\"\ndevice = \"cpu\"\npolicy = \"{}\"\n\
+             [actor]\nexploration = 0.0\n\
+             [actor.takeover]\nwindow = 100000\n\
+             [learner]\nmin_episodes = 10\npublish_fresh_weights = true\n\
+             [learner.finetune]\npolicy_steps = 3\nworld_model_steps = 2\ncritic_steps = 2\ncritic_batch = 8\n\
+             [promotion]\nmax_episodes = 100\nstage_regression = true\n",
+            path(&champion)
+        ),
+    )
+    .unwrap();
+    let run = dir.path().join("run");
+    let json = dir.path().join("status.json");
+    let output = imago(&[
+        "daemon",
+        "--config",
+        &path(&config),
+        "--run-dir",
+        &path(&run),
+        "--duration",
+        "55",
+        "--report",
+        &path(&json),
+    ]);
+    let log = stderr(&output);
+    assert!(output.status.success(), "{log}");
+    let status = report(&json);
+    let both = format!("{status}\n{log}");
+    assert_eq!(status["promotions"], 1, "{both}");
+    assert_eq!(status["rollbacks"], 1, "{both}");
+    assert_eq!(status["champion_version"], 1, "{both}");
+    assert!(log.contains("rolled back to version 1"), "{both}");
+    // The replay: the trained champion, then the staged version 2, then the trained
+    // champion again, and no other version ever acted.
+    let contents = read_replay(&run.join("replay")).unwrap();
+    let versions: Vec<u64> = contents
+        .episodes
+        .iter()
+        .map(|e| e.transitions[0].policy_version)
+        .collect();
+    let first_broken = versions
+        .iter()
+        .position(|&v| v == 2)
+        .expect("version 2 acted");
+    let back = versions[first_broken..]
+        .iter()
+        .position(|&v| v == 1)
+        .expect("version 1 acted again");
+    assert!(versions.iter().all(|&v| v <= 2), "{versions:?}");
+    assert!(
+        versions[first_broken + back..].iter().all(|&v| v == 1),
+        "{versions:?}"
+    );
+    let broken = versions.iter().filter(|&&v| v == 2).count();
+    assert!(broken <= 20, "{broken} episodes of version 2: {versions:?}");
+    let champion_meta: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(run.join("checkpoints/champion/meta.json")).unwrap())
+            .unwrap();
+    assert_eq!(champion_meta["version"], 1);
+}

@@ -3,17 +3,24 @@
 //! `sim` the test runs on the learner's side, off the control path: paired episodes on
 //! the robot's simulator twin from fresh seeds each time, champion against challenger.
 //! A rejected challenger never acts; the learner continues from its own weights.
+//!
+//! After a promotion the guard watches the new champion's live episodes against the
+//! previous champion's live record; a certified regression rolls the previous
+//! champion back in ([`RegressionGuard`]).
 
 use burn::Dispatch;
 use imago_policies::{VlaPolicy, VlaPolicyConfig};
-use imago_robots::bounds::ConfigError;
+use imago_robots::bounds::{ConfigError, in_range};
 use serde::{Deserialize, Serialize};
 
 use crate::act::evaluate::Controller;
 use crate::act::promotion_run::run_promotion_test;
 use crate::device::ResolvedDevice;
-use crate::promotion::{PromotionMetric, PromotionTestConfig, Verdict};
+use crate::promotion::{
+    GuardVerdict, LiveRecord, PromotionMetric, PromotionTestConfig, RegressionGuard, Verdict,
+};
 use crate::robot::RobotConfig;
+use crate::store::replay::Episode;
 use crate::telemetry::{Telemetry, TelemetryEvent};
 
 /// Where a promotion test runs.
@@ -43,6 +50,14 @@ pub struct PromotionConfig {
     pub metric: PromotionMetric,
     /// How much better the challenger must be. Range: [0, 0.45].
     pub min_improvement: f64,
+    /// Watch each new champion's live episodes and roll back a certified regression
+    /// against the previous champion's live record.
+    pub guard: bool,
+    /// Live episodes a new champion is watched for. Range: [1, 100000].
+    pub guard_episodes: u32,
+    /// Test knob: the first challenger is promoted without a test (a staged gate
+    /// failure), so that the guard and its rollback can be exercised.
+    pub stage_regression: bool,
 }
 
 impl Default for PromotionConfig {
@@ -55,6 +70,9 @@ impl Default for PromotionConfig {
             max_episodes: test.max_episodes,
             metric: test.metric,
             min_improvement: test.min_improvement,
+            guard: true,
+            guard_episodes: 200,
+            stage_regression: false,
         }
     }
 }
@@ -73,6 +91,7 @@ impl PromotionConfig {
     /// Checks the ranges, and that the mode can run for `robot`.
     pub fn validate(&self, robot: &RobotConfig) -> Result<(), ConfigError> {
         self.test().validate()?;
+        in_range("guard_episodes", self.guard_episodes, 1..=100_000)?;
         if !self.enabled {
             return Ok(());
         }
@@ -102,8 +121,7 @@ pub struct PromotionSummary {
     pub promotions: u64,
     /// Challengers rejected (the champion kept).
     pub rejections: u64,
-    /// Champions rolled back after a certified regression (the live guard; always 0
-    /// in mode `sim`).
+    /// Champions rolled back after a certified regression (the live guard).
     pub rollbacks: u64,
     /// The version of the policy acting at the end.
     pub champion_version: u64,
@@ -119,6 +137,16 @@ pub struct ChampionGate {
     champion: VlaPolicy<Dispatch>,
     summary: PromotionSummary,
     next_seed: u64,
+    /// The champion's live record since it became champion.
+    record: LiveRecord,
+    /// After a promotion: the champion it replaced, and the watch over the new one.
+    watch: Option<Watch>,
+}
+
+/// The watch over a newly promoted champion.
+struct Watch {
+    previous: (VlaPolicy<Dispatch>, u64, LiveRecord),
+    guard: RegressionGuard,
 }
 
 /// Seeds of the first test; each test continues where the last stopped, so no two
@@ -142,6 +170,8 @@ impl ChampionGate {
                 ..PromotionSummary::default()
             },
             next_seed: FIRST_TEST_SEED,
+            record: LiveRecord::default(),
+            watch: None,
         }
     }
 
@@ -158,6 +188,13 @@ impl ChampionGate {
         (challenger, config, version): (VlaPolicy<Dispatch>, &VlaPolicyConfig, u64),
         device: &ResolvedDevice,
     ) -> anyhow::Result<bool> {
+        if self.config.stage_regression && self.summary.promotions + self.summary.rollbacks == 0 {
+            self.note(format!(
+                "stage_regression: version {version} promoted without a test (a staged gate failure)"
+            ));
+            self.promote(challenger, version);
+            return Ok(true);
+        }
         let controller = |policy| Controller::Policy {
             policy,
             config,
@@ -173,7 +210,7 @@ impl ChampionGate {
         )?;
         self.next_seed = self.next_seed.wrapping_add(run.episodes_simulated as u64);
         self.summary.promotion_test_episodes.push(run.episodes);
-        let line = format!(
+        self.note(format!(
             "promotion test of version {version} against champion {}: {:?} after {} paired episodes (evidence better {:.3}, worse {:.3}, threshold {:.0})",
             self.summary.champion_version,
             run.decision,
@@ -181,18 +218,111 @@ impl ChampionGate {
             run.evidence_better,
             run.evidence_worse,
             run.threshold
-        );
-        eprintln!("{line}");
-        self.telemetry.offer(TelemetryEvent::Note(line));
+        ));
         let promoted = run.decision == Verdict::Promote;
         if promoted {
-            self.summary.promotions += 1;
-            self.summary.champion_version = version;
-            self.champion = challenger;
+            self.promote(challenger, version);
         } else {
             self.summary.rejections += 1;
         }
         Ok(promoted)
+    }
+
+    /// Makes `challenger` the champion. With the guard on, the last trusted champion
+    /// (the one replaced, or, if that one was still being watched, the one it would
+    /// have rolled back to) is kept with its live record until the watch over the new
+    /// one is over.
+    fn promote(&mut self, challenger: VlaPolicy<Dispatch>, version: u64) {
+        self.summary.promotions += 1;
+        let replaced = (
+            std::mem::replace(&mut self.champion, challenger),
+            std::mem::replace(&mut self.summary.champion_version, version),
+            std::mem::take(&mut self.record),
+        );
+        let previous = match self.watch.take() {
+            Some(watch) => watch.previous,
+            None => replaced,
+        };
+        if !self.config.guard {
+            return;
+        }
+        let record = previous.2;
+        match RegressionGuard::new(record, self.config.confidence, self.config.guard_episodes) {
+            Some(guard) => {
+                self.note(format!(
+                    "guard: watching version {version} for up to {} live episodes against version {} ({} of {} live successes, lower bound {:.3})",
+                    self.config.guard_episodes,
+                    previous.1,
+                    record.successes,
+                    record.episodes,
+                    guard.baseline()
+                ));
+                self.watch = Some(Watch { previous, guard });
+            }
+            None => self.note(format!(
+                "guard: version {version} is not watched: version {} had no live success to compare with ({} episodes)",
+                previous.1, record.episodes
+            )),
+        }
+    }
+
+    /// Takes in recorded live episodes: those the champion acted from start to end add
+    /// to its record and, while it is watched, to the guard. Returns `true` when a
+    /// certified regression rolled the previous champion back in (publish it).
+    pub fn watch_live(&mut self, episodes: &[Episode]) -> bool {
+        for episode in episodes {
+            let version = self.summary.champion_version;
+            let by_champion = !episode.transitions.is_empty()
+                && episode
+                    .transitions
+                    .iter()
+                    .all(|t| t.policy_version == version);
+            if !by_champion {
+                continue;
+            }
+            let success =
+                episode.end.success && !episode.transitions.iter().any(|t| t.intervention);
+            self.record.observe(success);
+            let Some(watch) = &mut self.watch else {
+                continue;
+            };
+            match watch.guard.observe(success) {
+                GuardVerdict::Watching => {}
+                GuardVerdict::Cleared => {
+                    let line = format!(
+                        "guard: version {version} cleared after {} live episodes ({} successes)",
+                        watch.guard.episodes(),
+                        self.record.successes
+                    );
+                    self.watch = None;
+                    self.note(line);
+                }
+                GuardVerdict::Regressed => {
+                    let (evidence, threshold) = watch.guard.evidence();
+                    let line = format!(
+                        "guard: version {version} regressed ({} successes in {} live episodes, certified below {:.3}: evidence {evidence:.1} >= {threshold:.0}); rolled back to version {}",
+                        self.record.successes,
+                        self.record.episodes,
+                        watch.guard.baseline(),
+                        watch.previous.1
+                    );
+                    let Some(Watch { previous, .. }) = self.watch.take() else {
+                        continue;
+                    };
+                    (self.champion, self.summary.champion_version, self.record) = previous;
+                    self.summary.rollbacks += 1;
+                    self.note(line);
+                    return true;
+                }
+            }
+        }
+        false
+    }
+
+    /// A line on standard error and on rerun's `events` log.
+    fn note(&self, line: String) {
+        eprintln!("{line}");
+        self.telemetry.offer(TelemetryEvent::Note(line));
     }
 
     /// The champion and its version.

@@ -34,6 +34,7 @@ use crate::store::lock::DirLock;
 use crate::store::outputs::{
     Holding, Input, OutputKind, check_output, holding, mark_run_directory,
 };
+use crate::store::replay::Episode;
 use crate::telemetry::{Telemetry, TelemetryConfig};
 use crate::toml_file::parse_toml;
 
@@ -472,12 +473,7 @@ pub(crate) fn prepare(
 /// Takes in what the actor recorded since the last look; whether the window now holds
 /// enough episodes recorded by a version within the staleness bound of the one the
 /// next learning step produces.
-fn enough_fresh(
-    window: &mut ReplayWindow,
-    learner: &Learner,
-    config: &LearnerConfig,
-) -> anyhow::Result<bool> {
-    window.refresh()?;
+fn enough_fresh(window: &mut ReplayWindow, learner: &Learner, config: &LearnerConfig) -> bool {
     let next = learner.version() + 1;
     let fresh = window
         .episodes()
@@ -488,13 +484,22 @@ fn enough_fresh(
                 .any(|t| config.finetune.within_staleness(t.policy_version, next))
         })
         .count();
-    Ok(fresh >= config.min_episodes)
+    fresh >= config.min_episodes
+}
+
+/// What the learning side reports to its caller.
+pub(crate) enum LearnerEvent<'a> {
+    /// Episodes the replay recorded since the last look (the promotion guard watches
+    /// them).
+    Recorded(&'a [Episode]),
+    /// The learner has a new version (to test and publish).
+    NewVersion(&'a Learner),
 }
 
 /// The learning side of a daemon or of a fleet's learner: while `keep_going(steps
 /// so far)`, a learning step on the learner's lower-priority `pool` whenever the
-/// window holds enough fresh episodes, each new version handed to `publish`, and
-/// checkpoints on the config's schedule (a failed one is a warning). Returns the
+/// window holds enough fresh episodes, newly recorded episodes and each new version
+/// handed to `publish` ([`LearnerEvent`]), and checkpoints on the config's schedule (a failed one is a warning). Returns the
 /// steps taken, and the error that ended them early.
 pub(crate) fn learn_until(
     config: &DaemonConfig,
@@ -503,7 +508,7 @@ pub(crate) fn learn_until(
     device: &ResolvedDevice,
     pool: &rayon::ThreadPool,
     keep_going: impl Fn(u64) -> bool,
-    mut publish: impl FnMut(&Learner) -> anyhow::Result<()> + Send,
+    mut publish: impl FnMut(LearnerEvent<'_>) -> anyhow::Result<()> + Send,
 ) -> (u64, anyhow::Result<()>) {
     let mut steps = 0u64;
     let mut last_checkpoint = Instant::now();
@@ -513,14 +518,20 @@ pub(crate) fn learn_until(
             continue;
         }
         let step = pool.install(|| -> anyhow::Result<bool> {
-            if !enough_fresh(window, learner, &config.learner)? {
+            let recorded = window.refresh()?;
+            if recorded > 0 {
+                let episodes = window.episodes();
+                let newest = &episodes[episodes.len().saturating_sub(recorded)..];
+                publish(LearnerEvent::Recorded(newest))?;
+            }
+            if !enough_fresh(window, learner, &config.learner) {
                 return Ok(false);
             }
             learner.learn(window.episodes(), &config.learner.finetune, device)?;
             if config.learner.publish_fresh_weights {
                 learner.replace_with_fresh_weights(device);
             }
-            publish(learner)?;
+            publish(LearnerEvent::NewVersion(learner))?;
             Ok(true)
         });
         match step {
@@ -589,6 +600,7 @@ pub fn run_daemon(
         || {
             let learnt_enough =
                 |steps: u64| options.max_learning_steps.is_some_and(|max| steps >= max);
+            let policy_config = learner.policy_config().clone();
             let learnt = learn_until(
                 config,
                 (&mut learner, &mut window),
@@ -596,13 +608,22 @@ pub fn run_daemon(
                 device,
                 &learner_pool,
                 |steps| !stop.load(Ordering::Relaxed) && !out_of_time() && !learnt_enough(steps),
-                |learner| {
+                |event| {
                     let Some(gate) = gate.as_mut() else {
-                        mailbox.publish(snapshot(learner, device));
+                        if let LearnerEvent::NewVersion(learner) = event {
+                            mailbox.publish(snapshot(learner, device));
+                        }
                         return Ok(());
                     };
-                    let challenger = (learner.policy(), learner.policy_config(), learner.version());
-                    if gate.consider(challenger, device)? {
+                    let changed = match event {
+                        LearnerEvent::Recorded(episodes) => gate.watch_live(episodes),
+                        LearnerEvent::NewVersion(learner) => {
+                            let challenger =
+                                (learner.policy(), learner.policy_config(), learner.version());
+                            gate.consider(challenger, device)?
+                        }
+                    };
+                    if changed {
                         let (champion, version) = gate.champion();
                         mailbox.publish(PolicySnapshot::new(
                             version,
@@ -610,7 +631,7 @@ pub fn run_daemon(
                             &device.inference,
                         ));
                         if let Err(error) =
-                            save_champion(gate, learner, &config.spec(), &champion_dir)
+                            save_champion(gate, &policy_config, &config.spec(), &champion_dir)
                         {
                             eprintln!("warning: the champion's checkpoint failed: {error:#}");
                         }
@@ -630,7 +651,7 @@ pub fn run_daemon(
     // Whatever stopped the control loop, the learner's weights are whole: keep them,
     // and the champion's.
     let saved = save(&learner, &config.spec(), &checkpoint).and_then(|()| match &gate {
-        Some(gate) => save_champion(gate, &learner, &config.spec(), &champion_dir),
+        Some(gate) => save_champion(gate, learner.policy_config(), &config.spec(), &champion_dir),
         None => Ok(()),
     });
     let control = match (control, saved) {
@@ -696,21 +717,21 @@ pub(crate) fn start_gate(
     };
     let gate = ChampionGate::new(&config.promotion, &config.actor.robot, champion)
         .with_telemetry(options.telemetry.clone());
-    save_champion(&gate, learner, &config.spec(), champion_dir)?;
+    save_champion(&gate, learner.policy_config(), &config.spec(), champion_dir)?;
     Ok(Some(gate))
 }
 
 /// Writes the gate's champion to `dir`.
 pub(crate) fn save_champion(
     gate: &ChampionGate,
-    learner: &Learner,
+    policy_config: &VlaPolicyConfig,
     spec: &RobotSpec,
     dir: &Path,
 ) -> anyhow::Result<()> {
     let (champion, version) = gate.champion();
     save_policy(
         champion,
-        learner.policy_config(),
+        policy_config,
         CheckpointMeta::new(spec, version, None),
         dir,
     )?;
@@ -756,8 +777,8 @@ pub fn run_in_turns(
             || {
                 while !ready {
                     std::thread::sleep(Duration::from_millis(100));
-                    match enough_fresh(&mut window, &learner, &config.learner) {
-                        Ok(enough) => ready = enough,
+                    match window.refresh() {
+                        Ok(_) => ready = enough_fresh(&mut window, &learner, &config.learner),
                         Err(error) => {
                             eprintln!("warning: {error:#}");
                             break;

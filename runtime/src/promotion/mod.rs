@@ -18,15 +18,18 @@
 //! Each also runs the mirror test (the challenger is at least as good) to reject a
 //! certifiably worse challenger early; otherwise the test rejects when its episode
 //! budget is spent. [`FailureCounts`] bounds a failure rate the same way (certified
-//! acceleration).
+//! acceleration), and [`RegressionGuard`] watches a promoted champion's live episodes
+//! for a certified regression (rollback).
 
 mod bet;
 mod discordant;
 mod failure_rate;
+mod guard;
 
 pub use bet::BoundedMeanBet;
 pub use discordant::DiscordantPairs;
 pub use failure_rate::FailureCounts;
+pub use guard::{GuardVerdict, LiveRecord, RegressionGuard};
 
 use serde::{Deserialize, Serialize};
 

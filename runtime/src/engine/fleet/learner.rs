@@ -4,11 +4,13 @@
 //! each new version.
 
 use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::RecvTimeoutError;
+use imago_policies::VlaPolicyConfig;
 use imago_robots::RobotSpec;
 use serde::{Deserialize, Serialize};
 use zenoh::Wait;
@@ -24,10 +26,9 @@ use crate::bridge::protocol::{decode, encode};
 use crate::device::ResolvedDevice;
 use crate::engine::champion::{ChampionGate, PromotionSummary};
 use crate::engine::daemon::{
-    DaemonConfig, DaemonOptions, champion_checkpoint, learn_until, prepare, save, save_champion,
-    start_gate,
+    DaemonConfig, DaemonOptions, LearnerEvent, champion_checkpoint, learn_until, prepare, save,
+    save_champion, start_gate,
 };
-use crate::learn::finetune::Learner;
 use crate::store::replay::{Episode, EpisodeOrigin, ReplayWriter, Transition, read_replay};
 
 /// Uploads waiting for the ingest thread; more are refused until it catches up (the
@@ -99,18 +100,15 @@ pub fn run_fleet_learner(
     // With the promotion gate on, actors only ever receive champions.
     let champion_dir = champion_checkpoint(&checkpoint);
     let mut gate = start_gate(config, options, &learner, &champion_dir, device)?;
-    let acting = |learner: &Learner, gate: &Option<ChampionGate>| match gate {
+    let policy_config = learner.policy_config().clone();
+    let acting = match &gate {
         Some(gate) => {
             let (champion, version) = gate.champion();
-            PolicyMessage::new(version, champion, learner.policy_config())
+            PolicyMessage::new(version, champion, &policy_config)?
         }
-        None => PolicyMessage::new(
-            learner.version(),
-            &learner.policy(),
-            learner.policy_config(),
-        ),
+        None => PolicyMessage::new(learner.version(), &learner.policy(), &policy_config)?,
     };
-    let latest = Arc::new(Mutex::new(encode(&acting(&learner, &gate)?)));
+    let latest = Arc::new(Mutex::new(encode(&acting)));
     let answer = latest.clone();
     let latest_key = keys.latest_policy.clone();
     let _latest_queryable = session
@@ -167,17 +165,30 @@ pub fn run_fleet_learner(
             device,
             &learner_pool,
             |_| !stop.load(Ordering::Relaxed) && !out_of_time(),
-            |learner| {
-                if let Some(gate) = gate.as_mut() {
-                    let challenger = (learner.policy(), learner.policy_config(), learner.version());
-                    if !gate.consider(challenger, device)? {
-                        return Ok(());
+            |event| {
+                let message = match (event, gate.as_mut()) {
+                    (LearnerEvent::Recorded(_), None) => return Ok(()),
+                    (LearnerEvent::Recorded(episodes), Some(gate)) => {
+                        if !gate.watch_live(episodes) {
+                            return Ok(());
+                        }
+                        champion_message(gate, &policy_config, &spec, &champion_dir)?
                     }
-                    if let Err(error) = save_champion(gate, learner, &spec, &champion_dir) {
-                        eprintln!("warning: the champion's checkpoint failed: {error:#}");
+                    (LearnerEvent::NewVersion(learner), Some(gate)) => {
+                        let challenger =
+                            (learner.policy(), learner.policy_config(), learner.version());
+                        if !gate.consider(challenger, device)? {
+                            return Ok(());
+                        }
+                        champion_message(gate, &policy_config, &spec, &champion_dir)?
                     }
-                }
-                let message = encode(&acting(learner, &gate)?);
+                    (LearnerEvent::NewVersion(learner), None) => PolicyMessage::new(
+                        learner.version(),
+                        &learner.policy(),
+                        learner.policy_config(),
+                    )?,
+                };
+                let message = encode(&message);
                 *latest.lock().unwrap_or_else(|p| p.into_inner()) = message.clone();
                 publisher
                     .put(message)
@@ -190,7 +201,7 @@ pub fn run_fleet_learner(
     });
     save(&learner, &spec, &checkpoint)?;
     if let Some(gate) = &gate {
-        save_champion(gate, &learner, &spec, &champion_dir)?;
+        save_champion(gate, learner.policy_config(), &spec, &champion_dir)?;
     }
     let mut report = ingested
         .map_err(|_| anyhow::anyhow!("the ingest thread panicked"))?
@@ -315,6 +326,21 @@ impl EpisodeStore<'_> {
 }
 
 /// Whether `upload` is a whole episode of `spec`'s robot; the error says what is not.
+/// The champion's message to the actors, after checkpointing it (a failed checkpoint
+/// is a warning: the actors still get the champion).
+fn champion_message(
+    gate: &ChampionGate,
+    policy_config: &VlaPolicyConfig,
+    spec: &RobotSpec,
+    champion_dir: &Path,
+) -> anyhow::Result<PolicyMessage> {
+    if let Err(error) = save_champion(gate, policy_config, spec, champion_dir) {
+        eprintln!("warning: the champion's checkpoint failed: {error:#}");
+    }
+    let (champion, version) = gate.champion();
+    PolicyMessage::new(version, champion, policy_config)
+}
+
 fn fits(spec: &RobotSpec, upload: &EpisodeUpload) -> Result<(), String> {
     let id = upload.start.episode;
     if upload.transitions.is_empty() || upload.end.steps as usize != upload.transitions.len() {
