@@ -86,8 +86,9 @@ fn remote_config(dir: &Path, key: &str, port: u16, learner: &str) -> String {
     path.to_str().unwrap().to_string()
 }
 
-/// A small learner; remote robots have no simulator twin for the promotion test, so
-/// every version acts at once (`[promotion] enabled = false`).
+/// A small learner whose every version acts at once (`[promotion] enabled = false`):
+/// these tests are about the link; a remote robot's live promotion test is the same
+/// code as a simulated robot's (tests/daemon.rs).
 const SMALL_LEARNER: &str = "[learner]\nmin_episodes = 2\n\
      [learner.finetune]\npolicy_steps = 5\nworld_model_steps = 3\ncritic_steps = 3\ncritic_batch = 16\n\
      [promotion]\nenabled = false\n";

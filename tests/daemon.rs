@@ -4,9 +4,9 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
 use common::{imago, stderr};
@@ -250,8 +250,8 @@ fn bad_configs_name_the_key_and_the_problem() {
             "beta",
         ),
         (
-            "robot = \"reacher2d\"\n[promotion]\nmode = \"live\"\n",
-            "promotion.mode",
+            "robot = \"reacher2d\"\n[promotion]\nmode = \"live\"\nexplore_fraction = 0.0\n",
+            "promotion.explore_fraction",
         ),
         (
             "robot = \"reacher2d\"\n[promotion]\nconfidence = 1.5\n",
@@ -690,22 +690,7 @@ fn a_staged_regression_is_rolled_back_by_the_live_guard() {
     let _one = ONE_DAEMON.lock().unwrap_or_else(|p| p.into_inner());
     let dir = tempfile::tempdir().unwrap();
     let path = |p: &Path| p.to_str().unwrap().to_string();
-    let demos = dir.path().join("demos");
-    let output = imago(&["collect", "--episodes", "100", "--out", &path(&demos)]);
-    assert!(output.status.success(), "{}", stderr(&output));
-    let champion = dir.path().join("bc");
-    let output = imago(&[
-        "--device",
-        "cpu",
-        "train",
-        "--replay",
-        &path(&demos),
-        "--out",
-        &path(&champion),
-        "--steps",
-        "1500",
-    ]);
-    assert!(output.status.success(), "{}", stderr(&output));
+    let champion = trained_champion();
     let config = dir.path().join("staged.toml");
     std::fs::write(
         &config,
@@ -716,7 +701,7 @@ fn a_staged_regression_is_rolled_back_by_the_live_guard() {
              [learner]\nmin_episodes = 10\npublish_fresh_weights = true\n\
              [learner.finetune]\npolicy_steps = 3\nworld_model_steps = 2\ncritic_steps = 2\ncritic_batch = 8\n\
              [promotion]\nmax_episodes = 100\nstage_regression = true\n",
-            path(&champion)
+            path(champion)
         ),
     )
     .unwrap();
@@ -768,4 +753,113 @@ fn a_staged_regression_is_rolled_back_by_the_live_guard() {
         serde_json::from_slice(&std::fs::read(run.join("checkpoints/champion/meta.json")).unwrap())
             .unwrap();
     assert_eq!(champion_meta["version"], 1);
+}
+
+/// A champion cloned from 100 demonstrations with 1500 steps (it succeeds in most
+/// episodes when it acts on its mean), trained once per run of these tests.
+fn trained_champion() -> &'static Path {
+    static CHAMPION: OnceLock<PathBuf> = OnceLock::new();
+    CHAMPION.get_or_init(|| {
+        let root = Path::new(env!("CARGO_TARGET_TMPDIR")).join("daemon-champion");
+        let _ = std::fs::remove_dir_all(&root);
+        std::fs::create_dir_all(&root).unwrap();
+        let (demos, champion) = (root.join("demos"), root.join("bc"));
+        let output = imago(&[
+            "collect",
+            "--episodes",
+            "100",
+            "--out",
+            demos.to_str().unwrap(),
+        ]);
+        assert!(output.status.success(), "{}", stderr(&output));
+        let output = imago(&[
+            "--device",
+            "cpu",
+            "train",
+            "--replay",
+            demos.to_str().unwrap(),
+            "--out",
+            champion.to_str().unwrap(),
+            "--steps",
+            "1500",
+        ]);
+        assert!(output.status.success(), "{}", stderr(&output));
+        champion
+    })
+}
+
+/// Promotion mode `live` with a learner gone wrong (every version has fresh weights):
+/// the challenger acts on the robot itself, but in no more than `explore_fraction` of
+/// the episodes; the live test pairs its episodes with the champion's and rejects it,
+/// and the trained champion ends the run, with no deadline missed.
+#[test]
+fn a_broken_learner_is_rejected_live_within_the_exploration_share() {
+    let _one = ONE_DAEMON.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let path = |p: &Path| p.to_str().unwrap().to_string();
+    let champion = trained_champion();
+    let recording = dir.path().join("live.rrd");
+    let config = dir.path().join("live.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "robot = \"reacher2d\"\ndevice = \"cpu\"\npolicy = \"{}\"\n\
+             [actor]\nexploration = 0.0\n\
+             [actor.takeover]\nwindow = 100000\n\
+             [learner]\nmin_episodes = 4\npublish_fresh_weights = true\n\
+             [learner.finetune]\npolicy_steps = 3\nworld_model_steps = 2\ncritic_steps = 2\ncritic_batch = 8\n\
+             [promotion]\nmode = \"live\"\nexplore_fraction = 0.5\nmax_episodes = 40\n",
+            path(champion)
+        ),
+    )
+    .unwrap();
+    let run = dir.path().join("run");
+    let json = dir.path().join("status.json");
+    let output = imago(&[
+        "daemon",
+        "--config",
+        &path(&config),
+        "--run-dir",
+        &path(&run),
+        "--duration",
+        "80",
+        "--report",
+        &path(&json),
+        "--rerun",
+        &path(&recording),
+    ]);
+    let log = stderr(&output);
+    assert!(output.status.success(), "{log}");
+    let status = report(&json);
+    let both = format!("{status}\n{log}");
+    assert_eq!(status["promotions"], 0, "{both}");
+    assert!(status["rejections"].as_u64().unwrap() >= 1, "{both}");
+    assert_eq!(status["champion_version"], 1, "{both}");
+    assert_eq!(status["deadline_misses"], 0, "{both}");
+    assert!(log.contains("RejectWorse after"), "{both}");
+    let contents = read_replay(&run.join("replay")).unwrap();
+    let versions: Vec<u64> = contents
+        .episodes
+        .iter()
+        .map(|e| e.transitions[0].policy_version)
+        .collect();
+    let by_challengers = versions.iter().filter(|&&v| v != 1).count();
+    assert!(by_challengers >= 1, "no challenger acted: {versions:?}");
+    assert!(
+        by_challengers as f64 <= 0.5 * versions.len() as f64 + 1.0,
+        "challengers acted in {by_challengers} of {} episodes: {versions:?}",
+        versions.len()
+    );
+    // rerun has the test's running statistic, one point per paired live episode.
+    let summary = read_recording(&recording).unwrap();
+    let tests = status["promotion_test_episodes"].as_array().unwrap();
+    let paired: u64 = tests.iter().map(|n| n.as_u64().unwrap()).sum();
+    for series in ["log10_evidence_better", "log10_evidence_worse"] {
+        let rows = summary.rows.get(&format!("{}/{series}", paths::PROMOTION));
+        assert!(
+            rows.is_some_and(|&n| n as u64 >= paired),
+            "{series}: {rows:?} rows for {paired} paired episodes"
+        );
+    }
+    assert!(summary.timelines.contains(paths::PROMOTION_EPISODE));
 }

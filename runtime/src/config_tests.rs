@@ -31,6 +31,7 @@ const KEYS: &[(&str, Kind, f64, f64)] = &[
     ("promotion.max_episodes", Kind::Integer, 1.0, 100_000.0),
     ("promotion.min_improvement", Kind::Float64, 0.0, 0.45),
     ("promotion.guard_episodes", Kind::Integer, 1.0, 100_000.0),
+    ("promotion.explore_fraction", Kind::Float64, 0.01, 1.0),
     ("actor.takeover.window", Kind::Integer, 1.0, 100_000.0),
     ("actor.takeover.min_progress", Kind::Float, 0.0, 100.0),
     ("actor.robot.image_size", Kind::Integer, 16.0, 256.0),

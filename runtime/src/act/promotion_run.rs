@@ -32,6 +32,10 @@ pub struct PromotionRun {
     pub evidence_worse: f64,
     /// The threshold both are compared with, `1 / (1 - confidence)`.
     pub threshold: f64,
+    /// Both e-values after each paired episode used, in order (the running statistic
+    /// rerun plots).
+    #[serde(skip)]
+    pub trace: Vec<(f64, f64)>,
 }
 
 /// Runs `test` with `champion` and `challenger` on `robot`, paired episodes from
@@ -48,6 +52,7 @@ where
     let mut sequential = test.start();
     let (mut used, mut used_challenger) = (EvalOutcome::default(), EvalOutcome::default());
     let mut simulated = 0;
+    let mut trace = Vec::new();
     let max_steps = robot.spec().max_steps.max(1) as f64;
     let score = |success: bool, length: u32| match (success, test.metric) {
         (false, _) => 0.0,
@@ -72,6 +77,7 @@ where
                 champion_score: score(a.success[i], a.length[i]),
                 challenger_score: score(b.success[i], b.length[i]),
             });
+            trace.push(sequential.evidence());
             used.success.push(a.success[i]);
             used.length.push(a.length[i]);
             used_challenger.success.push(b.success[i]);
@@ -87,5 +93,6 @@ where
         evidence_better,
         evidence_worse,
         threshold: test.threshold(),
+        trace,
     })
 }

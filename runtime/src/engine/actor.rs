@@ -18,6 +18,7 @@ use imago_policies::VlaPolicyConfig;
 use imago_robots::bounds::{ConfigError, in_range};
 use serde::{Deserialize, Serialize};
 
+use super::challenger::EpisodeAssignment;
 use super::clock::DeadlineClock;
 use super::commands::{ChunkingConfig, CommandSettings, CommandSource};
 use super::driven::DrivenRobot;
@@ -164,12 +165,21 @@ pub fn run_actor(
         policy_config,
         device,
     )?;
+    let mut assignment = EpisodeAssignment::default();
     let (mut episode, mut seed) = (first_episode, config.first_seed);
     'episodes: while !stop.load(Ordering::Relaxed) {
         let Some(mut observation) = robot.reset(seed, episode, stop)? else {
             break;
         };
-        if !source.start_episode((episode, seed), &observation, &current, stop)? {
+        let challenger_acts = assignment.start_episode(mailbox.challenger());
+        let acting = assignment.acting(mailbox.challenger(), &current).clone();
+        if challenger_acts {
+            telemetry.offer(TelemetryEvent::Note(format!(
+                "episode {episode}: challenger version {} acts (live promotion test)",
+                acting.version
+            )));
+        }
+        if !source.start_episode((episode, seed), &observation, &acting, stop)? {
             break;
         }
         // Waiting for a remote robot to come up or to reset, or for the first chunk
@@ -207,18 +217,18 @@ pub fn run_actor(
             if let Some(snapshot) = mailbox.take() {
                 current = snapshot;
             }
-            live.policy_version
-                .store(current.version, Ordering::Relaxed);
+            let acting = assignment.acting(mailbox.challenger(), &current);
+            live.policy_version.store(acting.version, Ordering::Relaxed);
             live.deadline_misses
                 .store(clock.misses(), Ordering::Relaxed);
             let (action, log_prob, chunk, intervention, version) = match robot.expert_action() {
                 Some(action) => {
                     source.expert_took_over();
                     let chunk = action.0.clone();
-                    (action, None, chunk, true, current.version)
+                    (action, None, chunk, true, acting.version)
                 }
                 None => {
-                    let command = source.command(step, &observation, &current)?;
+                    let command = source.command(step, &observation, acting)?;
                     stats.policy_versions.insert(command.version);
                     (
                         to_robot_units(&command.action, &limits),

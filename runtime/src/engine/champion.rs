@@ -1,8 +1,11 @@
 //! The deployed policy (the champion) and the promotion test every new learner version
-//! (a challenger) must pass before it reaches the motors (docs/promotion.md). In mode
-//! `sim` the test runs on the learner's side, off the control path: paired episodes on
-//! the robot's simulator twin from fresh seeds each time, champion against challenger.
-//! A rejected challenger never acts; the learner continues from its own weights.
+//! (a challenger) must pass before it becomes the champion (docs/promotion.md). In
+//! mode `sim` the test runs on the learner's side, off the control path: paired
+//! episodes on the robot's simulator twin from fresh seeds each time, champion against
+//! challenger; a rejected challenger never acts. In mode `live` the challenger is
+//! offered to the actor, which gives it at most `explore_fraction` of the real robot's
+//! episodes; its episodes are paired with the champion's ([`LivePairing`]) until the
+//! test decides. Either way the learner continues from its own weights.
 //!
 //! After a promotion the guard watches the new champion's live episodes against the
 //! previous champion's live record; a certified regression rolls the previous
@@ -17,7 +20,8 @@ use crate::act::evaluate::Controller;
 use crate::act::promotion_run::run_promotion_test;
 use crate::device::ResolvedDevice;
 use crate::promotion::{
-    GuardVerdict, LiveRecord, PromotionMetric, PromotionTestConfig, RegressionGuard, Verdict,
+    GuardVerdict, LiveOutcome, LivePairing, LiveRecord, PromotionMetric, PromotionTestConfig,
+    RegressionGuard, Verdict,
 };
 use crate::robot::RobotConfig;
 use crate::store::replay::Episode;
@@ -29,7 +33,9 @@ use crate::telemetry::{Telemetry, TelemetryEvent};
 pub enum PromotionMode {
     /// Paired episodes on the robot's simulator twin (built-in robots), learner side.
     Sim,
-    /// Interleaved champion and challenger episodes on the real robot: not built yet.
+    /// Interleaved champion and challenger episodes on the robot the actor drives
+    /// (any robot, remote ones included), the challenger in at most
+    /// `explore_fraction` of them.
     Live,
 }
 
@@ -55,6 +61,9 @@ pub struct PromotionConfig {
     pub guard: bool,
     /// Live episodes a new champion is watched for. Range: [1, 100000].
     pub guard_episodes: u32,
+    /// Mode `live`: the largest share of episodes a challenger acts in. Range:
+    /// [0.01, 1].
+    pub explore_fraction: f64,
     /// Test knob: the first challenger is promoted without a test (a staged gate
     /// failure), so that the guard and its rollback can be exercised.
     pub stage_regression: bool,
@@ -72,6 +81,7 @@ impl Default for PromotionConfig {
             min_improvement: test.min_improvement,
             guard: true,
             guard_episodes: 200,
+            explore_fraction: 0.1,
             stage_regression: false,
         }
     }
@@ -92,24 +102,20 @@ impl PromotionConfig {
     pub fn validate(&self, robot: &RobotConfig) -> Result<(), ConfigError> {
         self.test().validate()?;
         in_range("guard_episodes", self.guard_episodes, 1..=100_000)?;
+        in_range("explore_fraction", self.explore_fraction, 0.01..=1.0)?;
         if !self.enabled {
             return Ok(());
         }
         match self.mode {
-            PromotionMode::Live => Err(ConfigError::new(
-                "mode",
-                "live",
-                "is not built yet; use mode = \"sim\" (robots with a simulator twin) or enabled = false",
-            )),
             PromotionMode::Sim if !robot.is_simulated() => Err(ConfigError::new(
                 "mode",
                 "sim",
                 format!(
-                    "needs a simulator twin, and robot {} is in another process; use enabled = false (every version then acts at once)",
+                    "needs a simulator twin, and robot {} is in another process; use mode = \"live\" (challengers tested on the robot itself) or enabled = false (every version acts at once)",
                     robot.name()
                 ),
             )),
-            PromotionMode::Sim => Ok(()),
+            PromotionMode::Sim | PromotionMode::Live => Ok(()),
         }
     }
 }
@@ -141,6 +147,38 @@ pub struct ChampionGate {
     record: LiveRecord,
     /// After a promotion: the champion it replaced, and the watch over the new one.
     watch: Option<Watch>,
+    /// Mode `live`: the challenger under test on the robot.
+    live: Option<LiveTest>,
+    /// Mode `live`: the newest version that came while a test ran, tested next.
+    pending: Option<(VlaPolicy<Dispatch>, u64)>,
+}
+
+/// A challenger under test on the robot (mode `live`).
+struct LiveTest {
+    challenger: VlaPolicy<Dispatch>,
+    version: u64,
+    pairing: LivePairing,
+}
+
+/// What a decision of the gate changes for the actor.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct GateChange {
+    /// The champion changed (promoted or rolled back): publish it.
+    pub champion: bool,
+    /// What happens to the challenger on offer (mode `live`).
+    pub challenger: ChallengerChange,
+}
+
+/// The challenger on offer to the actor (mode `live`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ChallengerChange {
+    /// As it was.
+    #[default]
+    Keep,
+    /// Offer [`ChampionGate::challenger`] (a new test began).
+    Offer,
+    /// Withdraw it (its test ended).
+    Withdraw,
 }
 
 /// The watch over a newly promoted champion.
@@ -172,6 +210,8 @@ impl ChampionGate {
             next_seed: FIRST_TEST_SEED,
             record: LiveRecord::default(),
             watch: None,
+            live: None,
+            pending: None,
         }
     }
 
@@ -181,19 +221,26 @@ impl ChampionGate {
         self
     }
 
-    /// Tests `challenger` (version `version`) against the champion; whether it was
-    /// promoted (it is then the champion).
+    /// Tests `challenger` (version `version`) against the champion: in mode `sim` at
+    /// once (a promoted challenger is then the champion); in mode `live` by offering
+    /// it to the actor (or, while another live test runs, after it).
     pub fn consider(
         &mut self,
         (challenger, config, version): (VlaPolicy<Dispatch>, &VlaPolicyConfig, u64),
         device: &ResolvedDevice,
-    ) -> anyhow::Result<bool> {
+    ) -> anyhow::Result<GateChange> {
         if self.config.stage_regression && self.summary.promotions + self.summary.rollbacks == 0 {
             self.note(format!(
                 "stage_regression: version {version} promoted without a test (a staged gate failure)"
             ));
             self.promote(challenger, version);
-            return Ok(true);
+            return Ok(GateChange {
+                champion: true,
+                ..GateChange::default()
+            });
+        }
+        if self.config.mode == PromotionMode::Live {
+            return Ok(self.offer_live(challenger, version));
         }
         let controller = |policy| Controller::Policy {
             policy,
@@ -210,6 +257,9 @@ impl ChampionGate {
         )?;
         self.next_seed = self.next_seed.wrapping_add(run.episodes_simulated as u64);
         self.summary.promotion_test_episodes.push(run.episodes);
+        for &evidence in &run.trace {
+            self.test_statistics(evidence, run.threshold);
+        }
         self.note(format!(
             "promotion test of version {version} against champion {}: {:?} after {} paired episodes (evidence better {:.3}, worse {:.3}, threshold {:.0})",
             self.summary.champion_version,
@@ -225,7 +275,95 @@ impl ChampionGate {
         } else {
             self.summary.rejections += 1;
         }
-        Ok(promoted)
+        Ok(GateChange {
+            champion: promoted,
+            ..GateChange::default()
+        })
+    }
+
+    /// Mode `live`: starts the test of `challenger` on the robot, or queues it behind
+    /// the test running (replacing an older queued version).
+    fn offer_live(&mut self, challenger: VlaPolicy<Dispatch>, version: u64) -> GateChange {
+        if let Some(running) = &self.live {
+            self.note(format!(
+                "live promotion test of version {} running: version {version} is tested after it",
+                running.version
+            ));
+            self.pending = Some((challenger, version));
+            return GateChange::default();
+        }
+        self.note(format!(
+            "live promotion test of version {version} against champion {}: offered to the actor for at most {:.0}% of episodes",
+            self.summary.champion_version,
+            100.0 * self.config.explore_fraction
+        ));
+        self.live = Some(LiveTest {
+            challenger,
+            version,
+            pairing: LivePairing::new(self.config.test().start()),
+        });
+        GateChange {
+            challenger: ChallengerChange::Offer,
+            ..GateChange::default()
+        }
+    }
+
+    /// The challenger under test on the robot (mode `live`) and its version.
+    pub fn challenger(&self) -> Option<(&VlaPolicy<Dispatch>, u64)> {
+        self.live.as_ref().map(|l| (&l.challenger, l.version))
+    }
+
+    /// Mode `live`: an episode of the challenger under test (`by_challenger`) or of
+    /// the champion ended; concludes the test when it decides.
+    fn live_episode(&mut self, by_challenger: bool, outcome: LiveOutcome) -> GateChange {
+        let Some(live) = &mut self.live else {
+            return GateChange::default();
+        };
+        let paired = live.pairing.test().episodes();
+        let verdict = if by_challenger {
+            live.pairing.challenger_episode(outcome)
+        } else {
+            live.pairing.champion_episode(outcome)
+        };
+        let test = live.pairing.test();
+        if test.episodes() > paired {
+            let (evidence, threshold) = (test.evidence(), test.config().threshold());
+            self.test_statistics(evidence, threshold);
+        }
+        if !verdict.is_final() {
+            return GateChange::default();
+        }
+        let Some(LiveTest {
+            challenger,
+            version,
+            pairing,
+        }) = self.live.take()
+        else {
+            return GateChange::default();
+        };
+        let test = pairing.test();
+        let (better, worse) = test.evidence();
+        self.summary.promotion_test_episodes.push(test.episodes());
+        self.note(format!(
+            "live promotion test of version {version} against champion {}: {verdict:?} after {} paired live episodes (evidence better {better:.3}, worse {worse:.3}, threshold {:.0})",
+            self.summary.champion_version,
+            test.episodes(),
+            test.config().threshold()
+        ));
+        let promoted = verdict == Verdict::Promote;
+        if promoted {
+            self.promote(challenger, version);
+        } else {
+            self.summary.rejections += 1;
+        }
+        let mut change = GateChange {
+            champion: promoted,
+            challenger: ChallengerChange::Withdraw,
+        };
+        if let Some((next, version)) = self.pending.take() {
+            change.challenger = self.offer_live(next, version).challenger;
+        }
+        change
     }
 
     /// Makes `challenger` the champion. With the guard on, the last trusted champion
@@ -266,57 +404,135 @@ impl ChampionGate {
         }
     }
 
-    /// Takes in recorded live episodes: those the champion acted from start to end add
-    /// to its record and, while it is watched, to the guard. Returns `true` when a
-    /// certified regression rolled the previous champion back in (publish it).
-    pub fn watch_live(&mut self, episodes: &[Episode]) -> bool {
+    /// Takes in recorded live episodes. Those the champion acted from start to end add
+    /// to its record and, while it is watched, to the guard, which may roll the
+    /// previous champion back in; in mode `live` they and the challenger's feed the
+    /// test under way.
+    pub fn watch_live(&mut self, episodes: &[Episode]) -> GateChange {
+        let mut change = GateChange::default();
+        let max_steps = self.robot.spec().max_steps.max(1) as f64;
         for episode in episodes {
-            let version = self.summary.champion_version;
-            let by_champion = !episode.transitions.is_empty()
-                && episode
-                    .transitions
-                    .iter()
-                    .all(|t| t.policy_version == version);
-            if !by_champion {
+            let Some(first) = episode.transitions.first() else {
+                continue;
+            };
+            let version = first.policy_version;
+            if episode
+                .transitions
+                .iter()
+                .any(|t| t.policy_version != version)
+            {
                 continue;
             }
             let success =
                 episode.end.success && !episode.transitions.iter().any(|t| t.intervention);
-            self.record.observe(success);
-            let Some(watch) = &mut self.watch else {
-                continue;
+            let outcome = LiveOutcome {
+                success,
+                score: match (success, self.config.metric) {
+                    (false, _) => 0.0,
+                    (true, PromotionMetric::Success) => 1.0,
+                    (true, PromotionMetric::StepsToSuccess) => {
+                        1.0 - f64::from(episode.end.steps) / max_steps
+                    }
+                },
             };
-            match watch.guard.observe(success) {
-                GuardVerdict::Watching => {}
-                GuardVerdict::Cleared => {
-                    let line = format!(
-                        "guard: version {version} cleared after {} live episodes ({} successes)",
-                        watch.guard.episodes(),
-                        self.record.successes
-                    );
-                    self.watch = None;
-                    self.note(line);
+            if self.live.as_ref().is_some_and(|l| l.version == version) {
+                let decided = self.live_episode(true, outcome);
+                change.champion |= decided.champion;
+                if decided.challenger != ChallengerChange::Keep {
+                    change.challenger = decided.challenger;
                 }
-                GuardVerdict::Regressed => {
-                    let (evidence, threshold) = watch.guard.evidence();
-                    let line = format!(
-                        "guard: version {version} regressed ({} successes in {} live episodes, certified below {:.3}: evidence {evidence:.1} >= {threshold:.0}); rolled back to version {}",
-                        self.record.successes,
-                        self.record.episodes,
-                        watch.guard.baseline(),
-                        watch.previous.1
-                    );
-                    let Some(Watch { previous, .. }) = self.watch.take() else {
-                        continue;
-                    };
-                    (self.champion, self.summary.champion_version, self.record) = previous;
-                    self.summary.rollbacks += 1;
-                    self.note(line);
-                    return true;
+                continue;
+            }
+            if version != self.summary.champion_version {
+                continue;
+            }
+            if self.champion_episode(success) {
+                change.champion = true;
+                // The test under way compared with the champion rolled back: it ends.
+                if let Some(live) = self.live.take() {
+                    self.note(format!(
+                        "live promotion test of version {} abandoned: its champion was rolled back",
+                        live.version
+                    ));
+                    change.challenger = ChallengerChange::Withdraw;
+                    if let Some((next, version)) = self.pending.take() {
+                        change.challenger = self.offer_live(next, version).challenger;
+                    }
                 }
+                continue;
+            }
+            let decided = self.live_episode(false, outcome);
+            change.champion |= decided.champion;
+            if decided.challenger != ChallengerChange::Keep {
+                change.challenger = decided.challenger;
             }
         }
-        false
+        change
+    }
+
+    /// A live episode of the champion: its record, and the guard while it is watched.
+    /// Returns `true` when a certified regression rolled the previous champion back in.
+    fn champion_episode(&mut self, success: bool) -> bool {
+        let version = self.summary.champion_version;
+        self.record.observe(success);
+        let Some(watch) = &mut self.watch else {
+            return false;
+        };
+        let verdict = watch.guard.observe(success);
+        let (evidence, threshold) = watch.guard.evidence();
+        self.statistics(&[
+            ("log10_guard_evidence", evidence.log10()),
+            ("log10_guard_threshold", threshold.log10()),
+        ]);
+        let Some(watch) = &mut self.watch else {
+            return false;
+        };
+        match verdict {
+            GuardVerdict::Watching => false,
+            GuardVerdict::Cleared => {
+                let line = format!(
+                    "guard: version {version} cleared after {} live episodes ({} successes)",
+                    watch.guard.episodes(),
+                    self.record.successes
+                );
+                self.watch = None;
+                self.note(line);
+                false
+            }
+            GuardVerdict::Regressed => {
+                let (evidence, threshold) = watch.guard.evidence();
+                let line = format!(
+                    "guard: version {version} regressed ({} successes in {} live episodes, certified below {:.3}: evidence {evidence:.1} >= {threshold:.0}); rolled back to version {}",
+                    self.record.successes,
+                    self.record.episodes,
+                    watch.guard.baseline(),
+                    watch.previous.1
+                );
+                let Some(Watch { previous, .. }) = self.watch.take() else {
+                    return false;
+                };
+                (self.champion, self.summary.champion_version, self.record) = previous;
+                self.summary.rollbacks += 1;
+                self.note(line);
+                true
+            }
+        }
+    }
+
+    /// A test's e-values after one more paired episode, on rerun's `promotion/` plots.
+    fn test_statistics(&self, (better, worse): (f64, f64), threshold: f64) {
+        self.statistics(&[
+            ("log10_evidence_better", better.log10()),
+            ("log10_evidence_worse", worse.log10()),
+            ("log10_threshold", threshold.log10()),
+        ]);
+    }
+
+    /// `values` on rerun's `promotion/` plots, one more weighed episode.
+    fn statistics(&self, values: &[(&str, f64)]) {
+        self.telemetry.send(TelemetryEvent::PromotionStatistics(
+            values.iter().map(|(n, v)| (n.to_string(), *v)).collect(),
+        ));
     }
 
     /// A line on standard error and on rerun's `events` log.

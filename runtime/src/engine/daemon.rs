@@ -19,7 +19,9 @@ use imago_worldmodel::{TransitionFamily, WorldModelConfig};
 use serde::{Deserialize, Serialize};
 
 use crate::device::{DeviceSpec, ResolvedDevice};
-use crate::engine::champion::{ChampionGate, PromotionConfig, PromotionSummary};
+use crate::engine::champion::{
+    ChallengerChange, ChampionGate, PromotionConfig, PromotionMode, PromotionSummary,
+};
 use crate::engine::{
     ActorConfig, ControlReport, PolicySnapshot, Recording, ReplayWindow, ReplayWriterConfig,
     SnapshotMailbox, run_control_loop,
@@ -564,7 +566,15 @@ pub fn run_daemon(
         checkpoint,
         _lock,
     } = prepare(config, options, device)?;
-    let mailbox = SnapshotMailbox::default();
+    // Promotion mode `live` offers challengers to the actor beside the champion.
+    let live_tests = config.learner.enabled
+        && config.promotion.enabled
+        && config.promotion.mode == PromotionMode::Live;
+    let mailbox = if live_tests {
+        SnapshotMailbox::with_challenger_slot(config.promotion.explore_fraction)
+    } else {
+        SnapshotMailbox::default()
+    };
     // The learner computes on lower-priority threads so that the actor keeps its
     // deadlines on the same cores (engine/priority.rs).
     let learner_pool = super::priority::learner_pool()?;
@@ -615,7 +625,7 @@ pub fn run_daemon(
                         }
                         return Ok(());
                     };
-                    let changed = match event {
+                    let change = match event {
                         LearnerEvent::Recorded(episodes) => gate.watch_live(episodes),
                         LearnerEvent::NewVersion(learner) => {
                             let challenger =
@@ -623,7 +633,7 @@ pub fn run_daemon(
                             gate.consider(challenger, device)?
                         }
                     };
-                    if changed {
+                    if change.champion {
                         let (champion, version) = gate.champion();
                         mailbox.publish(PolicySnapshot::new(
                             version,
@@ -634,6 +644,15 @@ pub fn run_daemon(
                             save_champion(gate, &policy_config, &config.spec(), &champion_dir)
                         {
                             eprintln!("warning: the champion's checkpoint failed: {error:#}");
+                        }
+                    }
+                    if let Some(slot) = mailbox.challenger() {
+                        match (change.challenger, gate.challenger()) {
+                            (ChallengerChange::Offer, Some((challenger, version))) => slot.offer(
+                                PolicySnapshot::new(version, challenger.clone(), &device.inference),
+                            ),
+                            (ChallengerChange::Withdraw, _) => slot.withdraw(),
+                            _ => {}
                         }
                     }
                     Ok(())

@@ -5,6 +5,7 @@
 //! in another process for a fleet of actors ([`crate::engine::fleet`]).
 
 mod actor;
+mod challenger;
 pub mod champion;
 mod clock;
 mod commands;
@@ -30,7 +31,7 @@ pub use actor::{ActorConfig, run_actor};
 pub use clock::DeadlineClock;
 pub use commands::{ChunkMode, ChunkingConfig};
 pub use replay_window::ReplayWindow;
-pub use snapshot::{PolicySnapshot, SnapshotMailbox};
+pub use snapshot::{ChallengerSlot, PolicySnapshot, SnapshotMailbox};
 pub use stats::{ControlReport, ControlStats, JerkMeter, LatencySummary};
 pub use status::{LiveCounters, run_status};
 pub use writer::{WriterReport, run_writer};

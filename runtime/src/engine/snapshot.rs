@@ -33,12 +33,28 @@ impl PolicySnapshot {
 }
 
 /// Holds at most one unread snapshot: a newer publication replaces an unread older one.
+/// With promotion mode `live`, also the challenger on offer ([`ChallengerSlot`]).
 #[derive(Debug, Default)]
 pub struct SnapshotMailbox {
     slot: Mutex<Option<Arc<PolicySnapshot>>>,
+    challenger: Option<ChallengerSlot>,
 }
 
 impl SnapshotMailbox {
+    /// A mailbox with a challenger slot whose challenger acts in at most
+    /// `explore_fraction` of episodes.
+    pub fn with_challenger_slot(explore_fraction: f64) -> Self {
+        Self {
+            slot: Mutex::default(),
+            challenger: Some(ChallengerSlot::new(explore_fraction)),
+        }
+    }
+
+    /// The challenger slot, in promotion mode `live`.
+    pub fn challenger(&self) -> Option<&ChallengerSlot> {
+        self.challenger.as_ref()
+    }
+
     /// Publishes `snapshot`, replacing any the actor has not taken yet.
     pub fn publish(&self, snapshot: PolicySnapshot) {
         let mut slot = self.slot.lock().unwrap_or_else(|p| p.into_inner());
@@ -52,6 +68,49 @@ impl SnapshotMailbox {
             Ok(mut slot) => slot.take(),
             Err(TryLockError::Poisoned(p)) => p.into_inner().take(),
             Err(TryLockError::WouldBlock) => None,
+        }
+    }
+}
+
+/// Promotion mode `live`: the challenger the learner offers the actor, if any
+/// (`engine::challenger` decides which episodes it acts in).
+#[derive(Debug)]
+pub struct ChallengerSlot {
+    slot: Mutex<Option<Arc<PolicySnapshot>>>,
+    explore_fraction: f64,
+}
+
+impl ChallengerSlot {
+    /// An empty slot; the challenger acts in at most `explore_fraction` of episodes.
+    pub fn new(explore_fraction: f64) -> Self {
+        Self {
+            slot: Mutex::new(None),
+            explore_fraction,
+        }
+    }
+
+    /// Offers `challenger` (replacing any other).
+    pub fn offer(&self, challenger: PolicySnapshot) {
+        *self.slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(challenger));
+    }
+
+    /// The largest share of episodes the challenger acts in.
+    pub fn explore_fraction(&self) -> f64 {
+        self.explore_fraction
+    }
+
+    /// Withdraws the challenger: it does not act from the next tick on.
+    pub fn withdraw(&self) {
+        *self.slot.lock().unwrap_or_else(|p| p.into_inner()) = None;
+    }
+
+    /// The challenger on offer; `Err` while the learner holds the slot (the caller
+    /// keeps what it knew: an offer or a withdrawal is seen a tick later).
+    pub(crate) fn peek(&self) -> Result<Option<Arc<PolicySnapshot>>, ()> {
+        match self.slot.try_lock() {
+            Ok(slot) => Ok(slot.clone()),
+            Err(TryLockError::Poisoned(p)) => Ok(p.into_inner().clone()),
+            Err(TryLockError::WouldBlock) => Err(()),
         }
     }
 }

@@ -25,11 +25,13 @@ mod bet;
 mod discordant;
 mod failure_rate;
 mod guard;
+mod live_pairs;
 
 pub use bet::BoundedMeanBet;
 pub use discordant::DiscordantPairs;
 pub use failure_rate::FailureCounts;
 pub use guard::{GuardVerdict, LiveRecord, RegressionGuard};
+pub use live_pairs::{LiveOutcome, LivePairing};
 
 use serde::{Deserialize, Serialize};
 

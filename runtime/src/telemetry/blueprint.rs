@@ -47,6 +47,7 @@ pub(super) fn default_blueprint() -> Blueprint {
         );
     let training = TimeSeriesView::new("training losses").with_origin(format!("/{TRAIN}"));
     let evaluation = TimeSeriesView::new("evaluation").with_origin(format!("/{EVAL}"));
+    let promotion = TimeSeriesView::new("promotion").with_origin(format!("/{PROMOTION}"));
     let advantages = BarChartView::new("advantages").with_origin(format!("/{ADVANTAGES}"));
     let weights = BarChartView::new("AWR weights").with_origin(format!("/{WEIGHTS}"));
     let horizon_error =
@@ -68,6 +69,7 @@ pub(super) fn default_blueprint() -> Blueprint {
             training.into(),
             episodes.into(),
             evaluation.into(),
+            promotion.into(),
             advantages.into(),
             weights.into(),
             horizon_error.into(),

@@ -139,6 +139,9 @@ pub enum TelemetryEvent {
         /// Success rate.
         rate: f64,
     },
+    /// The promotion gate weighed one more episode: its running statistics
+    /// (`promotion/<name>`), on the `promotion_episode` timeline.
+    PromotionStatistics(Vec<(String, f64)>),
     /// Stop after logging everything before this (sent by the session).
     Finish,
 }

@@ -52,6 +52,8 @@ struct Logger {
     episode_starts: HashMap<u64, i64>,
     /// The current episode's end-effector path.
     path: Vec<[f32; 2]>,
+    /// Episodes the promotion gate weighed so far (the promotion-episode timeline).
+    promotion_episodes: i64,
 }
 
 /// World coordinates to view coordinates (y down, like the camera).
@@ -318,6 +320,15 @@ impl Logger {
                     &rerun::TextLog::new(format!("evaluation: {name} {:.1}%", 100.0 * rate)),
                 )?;
             }
+            TelemetryEvent::PromotionStatistics(values) => {
+                self.between_steps();
+                self.promotion_episodes += 1;
+                self.recording
+                    .set_time_sequence(PROMOTION_EPISODE, self.promotion_episodes);
+                for (name, value) in values {
+                    self.scalar(&format!("{PROMOTION}/{name}"), value)?;
+                }
+            }
             TelemetryEvent::Finish => {}
         }
         Ok(())
@@ -337,6 +348,7 @@ pub(super) fn run_logger(
         control_step: 0,
         episode_starts: HashMap::new(),
         path: Vec::new(),
+        promotion_episodes: 0,
     };
     let mut logged = 0;
     for event in events.iter() {

@@ -265,6 +265,7 @@ mod tests {
                 version: 2,
                 values: vec![("loss".into(), 0.3)],
             },
+            TelemetryEvent::PromotionStatistics(vec![("log10_evidence_better".into(), 0.4)]),
             TelemetryEvent::TransitionWeights {
                 version: 2,
                 advantages: vec![-1.0, 1.0],

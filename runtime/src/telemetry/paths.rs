@@ -12,6 +12,9 @@ pub const LEARNER_STEP: &str = "learner_step";
 pub const OPTIMIZER_STEP: &str = "optimizer_step";
 /// Timeline: seconds since the session started.
 pub const WALL_TIME: &str = "wall_time";
+/// Timeline: episodes the promotion gate has weighed (paired episodes of its tests,
+/// live episodes its guard watched), counted across the run.
+pub const PROMOTION_EPISODE: &str = "promotion_episode";
 
 /// The arm's links as a line strip from the base through each joint to the end
 /// effector (world frame, metres, y flipped so the view matches the camera).
@@ -84,19 +87,24 @@ pub const LEARNER: &str = "learner";
 pub const TRAIN: &str = "train";
 /// Success rates of evaluations: `eval/<controller>`.
 pub const EVAL: &str = "eval";
+/// Scalars: the promotion gate's running statistics, log10 of its e-values
+/// (`log10_evidence_better`, `log10_evidence_worse`, `log10_guard_evidence`) and of the
+/// thresholds they are compared with (`log10_threshold`, `log10_guard_threshold`).
+pub const PROMOTION: &str = "promotion";
 
 /// Every timeline above.
-pub const TIMELINES: [&str; 5] = [
+pub const TIMELINES: [&str; 6] = [
     CONTROL_STEP,
     EPISODE,
     LEARNER_STEP,
     OPTIMIZER_STEP,
     WALL_TIME,
+    PROMOTION_EPISODE,
 ];
 
 /// Every entity path above (series families like `action/intended/<j>` by their
 /// prefix).
-pub const ENTITIES: [&str; 32] = [
+pub const ENTITIES: [&str; 33] = [
     ARM,
     END_EFFECTOR,
     EE_PATH,
@@ -129,6 +137,7 @@ pub const ENTITIES: [&str; 32] = [
     LEARNER,
     TRAIN,
     EVAL,
+    PROMOTION,
 ];
 
 /// Entity paths only the live control loop logs (`imago daemon`).

@@ -24,7 +24,7 @@ use crate::bridge::LinkConfig;
 use crate::bridge::link::alive_token;
 use crate::bridge::protocol::{decode, encode};
 use crate::device::ResolvedDevice;
-use crate::engine::champion::{ChampionGate, PromotionSummary};
+use crate::engine::champion::{ChampionGate, PromotionMode, PromotionSummary};
 use crate::engine::daemon::{
     DaemonConfig, DaemonOptions, LearnerEvent, champion_checkpoint, learn_until, prepare, save,
     save_champion, start_gate,
@@ -74,6 +74,10 @@ pub fn run_fleet_learner(
     stop: &AtomicBool,
 ) -> anyhow::Result<FleetLearnerReport> {
     let keys = FleetKeys::new(fleet_key).map_err(anyhow::Error::msg)?;
+    anyhow::ensure!(
+        !(config.promotion.enabled && config.promotion.mode == PromotionMode::Live),
+        "[promotion] mode = \"live\" runs in one daemon; a fleet's learner tests challengers with mode = \"sim\" (or set enabled = false)"
+    );
     // A link that cannot be opened (a port in use, a bad endpoint) is an error before
     // the run directory is touched.
     let session = link.open()?;
@@ -169,7 +173,7 @@ pub fn run_fleet_learner(
                 let message = match (event, gate.as_mut()) {
                     (LearnerEvent::Recorded(_), None) => return Ok(()),
                     (LearnerEvent::Recorded(episodes), Some(gate)) => {
-                        if !gate.watch_live(episodes) {
+                        if !gate.watch_live(episodes).champion {
                             return Ok(());
                         }
                         champion_message(gate, &policy_config, &spec, &champion_dir)?
@@ -177,7 +181,7 @@ pub fn run_fleet_learner(
                     (LearnerEvent::NewVersion(learner), Some(gate)) => {
                         let challenger =
                             (learner.policy(), learner.policy_config(), learner.version());
-                        if !gate.consider(challenger, device)? {
+                        if !gate.consider(challenger, device)?.champion {
                             return Ok(());
                         }
                         champion_message(gate, &policy_config, &spec, &champion_dir)?
