@@ -117,39 +117,34 @@ fn collect_train_eval_round_trip_and_bad_inputs() {
     let ckpt_arg = path(&ckpt);
     // A checkpoint with a flow head continues with it; asked to continue as a Gaussian
     // one, it is refused.
-    let flow = path(&dir.path().join("flow"));
-    let output = imago(&[
-        "--device",
-        "cpu",
-        "train",
-        "--replay",
-        &replay_arg,
-        "--out",
-        &flow,
-        "--steps",
-        "2",
-        "--batch-size",
-        "4",
-        "--head",
-        "flow",
-    ]);
-    assert!(output.status.success(), "{}", stderr(&output));
-    let continue_from = |init: &str, extra: &[&str], must_mention: &str| {
-        let mut args = vec![
+    let bc_args = |out: &str, extra: &[&str]| -> Vec<String> {
+        [
             "--device",
             "cpu",
             "train",
             "--replay",
             &replay_arg,
             "--out",
-            &ckpt_arg,
+            out,
             "--steps",
             "2",
-            "--init",
-            init,
-        ];
-        args.extend(extra);
-        assert_one_line_error(&args, must_mention)
+        ]
+        .iter()
+        .chain(extra)
+        .map(|a| a.to_string())
+        .collect()
+    };
+    let run = |args: Vec<String>| imago(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    let flow = path(&dir.path().join("flow"));
+    let output = run(bc_args(&flow, &["--batch-size", "4", "--head", "flow"]));
+    assert!(output.status.success(), "{}", stderr(&output));
+    let continue_from = |init: &str, extra: &[&str], must_mention: &str| {
+        let mut args = bc_args(&ckpt_arg, &["--init", init]);
+        args.extend(extra.iter().map(|a| a.to_string()));
+        assert_one_line_error(
+            &args.iter().map(String::as_str).collect::<Vec<_>>(),
+            must_mention,
+        )
     };
     continue_from(
         &flow,
@@ -158,19 +153,7 @@ fn collect_train_eval_round_trip_and_bad_inputs() {
     );
     continue_from(&flow, &["--chunk-len", "8"], "chunks of 4");
     let flow_continued = path(&dir.path().join("flow-continued"));
-    let output = imago(&[
-        "--device",
-        "cpu",
-        "train",
-        "--replay",
-        &replay_arg,
-        "--out",
-        &flow_continued,
-        "--steps",
-        "2",
-        "--init",
-        &flow,
-    ]);
+    let output = run(bc_args(&flow_continued, &["--init", &flow]));
     assert!(output.status.success(), "{}", stderr(&output));
     // A hand-edited meta.json no longer matches its checksum.
     let meta = std::fs::read_to_string(copy.join("meta.json")).unwrap();
@@ -351,6 +334,42 @@ fn finetune_every_method_and_paired_eval() {
         &["--steps", "3", "--batch-size", "8", "--head", "flow"],
     );
     train("worldmodel", &wm, &["--steps", "3", "--batch-size", "4"]);
+
+    // Certified acceleration of a flow policy tries fewer sampler steps as well as
+    // longer open-loop execution, fastest (measured) first (a budget no 16 episodes
+    // can certify, so every variant is listed).
+    let accelerated = dir.path().join("accelerate.json");
+    let output = imago(&[
+        "--device",
+        "cpu",
+        "accelerate",
+        "--ckpt",
+        &flow,
+        "--budget",
+        "0.01",
+        "--max-episodes",
+        "16",
+        "--report",
+        &path(&accelerated),
+    ]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let report: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&accelerated).unwrap()).unwrap();
+    assert_eq!(report["reference_flow_steps"], 8, "{report}");
+    let variants = report["variants"].as_array().unwrap();
+    let speedups: Vec<f64> = variants
+        .iter()
+        .map(|v| v["speedup"].as_f64().unwrap())
+        .collect();
+    assert!(speedups.iter().all(|&s| s > 1.0), "{report}");
+    assert!(speedups.windows(2).all(|w| w[0] >= w[1]), "{report}");
+    let mut flow_steps: Vec<u64> = variants
+        .iter()
+        .map(|v| v["flow_steps"].as_u64().unwrap())
+        .collect();
+    flow_steps.sort_unstable();
+    flow_steps.dedup();
+    assert!(flow_steps.contains(&1) && flow_steps.len() >= 2, "{report}");
 
     let config = dir.path().join("finetune.toml");
     std::fs::write(

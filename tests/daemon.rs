@@ -536,22 +536,7 @@ fn a_broken_learner_never_gets_past_the_promotion_gate() {
     let _one = ONE_DAEMON.lock().unwrap_or_else(|p| p.into_inner());
     let dir = tempfile::tempdir().unwrap();
     let path = |p: &Path| p.to_str().unwrap().to_string();
-    let demos = dir.path().join("demos");
-    let output = imago(&["collect", "--episodes", "60", "--out", &path(&demos)]);
-    assert!(output.status.success(), "{}", stderr(&output));
-    let champion = dir.path().join("bc");
-    let output = imago(&[
-        "--device",
-        "cpu",
-        "train",
-        "--replay",
-        &path(&demos),
-        "--out",
-        &path(&champion),
-        "--steps",
-        "400",
-    ]);
-    assert!(output.status.success(), "{}", stderr(&output));
+    let champion = cloned_policy(dir.path(), 60, 400, &[]);
     let config = dir.path().join("broken.toml");
     std::fs::write(
         &config,
@@ -646,25 +631,7 @@ fn slowed_policy_run(dir: &Path, policy: &Path, mode: &str) -> serde_json::Value
 fn real_time_chunking_keeps_deadlines_and_moves_smoother_with_a_slow_policy() {
     let _one = ONE_DAEMON.lock().unwrap_or_else(|p| p.into_inner());
     let dir = tempfile::tempdir().unwrap();
-    let path = |p: &Path| p.to_str().unwrap().to_string();
-    let demos = dir.path().join("demos");
-    let output = imago(&["collect", "--episodes", "60", "--out", &path(&demos)]);
-    assert!(output.status.success(), "{}", stderr(&output));
-    let policy = dir.path().join("bc16");
-    let output = imago(&[
-        "--device",
-        "cpu",
-        "train",
-        "--replay",
-        &path(&demos),
-        "--out",
-        &path(&policy),
-        "--steps",
-        "400",
-        "--chunk-len",
-        "16",
-    ]);
-    assert!(output.status.success(), "{}", stderr(&output));
+    let policy = cloned_policy(dir.path(), 60, 400, &["--chunk-len", "16"]);
     let synchronous = slowed_policy_run(dir.path(), &policy, "synchronous");
     let realtime = slowed_policy_run(dir.path(), &policy, "realtime");
     let both = format!("synchronous: {synchronous}\nrealtime: {realtime}");
@@ -755,6 +722,32 @@ fn a_staged_regression_is_rolled_back_by_the_live_guard() {
     assert_eq!(champion_meta["version"], 1);
 }
 
+/// A policy cloned from `episodes` scripted demonstrations with `steps` optimiser
+/// steps (and `extra` training flags), in `dir/bc`.
+fn cloned_policy(dir: &Path, episodes: u32, steps: u32, extra: &[&str]) -> PathBuf {
+    let (demos, policy) = (dir.join("demos"), dir.join("bc"));
+    let output = imago(&[
+        "collect",
+        "--episodes",
+        &episodes.to_string(),
+        "--out",
+        demos.to_str().unwrap(),
+    ]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let (steps, demos, out) = (
+        steps.to_string(),
+        demos.to_str().unwrap().to_string(),
+        policy.to_str().unwrap().to_string(),
+    );
+    let mut args = vec![
+        "--device", "cpu", "train", "--replay", &demos, "--out", &out, "--steps", &steps,
+    ];
+    args.extend(extra);
+    let output = imago(&args);
+    assert!(output.status.success(), "{}", stderr(&output));
+    policy
+}
+
 /// A champion cloned from 100 demonstrations with 1500 steps (it succeeds in most
 /// episodes when it acts on its mean), trained once per run of these tests.
 fn trained_champion() -> &'static Path {
@@ -763,28 +756,7 @@ fn trained_champion() -> &'static Path {
         let root = Path::new(env!("CARGO_TARGET_TMPDIR")).join("daemon-champion");
         let _ = std::fs::remove_dir_all(&root);
         std::fs::create_dir_all(&root).unwrap();
-        let (demos, champion) = (root.join("demos"), root.join("bc"));
-        let output = imago(&[
-            "collect",
-            "--episodes",
-            "100",
-            "--out",
-            demos.to_str().unwrap(),
-        ]);
-        assert!(output.status.success(), "{}", stderr(&output));
-        let output = imago(&[
-            "--device",
-            "cpu",
-            "train",
-            "--replay",
-            demos.to_str().unwrap(),
-            "--out",
-            champion.to_str().unwrap(),
-            "--steps",
-            "1500",
-        ]);
-        assert!(output.status.success(), "{}", stderr(&output));
-        champion
+        cloned_policy(&root, 100, 1500, &[])
     })
 }
 

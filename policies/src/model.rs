@@ -393,6 +393,19 @@ impl<B: Backend> VlaPolicy<B> {
         (self.chunk_len, self.action_dim)
     }
 
+    /// The same policy sampling its flow head in `steps` Euler steps (at least 1): a
+    /// faster, coarser sampler (certified acceleration's flow-step variants). A
+    /// Gaussian head has no sampler and is unchanged.
+    pub fn with_flow_steps(mut self, steps: usize) -> Self {
+        self.flow_steps = steps.max(1);
+        self
+    }
+
+    /// Euler steps of the flow head's sampler.
+    pub fn flow_steps(&self) -> usize {
+        self.flow_steps
+    }
+
     /// The same policy with its per-pixel stem computed on `path` (by default, on the
     /// host for the CPU backends): the same function either way.
     pub fn with_compute_path(mut self, path: ComputePath) -> Self {

@@ -140,5 +140,9 @@ pub const ENTITIES: [&str; 33] = [
     PROMOTION,
 ];
 
-/// Entity paths only the live control loop logs (`imago daemon`).
-pub const LIVE_ONLY: [&str; 3] = [INTENDED_PATH, TICK_LATENCY, DEADLINE_MISSES];
+/// Entity paths only the live control loop and its promotion gate log
+/// (`imago daemon`).
+pub const LIVE_ONLY: [&str; 4] = [INTENDED_PATH, TICK_LATENCY, DEADLINE_MISSES, PROMOTION];
+
+/// Timelines only the daemon's promotion gate uses.
+pub const LIVE_ONLY_TIMELINES: [&str; 1] = [PROMOTION_EPISODE];
