@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Checks imago on an NVIDIA GPU: builds with `--features cuda`, runs the kernel
 # parity tests on CUDA (and wgpu, if an adapter exists), checks a policy training
-# step on CUDA against the CPU, benchmarks the kernels on CUDA, and prints a table
-# (also written, with the raw figures, under target/gpu-check/).
+# step on CUDA against the CPU, benchmarks the kernels on CUDA, measures certified
+# acceleration's variants (flow steps, open-loop steps, f16/bf16) on CUDA, and prints
+# tables (also written, with the raw figures, under target/gpu-check/).
 #
 # Usage: scripts/gpu-check.sh [TIMED_CALLS]   (default 50)
 # Fails, instead of skipping, when no CUDA device answers.
@@ -33,6 +34,18 @@ echo "== policy training step on CUDA against the CPU"
 echo "== kernels against burn's composite ops on CUDA"
 ./target/release/imago --device cuda bench --what kernels --steps "$steps" \
     --report "$out/kernels-cuda.json" 2>&1 | tee "$out/kernels-cuda.md"
+
+echo "== certified acceleration's variants on CUDA (f16 and bf16 where supported)"
+# A small cloned policy; --budget 0.01 with 16 episodes certifies nothing, so every
+# faster variant is listed with its measured latency.
+acc="$out/accelerate"
+rm -rf "$acc" && mkdir -p "$acc"
+./target/release/imago collect --episodes 20 --out "$acc/replay"
+./target/release/imago --device cuda train --what bc --replay "$acc/replay" \
+    --out "$acc/policy" --steps 200
+./target/release/imago --device cuda accelerate --ckpt "$acc/policy" --budget 0.01 \
+    --max-episodes 16 --report "$out/accelerate-cuda.json" 2>&1 \
+    | tee "$out/accelerate-cuda.txt"
 
 echo
 echo "gpu-check passed on $(head -n1 "$out/gpu.txt"); table in $out/kernels-cuda.md"

@@ -370,6 +370,48 @@ fn finetune_every_method_and_paired_eval() {
     flow_steps.sort_unstable();
     flow_steps.dedup();
     assert!(flow_steps.contains(&1) && flow_steps.len() >= 2, "{report}");
+    // burn-flex computes in f16 and bf16 too: both are measured, and every variant
+    // listed computes in one of the precisions measured.
+    assert_eq!(
+        report["precisions"],
+        serde_json::json!(["f32", "f16", "bf16"]),
+        "{report}"
+    );
+    assert!(
+        variants.iter().all(|v| report["precisions"]
+            .as_array()
+            .unwrap()
+            .contains(&v["precision"])),
+        "{report}"
+    );
+    // burn-ndarray has neither: only f32 is measured there.
+    let output = imago(&[
+        "--device",
+        "cpu:ndarray",
+        "accelerate",
+        "--ckpt",
+        &bc,
+        "--max-episodes",
+        "4",
+        "--report",
+        &path(&accelerated),
+    ]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert!(
+        String::from_utf8_lossy(&output.stdout)
+            .contains("precisions measured on this device: f32\n")
+    );
+    let report: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&accelerated).unwrap()).unwrap();
+    assert_eq!(report["precisions"], serde_json::json!(["f32"]), "{report}");
+    assert!(
+        report["variants"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|v| v["precision"] == "f32"),
+        "{report}"
+    );
 
     let config = dir.path().join("finetune.toml");
     std::fs::write(

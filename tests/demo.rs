@@ -218,17 +218,21 @@ fn quick_demo_fine_tunes_a_policy_that_follows_image_and_instruction() {
         }
     }
     let chosen = acceleration["chosen_execute_steps"].as_u64().unwrap();
-    if chosen > 1 {
+    let chosen_precision = &acceleration["chosen_precision"];
+    if chosen > 1 || chosen_precision != "f32" {
         assert!(
             acceleration["chosen_bound"].as_f64().unwrap() <= 0.3,
             "{acceleration}"
         );
+    }
+    // An f32 variant runs the reference's forward pass, k times less often.
+    if chosen > 1 && chosen_precision == "f32" {
         assert_eq!(
             acceleration["chosen_speedup"].as_f64().unwrap(),
             chosen as f64
         );
     }
-    println!("accelerate chose execute_steps = {chosen}: {acceleration}");
+    println!("accelerate chose execute_steps = {chosen}, {chosen_precision}: {acceleration}");
 
     // The world model, scored on held-out demonstrations: it beats copying the last
     // latent at the longest horizon, and its calibrated intervals cover about what

@@ -43,7 +43,7 @@ pub fn euler_sample<B: Backend>(
     let dt = 1.0 / steps.max(1) as f64;
     let mut x = noise;
     for i in 0..steps.max(1) {
-        let tau = Tensor::<B, 1>::full([batch], i as f64 * dt, &device);
+        let tau = Tensor::<B, 1>::full([batch], i as f64 * dt, (&device, x.dtype()));
         x = x.clone() + velocity(x, tau) * dt;
     }
     x

@@ -31,12 +31,14 @@ pub fn gelu<B: Backend, const D: usize>(x: Tensor<B, D>, path: ComputePath) -> T
         return activation::gelu(x);
     }
     let shape = x.shape();
+    // Computed in f32 on the host, handed back in the type it came in.
+    let dtype = x.dtype();
     if !B::ad_enabled(&device) {
         let mut values = values(x);
         values
             .par_chunks_mut(CHUNK)
             .for_each(|chunk| StemActivation::Gelu.apply_in_place(chunk));
-        return Tensor::from_data(TensorData::new(values, shape), &device);
+        return Tensor::from_data(TensorData::new(values, shape), (&device, dtype));
     }
     // `x` itself is still needed, so its values are read back from a copy no one else
     // holds (see `readback::values`).
@@ -50,8 +52,8 @@ pub fn gelu<B: Backend, const D: usize>(x: Tensor<B, D>, path: ComputePath) -> T
         .for_each(|((values, slopes), input)| {
             StemActivation::Gelu.apply_with_slope(input, values, slopes)
         });
-    let y = Tensor::<B, D>::from_data(TensorData::new(values, shape.clone()), &device);
-    let slope = Tensor::<B, D>::from_data(TensorData::new(slopes, shape), &device);
+    let y = Tensor::<B, D>::from_data(TensorData::new(values, shape.clone()), (&device, dtype));
+    let slope = Tensor::<B, D>::from_data(TensorData::new(slopes, shape), (&device, dtype));
     y + slope * (x.clone() - x.detach())
 }
 

@@ -21,6 +21,7 @@ use crate::head::ActionHead;
 use crate::host_linear::HostLinear;
 use crate::input::PolicyBatch;
 use crate::model::{VlaPolicy, patch_coordinate_values};
+use crate::precision::Precision;
 use crate::readback::values;
 use crate::vision::pixel_coordinates;
 
@@ -201,11 +202,16 @@ pub struct HostPolicy {
 
 impl HostPolicy {
     /// The host copy of `policy`; `None` for a flow head (its sampler integrates the
-    /// head many times and keeps the burn path).
+    /// head many times and keeps the burn path) and for a policy computing in another
+    /// precision than f32 (a precision variant is measured as burn computes it, not as
+    /// an f32 copy of its rounded weights).
     pub fn of<B: Backend>(policy: &VlaPolicy<B>) -> Option<Self> {
         let ActionHead::Gaussian(head) = &policy.head else {
             return None;
         };
+        if policy.precision() != Precision::F32 {
+            return None;
+        }
         let d = policy.readout_norm.gamma.dims()[0];
         let grid = policy.image_size / policy.patch_size;
         let coordinates = patch_coordinate_values(grid);

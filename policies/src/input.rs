@@ -1,10 +1,12 @@
 //! Building a policy's input tensors from robot observations.
 
 use burn::prelude::*;
+use burn::tensor::DType;
 use imago_robots::Observation;
 use thiserror::Error;
 
 use crate::model::VlaPolicyConfig;
+use crate::precision::cast_to;
 use crate::tokenizer::{TokenizerError, WordTokenizer};
 
 /// Why an observation cannot be fed to a policy.
@@ -75,6 +77,21 @@ pub struct PolicyInput<B: Backend> {
     /// zeros for absolute actions. The policy's chunks are this plus what its head
     /// predicts.
     pub action_origin: Tensor<B, 2>,
+}
+
+impl<B: Backend> PolicyInput<B> {
+    /// The same input with its float tensors in `dtype` (a policy's
+    /// [`crate::Precision`]); no work for tensors already in it.
+    pub fn cast(self, dtype: DType) -> Self {
+        Self {
+            images: cast_to(self.images, dtype),
+            words: self.words,
+            word_weights: cast_to(self.word_weights, dtype),
+            pad_mask: self.pad_mask,
+            proprio: cast_to(self.proprio, dtype),
+            action_origin: cast_to(self.action_origin, dtype),
+        }
+    }
 }
 
 /// One observation of a [`PolicyBatch`], as the host forward reads it.

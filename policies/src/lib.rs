@@ -24,6 +24,7 @@ pub mod input;
 pub mod log_density;
 pub mod loss;
 pub mod model;
+pub mod precision;
 pub mod readback;
 pub mod rows;
 mod stem_host;
@@ -45,6 +46,7 @@ pub use loss::{BehaviourAnchor, ImitationTargets, gaussian_nll, imitation_loss};
 pub use model::{
     MAX_PARAMETERS, MAX_PATCHES, MAX_VECTOR, VlaPolicy, VlaPolicyConfig, validate_action_limit,
 };
+pub use precision::Precision;
 pub use rows::{linear_rows, on_rows};
 pub use tokenizer::{TokenizerError, VOCABULARY, WordTokenizer};
 pub use vision::{ComputePath, StemReading, spatial_softmax};

@@ -7,6 +7,7 @@ use burn::nn::attention::MultiHeadAttention;
 use burn::nn::transformer::{TransformerEncoder, TransformerEncoderConfig};
 use burn::nn::{Embedding, EmbeddingConfig, LayerNorm, LayerNormConfig, Linear, LinearConfig};
 use burn::prelude::*;
+use burn::tensor::DType;
 use burn::tensor::activation::softmax;
 
 use imago_robots::RobotSpec;
@@ -16,6 +17,7 @@ use crate::activation::StemActivation;
 use crate::gelu::gelu;
 use crate::head::{ActionHead, ActionHeadKind, FlowHead, GaussianChunk, GaussianHead};
 use crate::input::PolicyInput;
+use crate::precision::{Precision, cast_parameters, cast_to};
 use crate::tokenizer::VOCABULARY;
 use crate::vision::{ComputePath, StemReading};
 
@@ -321,6 +323,7 @@ impl VlaPolicyConfig {
             head,
             stem_activation: self.stem_activation,
             compute_path: ComputePath::Auto,
+            precision: Precision::F32,
             image_size: self.image_size,
             patch_size: self.patch_size,
             chunk_len: k,
@@ -380,6 +383,8 @@ pub struct VlaPolicy<B: Backend> {
     pub(crate) stem_activation: StemActivation,
     #[module(skip)]
     pub(crate) compute_path: ComputePath,
+    #[module(skip)]
+    pub(crate) precision: Precision,
     pub(crate) image_size: usize,
     pub(crate) patch_size: usize,
     pub(crate) chunk_len: usize,
@@ -406,6 +411,21 @@ impl<B: Backend> VlaPolicy<B> {
         self.flow_steps
     }
 
+    /// The same policy computing in `precision`: its float parameters cast, its inputs
+    /// cast on entry, its action chunks handed back as `f32` (certified acceleration's
+    /// precision variants). Ask [`Precision::supported_on`] first: a backend without
+    /// the type fails on the first operation.
+    pub fn with_precision(self, precision: Precision) -> Self {
+        let mut cast = cast_parameters(self, precision);
+        cast.precision = precision;
+        cast
+    }
+
+    /// The float precision this policy computes in.
+    pub fn precision(&self) -> Precision {
+        self.precision
+    }
+
     /// The same policy with its per-pixel stem computed on `path` (by default, on the
     /// host for the CPU backends): the same function either way.
     pub fn with_compute_path(mut self, path: ComputePath) -> Self {
@@ -423,7 +443,7 @@ impl<B: Backend> VlaPolicy<B> {
     pub fn gaussian(&self, input: PolicyInput<B>) -> Option<GaussianChunk<B>> {
         match &self.head {
             ActionHead::Gaussian(head) => {
-                let origin = input.action_origin.clone();
+                let origin = cast_to(input.action_origin.clone(), self.precision.dtype());
                 Some(head.forward(self.summary(input), origin))
             }
             ActionHead::Flow(_) => None,
@@ -440,26 +460,31 @@ impl<B: Backend> VlaPolicy<B> {
         let device = input.proprio.device();
         let origin = input.action_origin.clone();
         let summary = self.summary(input);
-        match &self.head {
+        let chunk = match &self.head {
             ActionHead::Gaussian(head) => {
-                let chunk = head.forward(summary, origin);
+                let dtype = self.precision.dtype();
+                let chunk = head.forward(summary, cast_to(origin, dtype));
                 match noise {
-                    Some(noise) => chunk.mean + chunk.log_std.exp() * noise,
+                    Some(noise) => chunk.mean + chunk.log_std.exp() * cast_to(noise, dtype),
                     None => chunk.mean,
                 }
             }
             ActionHead::Flow(head) => {
+                let dtype = self.precision.dtype();
                 let start = noise
-                    .map(|n| n.reshape([batch, head.width()]))
-                    .unwrap_or_else(|| Tensor::zeros([batch, head.width()], &device));
-                head.sample(summary, start, self.flow_steps) + origin.unsqueeze_dim::<3>(1)
+                    .map(|n| cast_to(n.reshape([batch, head.width()]), dtype))
+                    .unwrap_or_else(|| Tensor::zeros([batch, head.width()], (&device, dtype)));
+                head.sample(summary, start, self.flow_steps)
+                    + cast_to(origin, dtype).unsqueeze_dim::<3>(1)
             }
-        }
+        };
+        cast_to(chunk, DType::F32)
     }
 
     /// The readout summary `[batch, d]` the head reads: what the transformer made of
     /// the image, the instruction and the proprioception.
     pub fn summary(&self, input: PolicyInput<B>) -> Tensor<B, 2> {
+        let input = input.cast(self.precision.dtype());
         let device = input.images.device();
         let [batch, pixels, _] = input.images.dims();
         let size = self.image_size;
@@ -500,7 +525,11 @@ impl<B: Backend> VlaPolicy<B> {
         let patch_tokens = self.patch_embed.forward(pooled)
             + self
                 .patch_coordinates
-                .forward(patch_coordinate_features::<B>(grid, &device));
+                .forward(patch_coordinate_features::<B>(
+                    grid,
+                    &device,
+                    self.precision.dtype(),
+                ));
 
         let proprio_token = self
             .proprio_embed
@@ -539,7 +568,7 @@ impl<B: Backend> VlaPolicy<B> {
             pad_mask,
             first.mha.n_heads,
             first.mha.min_float,
-            &tokens.device(),
+            (&tokens.device(), tokens.dtype()),
         );
         self.encoder.layers.iter().fold(tokens, |x, layer| {
             let attended = self_attention(&layer.mha, layer.norm_2.forward(x.clone()), &bias);
@@ -589,17 +618,17 @@ fn self_attention<B: Backend>(
 /// `min_float` where a key is padding and 0 elsewhere, `[B, heads, T, T]` and
 /// contiguous (`repeat_dim` copies), so that adding it to the attention scores is one
 /// elementwise pass. Built on the device from the `[B, T]` mask: no read back, which on
-/// a GPU would wait for the device on every forward pass. `device` is the tokens'
-/// (under burn's `Dispatch` a boolean tensor's device does not say whether the model's
-/// tensors carry autodiff).
+/// a GPU would wait for the device on every forward pass. `(device, dtype)` are the
+/// tokens' (under burn's `Dispatch` a boolean tensor's device does not say whether the
+/// model's tensors carry autodiff).
 fn padding_bias<B: Backend>(
     pad_mask: Tensor<B, 2, Bool>,
     heads: usize,
     min_float: f64,
-    device: &B::Device,
+    (device, dtype): (&B::Device, DType),
 ) -> Tensor<B, 4> {
     let [batch, tokens] = pad_mask.dims();
-    Tensor::<B, 2>::zeros([batch, tokens], device)
+    Tensor::<B, 2>::zeros([batch, tokens], (device, dtype))
         .mask_fill(pad_mask, min_float)
         .reshape([batch, 1, 1, tokens])
         .repeat_dim(1, heads)
@@ -613,13 +642,17 @@ pub(crate) const COORDINATE_FEATURES: usize = 14;
 /// Fourier features of the centres of a `grid x grid` patch layout in `[-1, 1]^2`
 /// (x right, y up), `[1, N, COORDINATE_FEATURES]`: explicit, smooth positions that let
 /// attention turn "which patch" into "where" linearly.
-fn patch_coordinate_features<B: Backend>(grid: usize, device: &B::Device) -> Tensor<B, 3> {
+fn patch_coordinate_features<B: Backend>(
+    grid: usize,
+    device: &B::Device,
+    dtype: DType,
+) -> Tensor<B, 3> {
     Tensor::from_data(
         TensorData::new(
             patch_coordinate_values(grid),
             [1, grid * grid, COORDINATE_FEATURES],
         ),
-        device,
+        (device, dtype),
     )
 }
 
@@ -670,6 +703,42 @@ mod tests {
             batch.push(obs).unwrap();
         }
         batch
+    }
+
+    #[test]
+    fn narrow_precision_policies_act_as_the_f32_policy_within_rounding() {
+        let device = Default::default();
+        let observations = observations(3);
+        for head in [ActionHeadKind::Gaussian, ActionHeadKind::Flow] {
+            let config = config().with_head(head);
+            let policy = config.init::<Flex>(&device);
+            let batch = batch_of(&config, &observations);
+            let act = |policy: &VlaPolicy<Flex>| -> Vec<f32> {
+                let chunk = policy.act(batch.to_input(&device), None);
+                assert_eq!(chunk.dtype(), DType::F32, "chunks come back as f32");
+                chunk.into_data().to_vec().unwrap()
+            };
+            let reference = act(&policy);
+            for path in [ComputePath::Auto, ComputePath::Tensors] {
+                for (precision, tolerance) in [(Precision::F16, 0.02), (Precision::Bf16, 0.1)] {
+                    let narrow = policy
+                        .clone()
+                        .with_compute_path(path)
+                        .with_precision(precision);
+                    assert_eq!(narrow.precision(), precision);
+                    let worst = act(&narrow)
+                        .iter()
+                        .zip(&reference)
+                        .map(|(n, r)| (n - r).abs())
+                        .fold(0.0f32, f32::max);
+                    // Rounded, so not equal; close, so the same policy.
+                    assert!(
+                        worst > 0.0 && worst < tolerance,
+                        "{head:?} {path:?} {precision}: largest difference {worst}"
+                    );
+                }
+            }
+        }
     }
 
     #[test]

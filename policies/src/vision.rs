@@ -17,10 +17,11 @@ pub fn spatial_softmax<B: Backend>(
     device: &B::Device,
 ) -> Tensor<B, 2> {
     let [batch, pixels, channels] = features.dims();
+    let dtype = features.dtype();
     let weights = softmax(features, 1);
     let grid = Tensor::<B, 3>::from_data(
         TensorData::new(pixel_coordinates(size), [1, 2, pixels]),
-        device,
+        (device, dtype),
     );
     // [1, 2, pixels] x [B, pixels, C] -> [B, 2, C]: the x row then the y row, with no
     // transposed copy of the weights.
@@ -120,6 +121,8 @@ impl<B: Backend> StemReading<'_, B> {
     /// gradient in the backward pass, the exact gradient.
     fn read_on_host(self, patch: Option<usize>) -> (Tensor<B, 2>, Option<Tensor<B, 3>>) {
         let device = self.pixels.device();
+        // Computed in f32 on the host, handed back in the frames' type.
+        let dtype = self.pixels.dtype();
         let [batch, _, _] = self.pixels.dims();
         let weight = self.stem.weight.val();
         let channels = weight.dims()[1];
@@ -141,7 +144,7 @@ impl<B: Backend> StemReading<'_, B> {
         }
         .read(&values(self.pixels), &values(scale.clone()), tracked);
         let tensor = |values: Vec<f32>, shape: [usize; 4]| {
-            Tensor::<B, 4>::from_data(TensorData::new(values, shape), &device)
+            Tensor::<B, 4>::from_data(TensorData::new(values, shape), (&device, dtype))
         };
         let mut keypoints = tensor(readings.keypoints, [batch, 2, 1, channels]);
         let patches = patch.map(|patch| (self.size / patch).pow(2)).unwrap_or(0);
@@ -149,7 +152,7 @@ impl<B: Backend> StemReading<'_, B> {
         if let Some(jacobians) = readings.jacobians {
             let shared_delta = |t: Tensor<B, 2>| t.clone() - t.detach();
             let bias_delta = bias.map_or_else(
-                || Tensor::zeros([1, channels], &device),
+                || Tensor::zeros([1, channels], (&device, dtype)),
                 |b| shared_delta(b.reshape([1, channels])),
             );
             // [1, 1, SHARED, C]: the weight's three rows, then the bias.

@@ -68,9 +68,10 @@ pub fn run(args: AccelerateArgs, device: DeviceSpec) -> anyhow::Result<()> {
     )?;
     let steps = |s: Option<usize>| s.map_or("-".to_string(), |s| s.to_string());
     println!(
-        "{:>13} {:>10} {:>8} {:>12} {:>9} {:>16} {:>8} {:>9}",
+        "{:>13} {:>10} {:>9} {:>8} {:>14} {:>9} {:>17} {:>8} {:>9}",
         "execute_steps",
         "flow_steps",
+        "precision",
         "speed-up",
         "policy ms/tick",
         "episodes",
@@ -79,9 +80,10 @@ pub fn run(args: AccelerateArgs, device: DeviceSpec) -> anyhow::Result<()> {
         "certified"
     );
     println!(
-        "{:>13} {:>10} {:>8} {:>12.3} {:>9} {:>16} {:>8} {:>9}",
+        "{:>13} {:>10} {:>9} {:>8} {:>14.3} {:>9} {:>17} {:>8} {:>9}",
         1,
         steps(report.reference_flow_steps),
+        "f32",
         "1.0x",
         report.reference_policy_ms,
         "-",
@@ -91,9 +93,10 @@ pub fn run(args: AccelerateArgs, device: DeviceSpec) -> anyhow::Result<()> {
     );
     for v in &report.variants {
         println!(
-            "{:>13} {:>10} {:>7.1}x {:>12.3} {:>9} {:>16} {:>8.3} {:>9}",
+            "{:>13} {:>10} {:>9} {:>7.1}x {:>14.3} {:>9} {:>17} {:>8.3} {:>9}",
             v.execute_steps,
             steps(v.flow_steps),
+            v.precision.to_string(),
             v.speedup,
             v.policy_ms_per_tick,
             v.episodes,
@@ -102,10 +105,16 @@ pub fn run(args: AccelerateArgs, device: DeviceSpec) -> anyhow::Result<()> {
             v.certified
         );
     }
+    let precisions: Vec<String> = report.precisions.iter().map(|p| p.to_string()).collect();
     println!(
-        "chosen: execute_steps = {}, flow_steps = {} ({:.1}x less policy compute per tick), failure rate among reference-solved episodes certified below {:.3} at {:.0}% (budget {})",
+        "precisions measured on this device: {}",
+        precisions.join(", ")
+    );
+    println!(
+        "chosen: execute_steps = {}, flow_steps = {}, precision = {} ({:.1}x less policy compute per tick), failure rate among reference-solved episodes certified below {:.3} at {:.0}% (budget {})",
         report.chosen_execute_steps,
         steps(report.chosen_flow_steps),
+        report.chosen_precision,
         report.chosen_speedup,
         report.chosen_bound,
         report.confidence * 100.0,

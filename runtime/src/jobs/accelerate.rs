@@ -1,8 +1,9 @@
 //! `imago accelerate`: certified acceleration (CARE). Faster variants of a policy
 //! execute more of each action chunk open-loop (re-planning every `k` ticks instead of
-//! every tick, so the policy runs `k` times less per tick) and, for a flow head, sample
-//! with fewer Euler steps. Each variant runs paired episodes with the reference
-//! (`k = 1`, the checkpoint's flow steps) from identical seeds; among episodes the
+//! every tick, so the policy runs `k` times less per tick), for a flow head sample
+//! with fewer Euler steps, and compute in f16 or bf16 where the device's backend
+//! supports them. Each variant runs paired episodes with the reference (`k = 1`, the
+//! checkpoint's flow steps, f32) from identical seeds; among episodes the
 //! reference solves, the share the variant fails is bounded by an anytime-valid
 //! confidence bound ([`FailureCounts`]). Variants are tried fastest first (measured
 //! policy compute per tick); the first whose bound is certified below the budget is
@@ -11,7 +12,7 @@
 use std::path::Path;
 use std::time::Instant;
 
-use imago_policies::ActionHeadKind;
+use imago_policies::{ActionHeadKind, Precision, VlaPolicy};
 use imago_robots::Robot;
 use serde::Serialize;
 
@@ -46,10 +47,12 @@ pub struct VariantReport {
     pub execute_steps: usize,
     /// Euler steps of the flow head's sampler (`None`: a Gaussian head).
     pub flow_steps: Option<usize>,
+    /// The float precision the policy computes in.
+    pub precision: Precision,
     /// Policy forward passes per control tick, relative to the reference: `1 / k`.
     pub policy_calls_per_tick: f64,
     /// Measured policy compute per control tick (batch-1 latency p50 with these flow
-    /// steps, divided by `k`), ms.
+    /// steps and this precision, divided by `k`), ms.
     pub policy_ms_per_tick: f64,
     /// Speed-up of the policy compute per tick over the reference: `k` times the
     /// reference's latency over this variant's.
@@ -78,6 +81,8 @@ pub struct AccelerateReport {
     pub chosen_execute_steps: usize,
     /// The chosen variant's flow steps (`None`: a Gaussian head).
     pub chosen_flow_steps: Option<usize>,
+    /// The chosen variant's precision (f32: the reference's).
+    pub chosen_precision: Precision,
     /// Its speed-up of policy compute per tick.
     pub chosen_speedup: f64,
     /// Its certified bound (0 for the reference, which is never tested against itself).
@@ -90,6 +95,9 @@ pub struct AccelerateReport {
     pub reference_policy_ms: f64,
     /// The reference's flow steps, the checkpoint's (`None`: a Gaussian head).
     pub reference_flow_steps: Option<usize>,
+    /// Precisions measured: f32 (the reference's) and those the device's backend
+    /// supports (burn-flex: f16 and bf16; burn-ndarray: none).
+    pub precisions: Vec<Precision>,
     /// Every variant tried, fastest first.
     pub variants: Vec<VariantReport>,
     /// Wall-clock seconds.
@@ -124,30 +132,50 @@ pub fn run_accelerate(
                 .collect()
         }
     };
-    let mut samplers: Vec<(Option<usize>, _, f64)> = flow_steps
-        .into_iter()
-        .map(|steps| {
-            let policy = match steps {
-                Some(steps) => policy.clone().with_flow_steps(steps),
-                None => policy.clone(),
-            };
-            (steps, policy, f64::INFINITY)
+    let precisions: Vec<Precision> = std::iter::once(Precision::F32)
+        .chain(
+            Precision::NARROW
+                .into_iter()
+                .filter(|p| p.supported_on::<burn::Dispatch>(&device.inference)),
+        )
+        .collect();
+    // One copy of the weights per precision; the samplers of a precision share it.
+    let weights: Vec<_> = precisions
+        .iter()
+        .map(|&p| policy.clone().with_precision(p))
+        .collect();
+    let with_steps = |policy: &VlaPolicy<burn::Dispatch>, steps: Option<usize>| match steps {
+        Some(steps) => policy.clone().with_flow_steps(steps),
+        None => policy.clone(),
+    };
+    // The reference (f32, the checkpoint's steps) first.
+    let mut samplers: Vec<Sampler> = weights
+        .iter()
+        .flat_map(|weights| {
+            flow_steps.iter().map(|&steps| Sampler {
+                flow_steps: steps,
+                policy: with_steps(weights, steps),
+                latency_ms: f64::INFINITY,
+            })
         })
         .collect();
-    // Latency of each sampler, measured on one copy of the weights (copies alone
-    // differed by up to 30% here), in three interleaved rounds of which the smallest
-    // median counts, so that warm-up and drift favour none of them.
-    let mut timed = policy.clone();
+    // Latency of each sampler, measured on one copy of the weights per precision
+    // (copies alone differed by up to 30% here), in three interleaved rounds of which
+    // the smallest median counts, so that warm-up and drift favour none of them.
+    let mut timed = weights.clone();
     for _ in 0..3 {
-        for (steps, _, best) in &mut samplers {
-            if let Some(steps) = *steps {
-                timed = timed.with_flow_steps(steps);
-            }
-            let latency = measure_latency(&timed, &config, &device.inference, &observation, 50)?;
-            *best = best.min(latency.p50);
+        for sampler in &mut samplers {
+            let copy = precisions
+                .iter()
+                .position(|&p| p == sampler.policy.precision())
+                .expect("every sampler's precision was measured");
+            timed[copy] = with_steps(&timed[copy], sampler.flow_steps);
+            let latency =
+                measure_latency(&timed[copy], &config, &device.inference, &observation, 50)?;
+            sampler.latency_ms = sampler.latency_ms.min(latency.p50);
         }
     }
-    let reference_ms = samplers[0].2;
+    let reference_ms = samplers[0].latency_ms;
     let controller = |policy, execute_steps| Controller::Policy {
         policy,
         config: &config,
@@ -155,7 +183,7 @@ pub fn run_accelerate(
         wrong_instruction: false,
         execute_steps,
     };
-    let reference = controller(&samplers[0].1, 1);
+    let reference = controller(&samplers[0].policy, 1);
     let executes: Vec<usize> = std::iter::successors(Some(1usize), |k| Some(k * 2))
         .take_while(|&k| k <= config.chunk_len)
         .collect();
@@ -163,7 +191,8 @@ pub fn run_accelerate(
     let mut candidates: Vec<(usize, usize, f64)> = samplers
         .iter()
         .enumerate()
-        .flat_map(|(i, (_, _, ms))| {
+        .flat_map(|(i, sampler)| {
+            let ms = sampler.latency_ms;
             executes
                 .iter()
                 .map(move |&k| (i, k, k as f64 * (reference_ms / ms)))
@@ -174,7 +203,11 @@ pub fn run_accelerate(
     let threshold = 1.0 / (1.0 - options.confidence);
     let mut variants = Vec::new();
     for (sampler, k, speedup) in candidates {
-        let (flow_steps, policy, latency_ms) = &samplers[sampler];
+        let Sampler {
+            flow_steps,
+            policy,
+            latency_ms,
+        } = &samplers[sampler];
         let variant = controller(policy, k);
         let mut counts = FailureCounts::default();
         let (mut episodes, mut reference_wins, mut variant_wins) = (0, 0usize, 0usize);
@@ -198,6 +231,7 @@ pub fn run_accelerate(
         variants.push(VariantReport {
             execute_steps: k,
             flow_steps: *flow_steps,
+            precision: policy.precision(),
             policy_calls_per_tick: 1.0 / k as f64,
             policy_ms_per_tick: latency_ms / k as f64,
             speedup,
@@ -216,14 +250,24 @@ pub fn run_accelerate(
     let chosen = variants.iter().find(|v| v.certified);
     Ok(AccelerateReport {
         chosen_execute_steps: chosen.map_or(1, |v| v.execute_steps),
-        chosen_flow_steps: chosen.map_or(samplers[0].0, |v| v.flow_steps),
+        chosen_flow_steps: chosen.map_or(samplers[0].flow_steps, |v| v.flow_steps),
+        chosen_precision: chosen.map_or(Precision::F32, |v| v.precision),
         chosen_speedup: chosen.map_or(1.0, |v| v.speedup),
         chosen_bound: chosen.map_or(0.0, |v| v.certified_bound),
         budget: options.budget,
         confidence: options.confidence,
         reference_policy_ms: reference_ms,
-        reference_flow_steps: samplers[0].0,
+        reference_flow_steps: samplers[0].flow_steps,
+        precisions,
         variants,
         seconds: started.elapsed().as_secs_f64(),
     })
+}
+
+/// One way of computing the policy's chunks: its sampler's steps and its precision (in
+/// `policy`), and its measured latency.
+struct Sampler {
+    flow_steps: Option<usize>,
+    policy: VlaPolicy<burn::Dispatch>,
+    latency_ms: f64,
 }
