@@ -110,16 +110,24 @@ pub fn run(args: AccelerateArgs, device: DeviceSpec) -> anyhow::Result<()> {
         "precisions measured on this device: {}",
         precisions.join(", ")
     );
-    println!(
-        "chosen: execute_steps = {}, flow_steps = {}, precision = {} ({:.1}x less policy compute per tick), failure rate among reference-solved episodes certified below {:.3} at {:.0}% (budget {})",
-        report.chosen_execute_steps,
-        steps(report.chosen_flow_steps),
-        report.chosen_precision,
-        report.chosen_speedup,
-        report.chosen_bound,
-        report.confidence * 100.0,
-        report.budget
-    );
+    if report.variants.iter().any(|v| v.certified) {
+        println!(
+            "chosen: execute_steps = {}, flow_steps = {}, precision = {} ({:.1}x less policy compute per tick), failure rate among reference-solved episodes certified below {:.3} at {:.0}% (budget {})",
+            report.chosen_execute_steps,
+            steps(report.chosen_flow_steps),
+            report.chosen_precision,
+            report.chosen_speedup,
+            report.chosen_bound,
+            report.confidence * 100.0,
+            report.budget
+        );
+    } else {
+        println!(
+            "chosen: the reference (no faster variant's failure rate among reference-solved episodes was certified below {} at {:.0}%)",
+            report.budget,
+            report.confidence * 100.0
+        );
+    }
     if let Some(path) = &args.report {
         write_json(path, &report)?;
     }
