@@ -10,7 +10,7 @@ use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
 use common::{imago, stderr};
-use imago_runtime::store::replay::read_replay;
+use imago_runtime::store::replay::{ReplayContents, read_replay};
 use imago_runtime::telemetry::{paths, read_recording};
 
 /// Daemons run one at a time: two learners on the same two cores would measure each
@@ -535,36 +535,15 @@ fn one_daemon_per_run_dir_and_restarts_say_resume_or_fresh() {
 fn a_broken_learner_never_gets_past_the_promotion_gate() {
     let _one = ONE_DAEMON.lock().unwrap_or_else(|p| p.into_inner());
     let dir = tempfile::tempdir().unwrap();
-    let path = |p: &Path| p.to_str().unwrap().to_string();
     let champion = cloned_policy(dir.path(), 60, 400, &[]);
-    let config = dir.path().join("broken.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "robot = \"reacher2d\"\ndevice = \"cpu\"\npolicy = \"{}\"\n\
-             [actor.robot]\ncontrol_hz = 20.0\n\
-             [learner]\nmin_episodes = 2\npublish_fresh_weights = true\n\
-             [learner.finetune]\npolicy_steps = 3\nworld_model_steps = 2\ncritic_steps = 2\ncritic_batch = 8\n\
-             [promotion]\nmax_episodes = 160\n",
-            path(&champion)
-        ),
-    )
-    .unwrap();
-    let run = dir.path().join("run");
-    let json = dir.path().join("status.json");
-    let output = imago(&[
-        "daemon",
-        "--config",
-        &path(&config),
-        "--run-dir",
-        &path(&run),
-        "--duration",
-        "25",
-        "--report",
-        &path(&json),
-    ]);
-    assert!(output.status.success(), "{}", stderr(&output));
-    let status = report(&json);
+    let run = run_with_broken_learner(
+        dir.path(),
+        &champion,
+        2,
+        "[actor.robot]\ncontrol_hz = 20.0\n[promotion]\nmax_episodes = 160\n",
+        &["--duration", "25"],
+    );
+    let status = &run.status;
     assert!(status["learning_steps"].as_u64().unwrap() >= 1, "{status}");
     assert!(
         status["final_policy_version"].as_u64().unwrap() >= 2,
@@ -577,15 +556,11 @@ fn a_broken_learner_never_gets_past_the_promotion_gate() {
     let tests = status["promotion_test_episodes"].as_array().unwrap();
     assert!(tests.iter().all(|n| n.as_u64().unwrap() <= 160), "{status}");
     // Every recorded tick was the champion's.
-    let contents = read_replay(&run.join("replay")).unwrap();
-    assert!(!contents.episodes.is_empty());
-    for episode in &contents.episodes {
+    assert!(!run.replay.episodes.is_empty());
+    for episode in &run.replay.episodes {
         assert!(episode.transitions.iter().all(|t| t.policy_version == 1));
     }
-    let champion_meta: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(run.join("checkpoints/champion/meta.json")).unwrap())
-            .unwrap();
-    assert_eq!(champion_meta["version"], 1);
+    assert_eq!(run.saved_champion, 1);
 }
 
 /// Runs the daemon without its learner for 8 s on `policy` with a policy slowed to
@@ -656,38 +631,15 @@ fn real_time_chunking_keeps_deadlines_and_moves_smoother_with_a_slow_policy() {
 fn a_staged_regression_is_rolled_back_by_the_live_guard() {
     let _one = ONE_DAEMON.lock().unwrap_or_else(|p| p.into_inner());
     let dir = tempfile::tempdir().unwrap();
-    let path = |p: &Path| p.to_str().unwrap().to_string();
-    let champion = trained_champion();
-    let config = dir.path().join("staged.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "robot = \"reacher2d\"\ndevice = \"cpu\"\npolicy = \"{}\"\n\
-             [actor]\nexploration = 0.0\n\
-             [actor.takeover]\nwindow = 100000\n\
-             [learner]\nmin_episodes = 10\npublish_fresh_weights = true\n\
-             [learner.finetune]\npolicy_steps = 3\nworld_model_steps = 2\ncritic_steps = 2\ncritic_batch = 8\n\
-             [promotion]\nmax_episodes = 100\nstage_regression = true\n",
-            path(champion)
-        ),
-    )
-    .unwrap();
-    let run = dir.path().join("run");
-    let json = dir.path().join("status.json");
-    let output = imago(&[
-        "daemon",
-        "--config",
-        &path(&config),
-        "--run-dir",
-        &path(&run),
-        "--duration",
-        "55",
-        "--report",
-        &path(&json),
-    ]);
-    let log = stderr(&output);
-    assert!(output.status.success(), "{log}");
-    let status = report(&json);
+    let run = run_with_broken_learner(
+        dir.path(),
+        trained_champion(),
+        10,
+        "[actor]\nexploration = 0.0\n[actor.takeover]\nwindow = 100000\n\
+         [promotion]\nmax_episodes = 100\nstage_regression = true\n",
+        &["--duration", "55"],
+    );
+    let (status, log) = (&run.status, &run.log);
     let both = format!("{status}\n{log}");
     assert_eq!(status["promotions"], 1, "{both}");
     assert_eq!(status["rollbacks"], 1, "{both}");
@@ -695,12 +647,7 @@ fn a_staged_regression_is_rolled_back_by_the_live_guard() {
     assert!(log.contains("rolled back to version 1"), "{both}");
     // The replay: the trained champion, then the staged version 2, then the trained
     // champion again, and no other version ever acted.
-    let contents = read_replay(&run.join("replay")).unwrap();
-    let versions: Vec<u64> = contents
-        .episodes
-        .iter()
-        .map(|e| e.transitions[0].policy_version)
-        .collect();
+    let versions = run.acting_versions();
     let first_broken = versions
         .iter()
         .position(|&v| v == 2)
@@ -716,10 +663,78 @@ fn a_staged_regression_is_rolled_back_by_the_live_guard() {
     );
     let broken = versions.iter().filter(|&&v| v == 2).count();
     assert!(broken <= 20, "{broken} episodes of version 2: {versions:?}");
+    assert_eq!(run.saved_champion, 1);
+}
+
+/// What a daemon run with a broken learner left: its report, its log, its replay and
+/// the version of the champion checkpoint it saved.
+struct BrokenLearnerRun {
+    status: serde_json::Value,
+    log: String,
+    replay: ReplayContents,
+    saved_champion: u64,
+}
+
+impl BrokenLearnerRun {
+    /// The policy version that acted in each recorded episode, in order.
+    fn acting_versions(&self) -> Vec<u64> {
+        self.replay
+            .episodes
+            .iter()
+            .map(|e| e.transitions[0].policy_version)
+            .collect()
+    }
+}
+
+/// Runs the daemon (with `args`, e.g. its duration) in `dir/run` on `champion`, with a
+/// learner gone wrong (`learner.publish_fresh_weights`: every version it publishes has
+/// freshly initialised weights) that starts after `min_episodes` and takes small steps;
+/// `tables` adds the test's own config tables (actor, promotion). The run must exit
+/// cleanly.
+fn run_with_broken_learner(
+    dir: &Path,
+    champion: &Path,
+    min_episodes: u32,
+    tables: &str,
+    args: &[&str],
+) -> BrokenLearnerRun {
+    let path = |p: &Path| p.to_str().unwrap().to_string();
+    let config = dir.join("broken.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "robot = \"reacher2d\"\ndevice = \"cpu\"\npolicy = \"{}\"\n\
+             [learner]\nmin_episodes = {min_episodes}\npublish_fresh_weights = true\n\
+             [learner.finetune]\npolicy_steps = 3\nworld_model_steps = 2\ncritic_steps = 2\ncritic_batch = 8\n\
+             {tables}",
+            path(champion)
+        ),
+    )
+    .unwrap();
+    let (run, json) = (dir.join("run"), dir.join("status.json"));
+    let (config, run_arg, json_arg) = (path(&config), path(&run), path(&json));
+    let mut all = vec![
+        "daemon",
+        "--config",
+        &config,
+        "--run-dir",
+        &run_arg,
+        "--report",
+        &json_arg,
+    ];
+    all.extend(args);
+    let output = imago(&all);
+    let log = stderr(&output);
+    assert!(output.status.success(), "{log}");
     let champion_meta: serde_json::Value =
         serde_json::from_slice(&std::fs::read(run.join("checkpoints/champion/meta.json")).unwrap())
             .unwrap();
-    assert_eq!(champion_meta["version"], 1);
+    BrokenLearnerRun {
+        status: report(&json),
+        log,
+        replay: read_replay(&run.join("replay")).unwrap(),
+        saved_champion: champion_meta["version"].as_u64().unwrap(),
+    }
 }
 
 /// A policy cloned from `episodes` scripted demonstrations with `steps` optimiser
@@ -769,52 +784,23 @@ fn a_broken_learner_is_rejected_live_within_the_exploration_share() {
     let _one = ONE_DAEMON.lock().unwrap_or_else(|p| p.into_inner());
     let dir = tempfile::tempdir().unwrap();
     let path = |p: &Path| p.to_str().unwrap().to_string();
-    let champion = trained_champion();
     let recording = dir.path().join("live.rrd");
-    let config = dir.path().join("live.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "robot = \"reacher2d\"\ndevice = \"cpu\"\npolicy = \"{}\"\n\
-             [actor]\nexploration = 0.0\n\
-             [actor.takeover]\nwindow = 100000\n\
-             [learner]\nmin_episodes = 4\npublish_fresh_weights = true\n\
-             [learner.finetune]\npolicy_steps = 3\nworld_model_steps = 2\ncritic_steps = 2\ncritic_batch = 8\n\
-             [promotion]\nmode = \"live\"\nexplore_fraction = 0.5\nmax_episodes = 40\n",
-            path(champion)
-        ),
-    )
-    .unwrap();
-    let run = dir.path().join("run");
-    let json = dir.path().join("status.json");
-    let output = imago(&[
-        "daemon",
-        "--config",
-        &path(&config),
-        "--run-dir",
-        &path(&run),
-        "--duration",
-        "80",
-        "--report",
-        &path(&json),
-        "--rerun",
-        &path(&recording),
-    ]);
-    let log = stderr(&output);
-    assert!(output.status.success(), "{log}");
-    let status = report(&json);
+    let run = run_with_broken_learner(
+        dir.path(),
+        trained_champion(),
+        4,
+        "[actor]\nexploration = 0.0\n[actor.takeover]\nwindow = 100000\n\
+         [promotion]\nmode = \"live\"\nexplore_fraction = 0.5\nmax_episodes = 40\n",
+        &["--duration", "80", "--rerun", &path(&recording)],
+    );
+    let (status, log) = (&run.status, &run.log);
     let both = format!("{status}\n{log}");
     assert_eq!(status["promotions"], 0, "{both}");
     assert!(status["rejections"].as_u64().unwrap() >= 1, "{both}");
     assert_eq!(status["champion_version"], 1, "{both}");
     assert_eq!(status["deadline_misses"], 0, "{both}");
     assert!(log.contains("RejectWorse after"), "{both}");
-    let contents = read_replay(&run.join("replay")).unwrap();
-    let versions: Vec<u64> = contents
-        .episodes
-        .iter()
-        .map(|e| e.transitions[0].policy_version)
-        .collect();
+    let versions = run.acting_versions();
     let by_challengers = versions.iter().filter(|&&v| v != 1).count();
     assert!(by_challengers >= 1, "no challenger acted: {versions:?}");
     assert!(
