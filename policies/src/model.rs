@@ -458,24 +458,22 @@ impl<B: Backend> VlaPolicy<B> {
     pub fn act(&self, input: PolicyInput<B>, noise: Option<Tensor<B, 3>>) -> Tensor<B, 3> {
         let batch = input.proprio.dims()[0];
         let device = input.proprio.device();
-        let origin = input.action_origin.clone();
+        let dtype = self.precision.dtype();
+        let origin = cast_to(input.action_origin.clone(), dtype);
         let summary = self.summary(input);
         let chunk = match &self.head {
             ActionHead::Gaussian(head) => {
-                let dtype = self.precision.dtype();
-                let chunk = head.forward(summary, cast_to(origin, dtype));
+                let chunk = head.forward(summary, origin);
                 match noise {
                     Some(noise) => chunk.mean + chunk.log_std.exp() * cast_to(noise, dtype),
                     None => chunk.mean,
                 }
             }
             ActionHead::Flow(head) => {
-                let dtype = self.precision.dtype();
                 let start = noise
                     .map(|n| cast_to(n.reshape([batch, head.width()]), dtype))
                     .unwrap_or_else(|| Tensor::zeros([batch, head.width()], (&device, dtype)));
-                head.sample(summary, start, self.flow_steps)
-                    + cast_to(origin, dtype).unsqueeze_dim::<3>(1)
+                head.sample(summary, start, self.flow_steps) + origin.unsqueeze_dim::<3>(1)
             }
         };
         cast_to(chunk, DType::F32)
@@ -527,8 +525,7 @@ impl<B: Backend> VlaPolicy<B> {
                 .patch_coordinates
                 .forward(patch_coordinate_features::<B>(
                     grid,
-                    &device,
-                    self.precision.dtype(),
+                    (&device, self.precision.dtype()),
                 ));
 
         let proprio_token = self
@@ -641,11 +638,10 @@ pub(crate) const COORDINATE_FEATURES: usize = 14;
 
 /// Fourier features of the centres of a `grid x grid` patch layout in `[-1, 1]^2`
 /// (x right, y up), `[1, N, COORDINATE_FEATURES]`: explicit, smooth positions that let
-/// attention turn "which patch" into "where" linearly.
+/// attention turn "which patch" into "where" linearly; in the policy's float type.
 fn patch_coordinate_features<B: Backend>(
     grid: usize,
-    device: &B::Device,
-    dtype: DType,
+    (device, dtype): (&B::Device, DType),
 ) -> Tensor<B, 3> {
     Tensor::from_data(
         TensorData::new(
