@@ -11,7 +11,7 @@ use burn::tensor::DType;
 use burn::tensor::activation::softmax;
 
 use imago_robots::RobotSpec;
-use imago_robots::bounds::{ConfigError, all_in_range, in_range, length_in_range};
+use imago_robots::bounds::{ConfigError, in_range, length_in_range};
 
 use crate::activation::StemActivation;
 use crate::gelu::gelu;
@@ -333,8 +333,7 @@ impl VlaPolicyConfig {
     }
 }
 
-/// Largest length of a proprioception or action vector a config may name.
-pub const MAX_VECTOR: usize = 1024;
+pub use imago_robots::{MAX_VECTOR, validate_action_limit};
 /// Largest number of image patches (tokens) per frame: attention costs the square.
 pub const MAX_PATCHES: usize = 1024;
 /// Largest parameter count of a policy or world model (400 MB of `f32`): bounds what a
@@ -352,13 +351,6 @@ fn proprio_entries(key: &str, indices: &[usize], proprio_dim: usize) -> Result<(
         )),
         None => Ok(()),
     }
-}
-
-/// Checks an action limit has 1 to 64 entries, each positive and finite (models work in
-/// units of it).
-pub fn validate_action_limit(limit: &[f32]) -> Result<(), ConfigError> {
-    length_in_range("action_limit", limit, 1..=64)?;
-    all_in_range("action_limit", limit, f32::MIN_POSITIVE..=f32::MAX)
 }
 
 /// The vision-language-action policy; see the crate documentation.

@@ -18,5 +18,8 @@ pub use bounds::ConfigError;
 pub use drawing::{SceneDrawing, SceneMark};
 pub use expert::ExpertConfig;
 pub use observation::{Action, Image, Observation, Step, StepInfo};
-pub use robot::{CameraSpec, FrameSource, Robot, RobotSpec};
+pub use robot::{
+    ACTION_LIMIT_RANGE, CameraSpec, FrameSource, MAX_VECTOR, Robot, RobotSpec,
+    validate_action_limit,
+};
 pub use safety::{HoldReason, SafeCommand, SafetyConfig, SafetyEnvelope, SafetyVerdict};

@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::bounds::ConfigError;
+use crate::bounds::{ConfigError, all_in_range, in_range, length_in_range};
 use crate::drawing::SceneDrawing;
 use crate::observation::{Action, Observation, Step};
 
@@ -13,6 +13,22 @@ pub struct CameraSpec {
     pub width: u32,
     /// Frame height in pixels.
     pub height: u32,
+}
+
+/// Largest length of a proprioception or action vector a spec or config may name.
+pub const MAX_VECTOR: usize = 1024;
+/// Range of every action bound: positive, and small enough that models working in
+/// units of it (and a safety envelope clamping to it) stay meaningful in `f32`.
+pub const ACTION_LIMIT_RANGE: std::ops::RangeInclusive<f32> = 1e-6..=1e6;
+/// Largest camera frame side a spec may give, in pixels.
+pub const MAX_CAMERA_SIDE: u32 = 4096;
+
+/// Checks an action limit has 1 to 64 entries, each in [`ACTION_LIMIT_RANGE`]. The one
+/// check of every action limit imago reads: a robot's spec (built in, from the bridge,
+/// from a dataset, from a manifest or a checkpoint) and every model config.
+pub fn validate_action_limit(limit: &[f32]) -> Result<(), ConfigError> {
+    length_in_range("action_limit", limit, 1..=64)?;
+    all_in_range("action_limit", limit, ACTION_LIMIT_RANGE)
 }
 
 /// What a learner needs to know about a robot before it sees any data.
@@ -42,6 +58,37 @@ pub struct RobotSpec {
 }
 
 impl RobotSpec {
+    /// Checks every field against its range, wherever the spec came from (a robot over
+    /// the bridge, a dataset, a replay's manifest, a checkpoint's meta): the error
+    /// names the first field that does not fit.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.name.is_empty() {
+            return Err(ConfigError::new("name", &self.name, "must not be empty"));
+        }
+        length_in_range("proprio_names", &self.proprio_names, 0..=MAX_VECTOR)?;
+        validate_action_limit(&self.action_limit)?;
+        in_range("control_hz", self.control_hz, 0.1..=1000.0)?;
+        in_range("max_steps", self.max_steps, 1..=10_000_000)?;
+        if let Some(camera) = self.camera {
+            in_range("camera.width", camera.width, 1..=MAX_CAMERA_SIDE)?;
+            in_range("camera.height", camera.height, 1..=MAX_CAMERA_SIDE)?;
+        }
+        if let Some(origin) = &self.action_origin {
+            let proprio = self.proprio_dim();
+            if origin.len() != self.action_dim() || origin.iter().any(|&i| i >= proprio) {
+                return Err(ConfigError::new(
+                    "action_origin",
+                    origin,
+                    format!(
+                        "needs one proprioception index (< {proprio}) per action dimension ({})",
+                        self.action_dim()
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// Length of the proprioception vector.
     pub fn proprio_dim(&self) -> usize {
         self.proprio_names.len()

@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
 
 /// The `imago` binary with a quiet Vulkan loader.
 pub fn imago(args: &[&str]) -> Output {
@@ -21,6 +22,35 @@ pub fn spawn(args: &[&str]) -> Child {
         .stderr(Stdio::piped())
         .spawn()
         .expect("imago starts")
+}
+
+/// Runs `imago args`, which must fail with exactly one line, `error: ...`, that
+/// mentions `must_mention`, and no panic.
+pub fn assert_one_line_error(args: &[&str], must_mention: &str) {
+    let output = imago(args);
+    assert!(!output.status.success(), "{args:?} should fail");
+    let err = stderr(&output);
+    let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines.len(), 1, "{args:?} printed: {err}");
+    assert!(lines[0].starts_with("error: "), "{err}");
+    assert!(lines[0].contains(must_mention), "{err}");
+    assert!(
+        !err.contains("panicked") && !err.contains("backtrace"),
+        "{err}"
+    );
+}
+
+/// Polls `condition` every 100 ms until it holds; fails naming `what` after
+/// `timeout`. For waiting on a process's progress instead of a fixed sleep.
+pub fn wait_until(what: &str, timeout: Duration, mut condition: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !condition() {
+        assert!(
+            Instant::now() < deadline,
+            "waited {timeout:?} for {what} in vain"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
 
 /// Standard error as text.

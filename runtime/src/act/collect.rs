@@ -107,6 +107,7 @@ fn collect_into(config: &CollectConfig, out: &Path) -> anyhow::Result<CollectSum
         "imago collect",
     )?;
     repaired.warn();
+    writer.ensure_episode_ids_for(config.episodes as u64)?;
     let mut summary = CollectSummary {
         episodes: 0,
         transitions: 0,
@@ -117,7 +118,7 @@ fn collect_into(config: &CollectConfig, out: &Path) -> anyhow::Result<CollectSum
         let seed = config.first_seed.wrapping_add(i as u64);
         let mut observation: Observation = robot.reset(seed);
         robot.start_expert(&config.expert, seed);
-        let episode = writer.next_episode_id();
+        let episode = writer.next_episode_id()?;
         writer.append(&ReplayRecord::EpisodeStart(EpisodeStart {
             episode,
             robot: config.robot.name().to_string(),

@@ -279,7 +279,7 @@ where
         for (i, run) in running.iter_mut().enumerate() {
             if stepped[i] && run.done {
                 let success = run.transitions.last().is_some_and(|t| t.success);
-                let id = writer.next_episode_id();
+                let id = writer.next_episode_id()?;
                 let mut episode = Episode {
                     start: EpisodeStart {
                         episode: id,

@@ -135,38 +135,7 @@ impl SpecMessage {
     /// The robot spec, checked: a spec no model could be built for is an error naming
     /// the field.
     pub fn spec(&self) -> Result<RobotSpec, String> {
-        if self.name.is_empty() {
-            return Err("the robot sent an empty name".into());
-        }
-        if self.action_limit.is_empty()
-            || self
-                .action_limit
-                .iter()
-                .any(|l| !l.is_finite() || *l <= 0.0)
-        {
-            return Err(format!(
-                "action_limit {:?}: every bound must be finite and positive, and there must be at least one",
-                self.action_limit
-            ));
-        }
-        if !(self.control_hz.is_finite() && (0.1..=1000.0).contains(&self.control_hz)) {
-            return Err(format!(
-                "control_hz {}: must be in [0.1, 1000]",
-                self.control_hz
-            ));
-        }
-        if self.max_steps == 0 {
-            return Err("max_steps 0: an episode needs at least one step".into());
-        }
-        if let Some(origin) = &self.action_origin {
-            let proprio = self.proprio_names.len() as u32;
-            if origin.len() != self.action_limit.len() || origin.iter().any(|&i| i >= proprio) {
-                return Err(format!(
-                    "action_origin {origin:?}: needs one proprioception index (< {proprio}) per action dimension"
-                ));
-            }
-        }
-        Ok(RobotSpec {
+        let spec = RobotSpec {
             name: self.name.clone(),
             proprio_names: self.proprio_names.clone(),
             action_limit: self.action_limit.clone(),
@@ -179,7 +148,9 @@ impl SpecMessage {
                 .action_origin
                 .as_ref()
                 .map(|o| o.iter().map(|&i| i as usize).collect()),
-        })
+        };
+        spec.validate().map_err(|e| e.to_string())?;
+        Ok(spec)
     }
 }
 
@@ -545,5 +516,19 @@ mod tests {
         message.action_limit = vec![1.0, 1.0];
         message.action_origin = Some(vec![0, 99]);
         assert!(message.spec().unwrap_err().contains("action_origin"));
+        message.action_origin = None;
+        message.action_limit = vec![1.0, 1e30];
+        assert!(
+            message
+                .spec()
+                .unwrap_err()
+                .contains("action_limit[1] = 1e30")
+        );
+        message.action_limit = vec![1.0, 1.0];
+        message.control_hz = 0.0;
+        assert!(message.spec().unwrap_err().contains("control_hz"));
+        message.control_hz = 10.0;
+        message.name.clear();
+        assert!(message.spec().unwrap_err().contains("name"));
     }
 }

@@ -29,7 +29,9 @@ use crate::act::rollout::{TakeoverConfig, TakeoverWatch};
 use crate::act::sampling::to_robot_units;
 use crate::bridge::Interruption;
 use crate::robot::RobotConfig;
-use crate::store::replay::{EpisodeAbandoned, EpisodeEnd, EpisodeStart, ReplayRecord, Transition};
+use crate::store::replay::{
+    EpisodeAbandoned, EpisodeEnd, EpisodeStart, ReplayRecord, Transition, ensure_episode_id,
+};
 use crate::telemetry::{
     EpisodeEndEvent, Telemetry, TelemetryEvent, TickTiming, control_step_event, episode_start_event,
 };
@@ -168,6 +170,7 @@ pub fn run_actor(
     let mut assignment = EpisodeAssignment::default();
     let (mut episode, mut seed) = (first_episode, config.first_seed);
     'episodes: while !stop.load(Ordering::Relaxed) {
+        ensure_episode_id(episode)?;
         let Some(mut observation) = robot.reset(seed, episode, stop)? else {
             break;
         };

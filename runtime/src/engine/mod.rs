@@ -87,7 +87,7 @@ pub fn run_control_loop(
         recording.purpose,
     )?;
     repaired.warn();
-    let first_episode = writer.next_episode_id();
+    let first_episode = writer.next_episode_id()?;
     let (sender, receiver) = crossbeam_channel::bounded(RECORD_QUEUE);
     let (live, status_stop) = (&LiveCounters::default(), &AtomicBool::new(false));
     let telemetry = &recording.telemetry;

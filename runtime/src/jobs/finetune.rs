@@ -115,6 +115,7 @@ pub fn finetune_offline(
         "imago train --what finetune",
     )?;
     repaired.warn();
+    writer.ensure_episode_ids_for((config.rounds * config.episodes_per_round) as u64)?;
     let outcome = finetune(
         FinetuneStart {
             policy: (policy, &policy_config),

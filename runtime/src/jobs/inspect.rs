@@ -6,7 +6,7 @@ use std::path::Path;
 use crate::device::ResolvedDevice;
 use crate::jobs::train_world_model::evaluate_world_model_checkpoint_on;
 use crate::learn::world_model::{WorldModelEvalReport, is_held_out};
-use crate::store::checkpoint::ensure_trained_for;
+use crate::store::checkpoint::{ensure_trained_for, load_world_model};
 use crate::store::replay::{ReplaySource, read_training_replay};
 use crate::telemetry::{Telemetry, TelemetryEvent, log_replay_episodes};
 
@@ -34,6 +34,12 @@ pub fn inspect_replay(
     telemetry: &Telemetry,
 ) -> anyhow::Result<InspectSummary> {
     let read = read_training_replay(replay)?;
+    // The world model must load before anything is recorded: a checkpoint that is
+    // refused leaves no recording behind.
+    if let (Some(ckpt), Some(device)) = (world_model, device) {
+        ensure_trained_for(ckpt, &read.spec)?;
+        load_world_model::<burn::Dispatch>(ckpt, None, &device.inference)?;
+    }
     let episodes = read.contents.episodes;
     telemetry.send(TelemetryEvent::Note(format!(
         "replay {}: {} episodes, {:.1}% successful",

@@ -42,6 +42,18 @@ pub(super) fn open_recording(
     Ok(recording)
 }
 
+/// Where the logger writes.
+pub(super) enum Destination {
+    /// A recording opened already (a viewer connected to or started).
+    Open(RecordingStream),
+    /// A file, opened with the first event, or at the end of a session that finished
+    /// without one; never for a session abandoned before its first event.
+    Pending {
+        target: TelemetryTarget,
+        application: &'static str,
+    },
+}
+
 /// The logger's state between events.
 struct Logger {
     recording: RecordingStream,
@@ -338,17 +350,29 @@ impl Logger {
 /// Logs events until [`TelemetryEvent::Finish`] (or every producer is gone), then
 /// flushes; returns the number of events logged.
 pub(super) fn run_logger(
-    recording: RecordingStream,
+    destination: Destination,
     events: Receiver<TelemetryEvent>,
     channel: &Channel,
 ) -> anyhow::Result<u64> {
-    let mut logger = Logger {
+    let started = Instant::now();
+    let start = |recording| Logger {
         recording,
-        started: Instant::now(),
+        started,
         control_step: 0,
         episode_starts: HashMap::new(),
         path: Vec::new(),
         promotion_episodes: 0,
+    };
+    let (mut logger, pending) = match destination {
+        Destination::Open(recording) => (Some(start(recording)), None),
+        Destination::Pending {
+            target,
+            application,
+        } => (None, Some((target, application))),
+    };
+    let open = |pending: &Option<(TelemetryTarget, &'static str)>| match pending {
+        Some((target, application)) => open_recording(target, application).map(start),
+        None => unreachable!("a logger without a recording has one pending"),
     };
     let mut logged = 0;
     for event in events.iter() {
@@ -356,14 +380,23 @@ pub(super) fn run_logger(
             break;
         }
         let dropped = channel.dropped.load(std::sync::atomic::Ordering::Relaxed);
-        logger
+        let current = match &mut logger {
+            Some(current) => current,
+            None => logger.insert(open(&pending)?),
+        };
+        current
             .handle(event, dropped)
             .map_err(|e| anyhow::anyhow!("rerun logging failed: {e}"))?;
         logged += 1;
     }
-    logger
-        .recording
-        .flush_with_timeout(std::time::Duration::from_secs(10))
-        .map_err(|e| anyhow::anyhow!("cannot flush the recording: {e}"))?;
+    if logger.is_none() && !channel.abandoned.load(std::sync::atomic::Ordering::Relaxed) {
+        logger = Some(open(&pending)?);
+    }
+    if let Some(logger) = logger {
+        logger
+            .recording
+            .flush_with_timeout(std::time::Duration::from_secs(10))
+            .map_err(|e| anyhow::anyhow!("cannot flush the recording: {e}"))?;
+    }
     Ok(logged)
 }

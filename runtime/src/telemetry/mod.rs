@@ -18,7 +18,7 @@ mod read;
 mod scalars;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::JoinHandle;
 
 use crossbeam_channel::{Sender, TrySendError};
@@ -37,6 +37,9 @@ struct Channel {
     sender: Sender<TelemetryEvent>,
     dropped: AtomicU64,
     config: TelemetryConfig,
+    /// Set when the session ends without [`TelemetrySession::finish`] (the command
+    /// failed): the logger then creates no file that nothing was recorded in.
+    abandoned: AtomicBool,
 }
 
 /// A cheap, cloneable handle producers offer events to; [`Telemetry::off`] ignores
@@ -154,17 +157,27 @@ impl TelemetrySession {
         config
             .validate()
             .map_err(|e| anyhow::anyhow!("telemetry settings: {e}"))?;
-        let recording = logger::open_recording(target, application)?;
+        // A file is opened with the first event recorded (or at a successful finish):
+        // a command refused before it records anything leaves none behind. A viewer is
+        // connected to (or started) now, so that an absent one is said at once.
+        let destination = match target {
+            TelemetryTarget::File(_) => logger::Destination::Pending {
+                target: target.clone(),
+                application,
+            },
+            _ => logger::Destination::Open(logger::open_recording(target, application)?),
+        };
         let (sender, receiver) = crossbeam_channel::bounded(config.queue);
         let channel = Arc::new(Channel {
             sender,
             dropped: AtomicU64::new(0),
             config: config.clone(),
+            abandoned: AtomicBool::new(false),
         });
         let shared = channel.clone();
         let logger = std::thread::Builder::new()
             .name("imago-telemetry".into())
-            .spawn(move || logger::run_logger(recording, receiver, &shared))?;
+            .spawn(move || logger::run_logger(destination, receiver, &shared))?;
         Ok(Self {
             handle: Telemetry {
                 channel: Some(channel),
@@ -207,6 +220,9 @@ impl TelemetrySession {
 
 impl Drop for TelemetrySession {
     fn drop(&mut self) {
+        if let Some(channel) = &self.handle.channel {
+            channel.abandoned.store(true, Ordering::Relaxed);
+        }
         if let Err(error) = self.stop() {
             eprintln!("warning: telemetry: {error:#}");
         }
@@ -323,6 +339,32 @@ mod tests {
     }
 
     #[test]
+    fn a_file_appears_with_the_first_event_or_a_finish_never_for_a_refused_run() {
+        let dir = tempfile::tempdir().unwrap();
+        let start = |name: &str| {
+            let path = dir.path().join(name);
+            let target = TelemetryTarget::File(path.clone());
+            let session =
+                TelemetrySession::start(Some(&target), &TelemetryConfig::default(), "imago-test")
+                    .unwrap();
+            (session, path)
+        };
+        // Refused before it recorded anything (dropped, not finished): no file.
+        let (session, refused) = start("refused.rrd");
+        drop(session);
+        assert!(!refused.exists());
+        // Failed after recording something: what it recorded is kept.
+        let (session, failed) = start("failed.rrd");
+        session.handle().send(TelemetryEvent::Note("phase".into()));
+        drop(session);
+        assert!(!read_recording(&failed).unwrap().rows.is_empty());
+        // Finished without an event: an empty recording, with its blueprint.
+        let (session, quiet) = start("quiet.rrd");
+        session.finish().unwrap();
+        assert!(read_recording(&quiet).unwrap().has_blueprint);
+    }
+
+    #[test]
     fn a_full_queue_drops_and_counts_instead_of_waiting() {
         let (sender, _receiver) = crossbeam_channel::bounded(2);
         let telemetry = Telemetry {
@@ -330,6 +372,7 @@ mod tests {
                 sender,
                 dropped: AtomicU64::new(0),
                 config: TelemetryConfig::default(),
+                abandoned: AtomicBool::new(false),
             })),
         };
         for _ in 0..5 {

@@ -288,7 +288,14 @@ impl EpisodeStore<'_> {
         if let Err(reason) = fits(self.spec, &upload) {
             return IngestOutcome::Refused { reason };
         }
-        let id = self.writer.next_episode_id();
+        let id = match self.writer.next_episode_id() {
+            Ok(id) => id,
+            Err(error) => {
+                return IngestOutcome::Refused {
+                    reason: format!("{error:#}"),
+                };
+            }
+        };
         let mut episode = Episode {
             start: upload.start,
             transitions: upload.transitions,

@@ -83,15 +83,63 @@ pub fn verify_meta_json(text: &str) -> Result<(), String> {
     }
 }
 
-/// The shape of every parameter of `module`, by its path in the module tree
+/// What kind of elements a parameter holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ParameterKind {
+    /// Floating point.
+    Float,
+    /// Integers.
+    Int,
+    /// Booleans.
+    Bool,
+}
+
+impl ParameterKind {
+    /// How an error names it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Float => "float tensors",
+            Self::Int => "integer tensors",
+            Self::Bool => "boolean tensors",
+        }
+    }
+
+    /// The stored types a parameter of this kind loads from.
+    pub fn accepted(self) -> &'static str {
+        match self {
+            Self::Float => "F32, and F16, BF16 or F64 converted to F32",
+            Self::Int => "integer types",
+            Self::Bool => "BOOL",
+        }
+    }
+}
+
+/// One parameter of a module: its shape and element kind.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Parameter {
+    /// The shape the config gives.
+    pub shape: Vec<usize>,
+    /// What its elements are.
+    pub kind: ParameterKind,
+}
+
+/// Every parameter of `module`, by its path in the module tree
 /// (`encoder.layers.0.mha.query.weight`), without initialising lazy parameters.
-pub fn parameter_shapes<B: Backend, M: Module<B>>(module: &M) -> BTreeMap<String, Vec<usize>> {
-    let mut visitor = ShapeVisitor {
+pub fn parameters<B: Backend, M: Module<B>>(module: &M) -> BTreeMap<String, Parameter> {
+    let mut visitor = ParameterVisitor {
         path: Vec::new(),
-        shapes: BTreeMap::new(),
+        parameters: BTreeMap::new(),
     };
     module.visit(&mut visitor);
-    visitor.shapes
+    visitor.parameters
+}
+
+/// The shape of every parameter of `module`, by its path in the module tree.
+pub fn parameter_shapes<B: Backend, M: Module<B>>(module: &M) -> BTreeMap<String, Vec<usize>> {
+    parameters(module)
+        .into_iter()
+        .map(|(path, parameter)| (path, parameter.shape))
+        .collect()
 }
 
 /// Every difference between the parameter shapes a config gives (`expected`) and the
@@ -116,18 +164,19 @@ pub fn shape_differences(
     out
 }
 
-struct ShapeVisitor {
+struct ParameterVisitor {
     path: Vec<String>,
-    shapes: BTreeMap<String, Vec<usize>>,
+    parameters: BTreeMap<String, Parameter>,
 }
 
-impl ShapeVisitor {
-    fn record(&mut self, dims: Vec<usize>) {
-        self.shapes.insert(self.path.join("."), dims);
+impl ParameterVisitor {
+    fn record(&mut self, shape: Vec<usize>, kind: ParameterKind) {
+        self.parameters
+            .insert(self.path.join("."), Parameter { shape, kind });
     }
 }
 
-impl<B: Backend> ModuleVisitor<B> for ShapeVisitor {
+impl<B: Backend> ModuleVisitor<B> for ParameterVisitor {
     fn enter_module(&mut self, name: &str, _container_type: &str) {
         self.path.push(name.to_string());
     }
@@ -137,14 +186,14 @@ impl<B: Backend> ModuleVisitor<B> for ShapeVisitor {
     }
 
     fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
-        self.record(param.lazy_shape().to_vec());
+        self.record(param.lazy_shape().to_vec(), ParameterKind::Float);
     }
 
     fn visit_int<const D: usize>(&mut self, param: &Param<Tensor<B, D, Int>>) {
-        self.record(param.lazy_shape().to_vec());
+        self.record(param.lazy_shape().to_vec(), ParameterKind::Int);
     }
 
     fn visit_bool<const D: usize>(&mut self, param: &Param<Tensor<B, D, Bool>>) {
-        self.record(param.lazy_shape().to_vec());
+        self.record(param.lazy_shape().to_vec(), ParameterKind::Bool);
     }
 }

@@ -8,10 +8,12 @@
 //! checksum, and checks every loaded tensor's shape against the config, naming each
 //! tensor that differs.
 
+mod dtypes;
 mod integrity;
 
 pub use integrity::{
-    FileDigest, parameter_shapes, shape_differences, sign_meta_json, verify_files, verify_meta_json,
+    FileDigest, Parameter, ParameterKind, parameter_shapes, parameters, shape_differences,
+    sign_meta_json, verify_files, verify_meta_json,
 };
 
 use std::collections::BTreeMap;
@@ -21,7 +23,7 @@ use anyhow::Context;
 
 use burn::prelude::*;
 use burn::record::{FullPrecisionSettings, NamedMpkFileRecorder};
-use burn_store::{ApplyError, ApplyResult, ModuleSnapshot, SafetensorsStore};
+use burn_store::{ApplyError, ApplyResult, ModuleSnapshot, ModuleStore, SafetensorsStore};
 use imago_policies::{VlaPolicy, VlaPolicyConfig};
 use imago_robots::RobotSpec;
 use imago_worldmodel::{WorldModel, WorldModelConfig};
@@ -147,7 +149,8 @@ pub enum CheckpointError {
         /// Which file, and how it differs.
         reason: String,
     },
-    /// Loaded tensors do not have the shapes the stored config gives.
+    /// Stored tensors do not have the shapes the stored config gives, or are of a type
+    /// the model's parameters cannot take.
     #[error("checkpoint {path}: its weights do not fit its config: {differences}")]
     ShapeMismatch {
         /// The checkpoint.
@@ -224,6 +227,7 @@ fn read_policy_config(dir: &Path) -> Result<(VlaPolicyConfig, CheckpointMeta), C
         POLICY_KIND,
         VlaPolicyConfig::fill_later_keys,
         VlaPolicyConfig::validate,
+        |config| (config.proprio_dim, config.action_limit.as_slice()),
     )
 }
 
@@ -244,7 +248,13 @@ pub fn load_world_model<B: Backend>(
     expected: Option<&WorldModelConfig>,
     device: &B::Device,
 ) -> Result<(WorldModel<B>, WorldModelConfig, CheckpointMeta), CheckpointError> {
-    let (config, meta) = read_config(dir, WORLD_MODEL_KIND, |_| {}, WorldModelConfig::validate)?;
+    let (config, meta) = read_config(
+        dir,
+        WORLD_MODEL_KIND,
+        |_| {},
+        WorldModelConfig::validate,
+        |config| (config.proprio_dim, config.action_limit.as_slice()),
+    )?;
     if let Some(expected) = expected {
         ensure_config_matches(dir, &meta, expected)?;
     }
@@ -391,6 +401,10 @@ pub fn read_meta(dir: &Path) -> Result<CheckpointMeta, CheckpointError> {
             )));
         }
     }
+    if let Some(spec) = &meta.spec {
+        spec.validate()
+            .map_err(|e| bad(format!("the robot spec it records: {e}")))?;
+    }
     Ok(meta)
 }
 
@@ -415,12 +429,16 @@ pub fn ensure_trained_for(dir: &Path, spec: &RobotSpec) -> Result<CheckpointMeta
 }
 
 /// Reads the meta and config of a checkpoint of `kind`, gives keys added since it was
-/// written their old meaning (`fill_later_keys`) and validates the config.
+/// written their old meaning (`fill_later_keys`) and validates the config: its ranges
+/// (the same as a config file's), and its proprioception length and action limits
+/// (`robot_fields`) against the robot spec the meta records, so that a config edited
+/// apart from its spec is refused before a model is built from it.
 fn read_config<C: DeserializeOwned>(
     dir: &Path,
     kind: &'static str,
     fill_later_keys: impl Fn(&mut serde_json::Value),
     validate: impl Fn(&C) -> Result<(), imago_robots::ConfigError>,
+    robot_fields: fn(&C) -> (usize, &[f32]),
 ) -> Result<(C, CheckpointMeta), CheckpointError> {
     let mut meta = read_meta(dir)?;
     fill_later_keys(&mut meta.config);
@@ -437,6 +455,16 @@ fn read_config<C: DeserializeOwned>(
     };
     let config: C = serde_json::from_value(meta.config.clone()).map_err(|e| bad(e.to_string()))?;
     validate(&config).map_err(|e| bad(e.to_string()))?;
+    if let Some(spec) = &meta.spec {
+        let (proprio_dim, action_limit) = robot_fields(&config);
+        if proprio_dim != spec.proprio_dim() || action_limit != spec.action_limit.as_slice() {
+            return Err(bad(format!(
+                "proprio_dim {proprio_dim} and action_limit {action_limit:?} disagree with the robot it records ({}, action limits {:?})",
+                spec.summary(),
+                spec.action_limit
+            )));
+        }
+    }
     Ok((config, meta))
 }
 
@@ -470,7 +498,7 @@ fn load_weights<B: Backend, M: Module<B>>(
         path: dir.to_path_buf(),
         reason,
     })?;
-    let expected = parameter_shapes(&model);
+    let expected = parameters(&model);
     let weights_err = |reason: String| CheckpointError::Weights {
         path: dir.to_path_buf(),
         reason,
@@ -480,6 +508,20 @@ fn load_weights<B: Backend, M: Module<B>>(
         let mut store = SafetensorsStore::from_file(dir.join(SAFETENSORS_FILE))
             .allow_partial(true)
             .validate(false);
+        // Every stored tensor's type is checked before burn sees one (dtypes.rs).
+        let stored = store
+            .get_all_snapshots()
+            .map_err(|e| weights_err(e.to_string()))?;
+        let types = dtypes::check_stored_types(stored, &expected);
+        if !types.problems.is_empty() {
+            return Err(CheckpointError::ShapeMismatch {
+                path: dir.to_path_buf(),
+                differences: types.problems.join("; "),
+            });
+        }
+        if types.needs_conversion {
+            store = store.with_from_adapter(dtypes::ToF32);
+        }
         let applied = model
             .load_from(&mut store)
             .map_err(|e| weights_err(e.to_string()))?;
@@ -496,6 +538,7 @@ fn load_weights<B: Backend, M: Module<B>>(
             .load_file(dir.join(MODEL_STEM), &recorder(), device)
             .map_err(|e| weights_err(e.to_string()))?
     };
+    let expected = expected.into_iter().map(|(p, v)| (p, v.shape)).collect();
     let differences = shape_differences(&expected, &parameter_shapes(&loaded));
     if !differences.is_empty() {
         return Err(CheckpointError::ShapeMismatch {
@@ -880,6 +923,56 @@ mod tests {
         // Every change to either file is refused.
         assert!(cases > 100, "{cases}");
         assert_eq!(refused, cases);
+    }
+
+    #[test]
+    fn stored_configs_and_specs_are_checked_with_config_file_ranges_and_against_each_other() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("ckpt");
+        let (reference, device) = saved(&dir);
+        let refused = |dir: &Path| {
+            let error = load_policy::<Dispatch>(dir, None, &device).unwrap_err();
+            assert!(matches!(error, CheckpointError::BadMeta { .. }), "{error}");
+            error.to_string()
+        };
+        // Out of the range a config file allows (checksums re-signed, as a hand edit).
+        rewrite_meta(&dir, |m| {
+            m.config["action_limit"] = serde_json::json!([1e30, 1e30])
+        });
+        let message = refused(&dir);
+        assert!(message.contains("action_limit[0] = 1e30"), "{message}");
+        // In range, but apart from the robot the checkpoint records.
+        rewrite_meta(&dir, |m| {
+            m.config["action_limit"] = serde_json::json!([2.0, 2.0])
+        });
+        let message = refused(&dir);
+        assert!(
+            message.contains("disagree with the robot it records"),
+            "{message}"
+        );
+        // Both edited together: the spec's own ranges catch it, for every reader of
+        // the meta (ensure_trained_for too).
+        rewrite_meta(&dir, |m| {
+            m.config["action_limit"] = serde_json::json!([1e30, 1e30]);
+            m.spec.as_mut().unwrap().action_limit = vec![1e30; 2];
+        });
+        let message = refused(&dir);
+        assert!(
+            message.contains("the robot spec it records: action_limit[0] = 1e30"),
+            "{message}"
+        );
+        assert!(ensure_trained_for(&dir, &RobotConfig::default().spec()).is_err());
+        rewrite_meta(&dir, |m| {
+            m.config["action_limit"] = serde_json::json!([1.0, 1.0]);
+            let spec = m.spec.as_mut().unwrap();
+            spec.action_limit = vec![1.0; 2];
+            spec.control_hz = 0.0;
+        });
+        assert!(refused(&dir).contains("control_hz"));
+        // Put back, it loads the same weights.
+        rewrite_meta(&dir, |m| m.spec.as_mut().unwrap().control_hz = 20.0);
+        let (policy, config, _) = load_policy::<Dispatch>(&dir, None, &device).unwrap();
+        assert_eq!(outputs(&policy, &config, &device).unwrap(), reference);
     }
 
     /// Edits the `meta.json` of the checkpoint in `dir` and signs it again, as a hand

@@ -188,6 +188,12 @@ pub fn import_lerobot(options: &ImportOptions) -> anyhow::Result<ImportReport> {
     );
     let instructions = instructions(&episodes, options.instruction.as_deref())?;
     let spec = spec(&dataset, options, camera.as_deref(), &episodes)?;
+    spec.validate().map_err(|e| {
+        anyhow::anyhow!(
+            "dataset {} describes a robot imago cannot record: {e}",
+            options.dataset.display()
+        )
+    })?;
     let columns =
         columns::FrameColumns::names(info, &options.state, &options.action, camera.as_deref())?;
 
@@ -216,7 +222,7 @@ pub fn import_lerobot(options: &ImportOptions) -> anyhow::Result<ImportReport> {
         let mut frames = 0;
         let mut has_outcomes = false;
         for (episode, instruction) in episodes.iter().zip(&instructions) {
-            let id = writer.next_episode_id();
+            let id = writer.next_episode_id()?;
             let (built, outcomes) = reader.episode(episode, id, instruction, &spec)?;
             has_outcomes |= outcomes;
             frames += built.transitions.len();

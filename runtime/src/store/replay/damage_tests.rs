@@ -208,7 +208,7 @@ impl Fixture {
         let before: Vec<u64> = contents.episodes.iter().map(|e| e.start.episode).collect();
         let (mut writer, _) = ReplayWriter::open(dir, config(), &robot_config(), "test")
             .unwrap_or_else(|e| panic!("{case}: the writer failed: {e:#}"));
-        let id = writer.next_episode_id();
+        let id = writer.next_episode_id().unwrap();
         assert!(id >= 12, "{case}: episode id {id} reused");
         writer.append_episode(&episode(id, 3)).unwrap();
         writer.close().unwrap();
@@ -354,6 +354,57 @@ fn manifests_deleted_garbage_or_wrong_are_survived() {
         &fixture.before(2, listed / 2),
         &damaged,
     );
+}
+
+#[test]
+fn bytes_appended_to_a_closed_segment_cost_no_episode() {
+    let fixture = fixture();
+    let all: Vec<u64> = (0..12).collect();
+    let record = postcard::to_stdvec(&records_of(&episode(40, 3))[1]).unwrap();
+    let frame = super::frame::encode_frame(&record);
+    let appended: [(&str, Vec<u8>); 4] = [
+        ("1 garbage byte", vec![0xa5]),
+        ("7 garbage bytes", vec![7; 7]),
+        ("a partial frame", frame[..frame.len() / 2].to_vec()),
+        ("a whole frame", frame.clone()),
+    ];
+    // Episodes run across segment boundaries, so each closed segment's junk sits in
+    // the middle of some episode's records.
+    let spanning = (1..fixture.segments.len())
+        .filter(|&s| {
+            let first = fixture.frames.iter().find(|f| f.0 == s).map(|f| f.2);
+            fixture
+                .frames
+                .iter()
+                .any(|(segment, _, id)| *segment == s - 1 && Some(*id) == first)
+        })
+        .count();
+    assert!(spanning >= 3, "{spanning}");
+    let mut cases = 0;
+    for index in 0..fixture.segments.len() {
+        for (what, bytes) in &appended {
+            let (_root, dir) = fixture.copy();
+            let segment = fixture.segment_in(&dir, index);
+            let mut data = std::fs::read(&segment).unwrap();
+            data.extend_from_slice(bytes);
+            std::fs::write(&segment, &data).unwrap();
+            let case = format!("{what} appended to segment {index}");
+            let contents = fixture.check(&dir, &case, &all, &[]);
+            assert_eq!(contents.episodes.len(), 12, "{case}");
+            assert_eq!(contents.corruptions.len(), 1, "{case}: unreported");
+            // The daemon's follower keeps them too, and reports the junk once.
+            let mut follower = ReplayFollower::new(&dir);
+            let mut followed = 0;
+            follower.poll(|_| followed += 1).unwrap();
+            follower.poll(|_| followed += 1).unwrap();
+            assert_eq!(followed, 12, "{case}: the follower lost an episode");
+            assert_eq!(follower.take_damage().len(), 1, "{case}");
+            if cases % 3 == 0 {
+                fixture.check_with_writer(&dir, &case, &all, &[]);
+            }
+            cases += 1;
+        }
+    }
 }
 
 #[test]

@@ -114,15 +114,37 @@ impl ReplayFollower {
             };
             let listed = closed.iter().find(|entry| entry.file == name);
             let open_tail = listed.is_none() && i + 1 == files.len();
+            // Bytes beyond a closed segment's listed length are left unread and
+            // reported once, as the reader does (reader.rs, `read_segment`).
+            let records_end = match listed {
+                Some(entry) if from + data.len() as u64 > entry.bytes && from <= entry.bytes => {
+                    corruptions.push(Corruption {
+                        segment: name.clone(),
+                        offset: entry.bytes,
+                        skipped_bytes: from + data.len() as u64 - entry.bytes,
+                        reason: format!(
+                            "the manifest lists {} bytes: bytes beyond are not read",
+                            entry.bytes
+                        ),
+                    });
+                    (entry.bytes - from) as usize
+                }
+                _ => data.len(),
+            };
             let mut summary = SegmentSummary::default();
             let consumed = read_records(
                 (&name, from),
-                &data,
+                &data[..records_end],
                 open_tail,
                 assembler,
                 &mut corruptions,
                 &mut summary,
             );
+            let consumed = if records_end < data.len() {
+                data.len()
+            } else {
+                consumed
+            };
             self.max_policy_version = self.max_policy_version.max(summary.max_policy_version);
             self.position = Some((index, from + consumed as u64));
             if listed.is_some_and(|entry| entry.ends_session) {

@@ -57,6 +57,20 @@ pub const SEGMENTS: &str = "segments";
 /// Version of the on-disk format (2: transitions carry the behaviour log-density).
 pub const FORMAT_VERSION: u32 = 2;
 
+/// The highest id an episode may have. `u64::MAX` is never an id, so that one past
+/// the highest id recorded (the next free one) is always a number, and ids never wrap.
+pub const LAST_EPISODE_ID: u64 = u64::MAX - 1;
+
+/// Checks that `id`, about to be given to a new episode, is one ([`LAST_EPISODE_ID`]
+/// at most): a clear error when the replay's ids are used up.
+pub fn ensure_episode_id(id: u64) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        id <= LAST_EPISODE_ID,
+        "the replay's episode ids are used up (its manifest or records already name ids up to the last one, {LAST_EPISODE_ID}); record into a new replay directory"
+    );
+    Ok(())
+}
+
 /// The robot a replay's episodes are of, as its manifest records it: the spec every
 /// episode is checked against, and the robot's settings when known (the registry's
 /// JSON form, [`RobotConfig::to_json`]).
@@ -143,6 +157,15 @@ impl Manifest {
                 dir.display(),
                 manifest.format
             );
+        }
+        if let Some(spec) = &manifest.spec {
+            spec.validate().map_err(|e| {
+                anyhow::anyhow!(
+                    "replay manifest {} records a robot spec out of range ({e}); `imago replay check {}` reads the segments without it, `imago replay repair` writes a clean copy",
+                    path.display(),
+                    dir.display()
+                )
+            })?;
         }
         Ok(manifest)
     }

@@ -234,9 +234,10 @@ fn lost(out: &mut ReplayContents, assembler: &mut Assembler, file: &str, why: St
 
 /// Reads one segment's records into `assembler`, cutting at every damaged stretch and
 /// going on from the next intact record. `expected` is the length the manifest lists
-/// for a closed segment: bytes missing from it or beyond it are damage too. In an
-/// `open_tail` segment a record cut off by the end of the file is left unread (it is
-/// being written, or a crash tore it) and the episode it belongs to stays unfinished.
+/// for a closed segment: bytes missing from it are damage too (a cut), bytes beyond it
+/// are reported and left unread. In an `open_tail` segment a record cut off by the end
+/// of the file is left unread (it is being written, or a crash tore it) and the
+/// episode it belongs to stays unfinished.
 fn read_segment(
     name: &str,
     data: &[u8],
@@ -275,6 +276,11 @@ fn read_segment(
             });
             assembler.cut(&format!("the end of {name}"));
         }
+        // Bytes after the length the manifest lists were added after the segment was
+        // closed (a writer never appends to a closed segment): the records it listed
+        // were all read (a last record cut by the listed end was a cut above), so the
+        // stream goes on in the next segment with nothing missing, and an episode
+        // running across the boundary is whole.
         Some(listed) if (listed as usize) < data.len() => {
             corruptions.push(Corruption {
                 segment: name.to_string(),
@@ -285,7 +291,6 @@ fn read_segment(
                     data.len()
                 ),
             });
-            assembler.cut(&format!("the end of {name}"));
         }
         _ => {}
     }

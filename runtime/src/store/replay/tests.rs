@@ -14,7 +14,7 @@ fn open(dir: &Path, config: ReplayWriterConfig) -> (ReplayWriter, OpenReport) {
 
 fn write_episodes(writer: &mut ReplayWriter, robot: &mut SimRobot, count: usize, steps: u32) {
     for _ in 0..count {
-        let episode = writer.next_episode_id();
+        let episode = writer.next_episode_id().unwrap();
         let mut observation = robot.reset(episode);
         writer
             .append(&ReplayRecord::EpisodeStart(EpisodeStart {
@@ -265,4 +265,61 @@ fn an_abandoned_episode_is_unfinished_and_origins_follow_whole_episodes() {
     let ids: Vec<u64> = contents.episodes.iter().map(|e| e.start.episode).collect();
     assert_eq!(ids, [0, 1, 3]);
     assert_eq!(contents.origins, [origin]);
+}
+
+#[test]
+fn episode_ids_never_wrap_and_running_out_is_an_error_before_anything_is_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut robot = RobotConfig::default().build().unwrap();
+    let (mut writer, _) = open(dir.path(), ReplayWriterConfig::default());
+    write_episodes(&mut writer, &mut robot, 1, 2);
+    writer.close().unwrap();
+    // A manifest whose next id is the last one: one more episode, then a clear error.
+    let mut manifest = Manifest::load(dir.path()).unwrap();
+    manifest.next_episode = LAST_EPISODE_ID;
+    manifest.store(dir.path()).unwrap();
+    let (mut writer, _) = open(dir.path(), ReplayWriterConfig::default());
+    assert_eq!(writer.episode_ids_left(), 1);
+    write_episodes(&mut writer, &mut robot, 1, 2);
+    assert_eq!(writer.episode_ids_left(), 0);
+    let error = format!("{:#}", writer.next_episode_id().unwrap_err());
+    assert!(error.contains("episode ids are used up"), "{error}");
+    writer.close().unwrap();
+    let ids: Vec<u64> = read_replay(dir.path())
+        .unwrap()
+        .episodes
+        .iter()
+        .map(|e| e.start.episode)
+        .collect();
+    assert_eq!(ids, [0, LAST_EPISODE_ID]);
+    // Reopened, the recorded last id keeps them used up.
+    let (mut writer, _) = open(dir.path(), ReplayWriterConfig::default());
+    assert!(writer.next_episode_id().is_err());
+    writer.close().unwrap();
+    // A manifest naming u64::MAX as the next id: used up, not wrapped to 0.
+    let mut manifest = Manifest::load(dir.path()).unwrap();
+    manifest.next_episode = u64::MAX;
+    manifest.store(dir.path()).unwrap();
+    let (mut writer, _) = open(dir.path(), ReplayWriterConfig::default());
+    assert_eq!(writer.episode_ids_left(), 0);
+    assert!(writer.next_episode_id().is_err());
+    writer.close().unwrap();
+
+    // A record naming u64::MAX itself (a crafted or foreign replay): used up too.
+    let other = tempfile::tempdir().unwrap();
+    let (mut writer, _) = open(other.path(), ReplayWriterConfig::default());
+    let observation = robot.reset(0);
+    writer
+        .append(&ReplayRecord::EpisodeStart(EpisodeStart {
+            episode: u64::MAX,
+            robot: "reacher2d".into(),
+            seed: 0,
+            instruction: observation.instruction,
+        }))
+        .unwrap();
+    assert!(writer.next_episode_id().is_err());
+    writer.close().unwrap();
+    let (mut writer, _) = open(other.path(), ReplayWriterConfig::default());
+    assert!(writer.next_episode_id().is_err());
+    writer.close().unwrap();
 }

@@ -15,7 +15,8 @@ use super::reader::decode_record;
 use super::record::ReplayRecord;
 use super::record::{Episode, EpisodeOrigin};
 use super::{
-    FORMAT_VERSION, Manifest, SEGMENTS, SegmentEntry, file_name, segment_files, segment_index,
+    FORMAT_VERSION, LAST_EPISODE_ID, Manifest, SEGMENTS, SegmentEntry, ensure_episode_id,
+    file_name, segment_files, segment_index,
 };
 #[cfg(doc)]
 use crate::robot::RobotConfig;
@@ -231,11 +232,35 @@ impl ReplayWriter {
         ))
     }
 
-    /// An episode id not used yet in this replay.
-    pub fn next_episode_id(&mut self) -> u64 {
+    /// An episode id not used yet in this replay. Ids never wrap: once they are used
+    /// up (a manifest or a record naming an id near `u64::MAX`), this is an error,
+    /// asked before anything of the episode is written.
+    pub fn next_episode_id(&mut self) -> anyhow::Result<u64> {
         let id = self.next_episode;
-        self.next_episode += 1;
-        id
+        ensure_episode_id(id).with_context(|| format!("replay {}", self.dir.display()))?;
+        self.next_episode = id + 1;
+        Ok(id)
+    }
+
+    /// How many more episodes this replay can take before its ids are used up.
+    pub fn episode_ids_left(&self) -> u64 {
+        (LAST_EPISODE_ID + 1).saturating_sub(self.next_episode)
+    }
+
+    /// Checks, before anything is written, that `count` more episodes can be given
+    /// ids: an error saying how many can, for a run that records `count`.
+    pub fn ensure_episode_ids_for(&self, count: u64) -> anyhow::Result<()> {
+        let left = self.episode_ids_left();
+        if left == 0 {
+            ensure_episode_id(self.next_episode)
+                .with_context(|| format!("replay {}", self.dir.display()))?;
+        }
+        anyhow::ensure!(
+            left >= count,
+            "replay {}: it has episode ids for {left} more episodes, not the {count} this run records; record into a new replay directory",
+            self.dir.display()
+        );
+        Ok(())
     }
 
     /// Appends one record (buffered; see [`Self::flush`]).
