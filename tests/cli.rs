@@ -2,21 +2,7 @@
 
 mod common;
 
-use common::{imago, stderr};
-
-fn assert_one_line_error(args: &[&str], must_mention: &str) {
-    let output = imago(args);
-    assert!(!output.status.success(), "{args:?} should fail");
-    let err = stderr(&output);
-    let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
-    assert_eq!(lines.len(), 1, "{args:?} printed: {err}");
-    assert!(lines[0].starts_with("error: "), "{err}");
-    assert!(lines[0].contains(must_mention), "{err}");
-    assert!(
-        !err.contains("panicked") && !err.contains("backtrace"),
-        "{err}"
-    );
-}
+use common::{assert_one_line_error, imago, stderr};
 
 #[test]
 fn absent_devices_fail_with_one_clear_line() {
@@ -1398,4 +1384,66 @@ fn gate_settings_out_of_range_are_one_error_naming_the_flag() {
     let output = imago(&["accelerate", "--ckpt", ckpt, "--budget", "1.5"]);
     assert!(!output.status.success());
     assert!(stderr(&output).contains("--budget"), "{}", stderr(&output));
+}
+
+#[test]
+fn train_refuses_flags_its_trainer_does_not_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let (replay, out) = (dir.path().join("replay"), dir.path().join("out"));
+    for (what, flag, value, names) in [
+        (
+            "bc",
+            "--horizon",
+            "4",
+            "--horizon applies to --what worldmodel, not --what bc",
+        ),
+        (
+            "bc",
+            "--report",
+            "r.json",
+            "--report applies to --what finetune, not --what bc",
+        ),
+        (
+            "worldmodel",
+            "--head",
+            "flow",
+            "--head applies to --what bc, not --what worldmodel",
+        ),
+        (
+            "worldmodel",
+            "--rounds",
+            "2",
+            "--rounds applies to --what finetune",
+        ),
+        (
+            "finetune",
+            "--family",
+            "salt",
+            "--family applies to --what worldmodel",
+        ),
+        (
+            "finetune",
+            "--chunk-len",
+            "8",
+            "--chunk-len applies to --what bc",
+        ),
+    ] {
+        assert_one_line_error(
+            &[
+                "--device",
+                "cpu",
+                "train",
+                "--what",
+                what,
+                "--replay",
+                replay.to_str().unwrap(),
+                "--out",
+                out.to_str().unwrap(),
+                flag,
+                value,
+            ],
+            names,
+        );
+        assert!(!out.exists() && !dir.path().join("r.json").exists());
+    }
 }

@@ -66,16 +66,18 @@ fn expert_episodes_replay_in_gym_pusht() {
             .as_f64()
             .unwrap_or_else(|| panic!("{key}: {summary}"))
     };
-    // Placement: exact unless the pusher starts inside the block (measured 47 of 50).
-    assert!(number("placed_exactly") >= 25.0, "{summary}");
-    assert!(number("largest_placement_gap") < 5.0, "{summary}");
-    // Open-loop contact: measured medians 0.2 units after 20 ticks, 0.5 after 50.
+    // The bounds are what docs/pusht.md claims, with one episode (or a factor of two
+    // on a gap) of room for another pymunk build: measured on 30 seeds, 29 placed
+    // exactly, median gaps 0.19 units after 20 ticks and 0.50 at the end, the same
+    // outcome in 28, mean final coverage 0.927 vs 0.926.
+    assert!(number("placed_exactly") >= 27.0, "{summary}");
+    assert!(number("largest_placement_gap") < 2.0, "{summary}");
     assert!(
-        summary["median_gap_after"]["20"].as_f64().unwrap() < 2.0,
+        summary["median_gap_after"]["20"].as_f64().unwrap() < 0.4,
         "{summary}"
     );
-    assert!(number("median_final_gap") < 5.0, "{summary}");
-    assert!(number("same_outcome") >= 25.0, "{summary}");
+    assert!(number("median_final_gap") < 1.0, "{summary}");
+    assert!(number("same_outcome") >= 27.0, "{summary}");
     let coverage_gap = number("imago_mean_final_coverage") - number("gym_mean_final_coverage");
-    assert!(coverage_gap.abs() < 0.05, "{summary}");
+    assert!(coverage_gap.abs() < 0.01, "{summary}");
 }

@@ -56,15 +56,16 @@ pub struct TrainArgs {
     /// Peak learning rate [default: 1e-3 for bc, 3e-3 for worldmodel].
     #[arg(long)]
     learning_rate: Option<f64>,
-    /// World model: the transition family of the ensemble members.
-    #[arg(long, default_value_t = WorldModelConfig::new(1, vec![1.0]).family)]
-    family: TransitionFamily,
-    /// World model: steps per training window.
-    #[arg(long, default_value_t = WorldModelTrainConfig::default().horizon)]
-    horizon: usize,
-    /// World model: feed predictions back in (multi-step) or not (one-step).
-    #[arg(long, value_enum, default_value_t = SupervisionArg::MultiStep)]
-    supervision: SupervisionArg,
+    /// World model: the transition family of the ensemble members [default: salt].
+    #[arg(long)]
+    family: Option<TransitionFamily>,
+    /// World model: steps per training window [default: 8].
+    #[arg(long)]
+    horizon: Option<usize>,
+    /// World model: feed predictions back in (multi-step) or not (one-step)
+    /// [default: multi-step].
+    #[arg(long, value_enum)]
+    supervision: Option<SupervisionArg>,
     /// Policy: the action-chunk head of a new policy [default: gaussian; with --init,
     /// the checkpoint's].
     #[arg(long)]
@@ -87,7 +88,7 @@ pub struct TrainArgs {
     /// Fine-tuning: a TOML file of settings (see docs/finetuning.md); flags win.
     #[arg(long)]
     config: Option<PathBuf>,
-    /// Also write what the run did as JSON here.
+    /// Fine-tuning: also write what the run did as JSON here.
     #[arg(long)]
     report: Option<PathBuf>,
     /// Seed.
@@ -97,7 +98,7 @@ pub struct TrainArgs {
     rerun: RerunArgs,
 }
 
-#[derive(Debug, Clone, Copy, ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum TrainTarget {
     /// Behaviour cloning of the VLA policy.
     Bc,
@@ -116,8 +117,51 @@ enum SupervisionArg {
     MultiStep,
 }
 
+impl TrainTarget {
+    /// As `--what` names it.
+    fn flag_value(self) -> &'static str {
+        match self {
+            Self::Bc => "bc",
+            Self::Worldmodel => "worldmodel",
+            Self::Finetune => "finetune",
+        }
+    }
+}
+
+impl TrainArgs {
+    /// Refuses a flag the chosen trainer does not read (rather than ignoring it): one
+    /// error naming the flag and the trainers it applies to.
+    fn check_flags_apply(&self) -> anyhow::Result<()> {
+        use TrainTarget::{Bc, Finetune, Worldmodel};
+        let given: [(&str, bool, &[TrainTarget]); 10] = [
+            ("--family", self.family.is_some(), &[Worldmodel]),
+            ("--horizon", self.horizon.is_some(), &[Worldmodel]),
+            ("--supervision", self.supervision.is_some(), &[Worldmodel]),
+            ("--head", self.head.is_some(), &[Bc]),
+            ("--chunk-len", self.chunk_len.is_some(), &[Bc]),
+            ("--world-model", self.world_model.is_some(), &[Finetune]),
+            ("--method", self.method.is_some(), &[Finetune]),
+            ("--rounds", self.rounds.is_some(), &[Finetune]),
+            ("--config", self.config.is_some(), &[Finetune]),
+            ("--report", self.report.is_some(), &[Finetune]),
+        ];
+        for (flag, is_given, applies_to) in given {
+            if is_given && !applies_to.contains(&self.what) {
+                let names: Vec<&str> = applies_to.iter().map(|t| t.flag_value()).collect();
+                anyhow::bail!(
+                    "{flag} applies to --what {}, not --what {}",
+                    names.join(" or "),
+                    self.what.flag_value()
+                );
+            }
+        }
+        Ok(())
+    }
+}
+
 /// Checks the flags, trains what `--what` names and says what was written.
 pub fn run(args: TrainArgs, device: DeviceSpec) -> anyhow::Result<()> {
+    args.check_flags_apply()?;
     if let Some(steps) = args.steps {
         flag_in_range("--steps", steps, 1..=MAX_STEPS)?;
     }
@@ -130,7 +174,9 @@ pub fn run(args: TrainArgs, device: DeviceSpec) -> anyhow::Result<()> {
     if let Some(rounds) = args.rounds {
         flag_in_range("--rounds", rounds, 1..=10_000)?;
     }
-    flag_in_range("--horizon", args.horizon, 1..=MAX_HORIZON)?;
+    if let Some(horizon) = args.horizon {
+        flag_in_range("--horizon", horizon, 1..=MAX_HORIZON)?;
+    }
     let device = resolve(device)?;
     let session = args.rerun.start(&TelemetryConfig::default())?;
     let telemetry = session.handle();
@@ -203,21 +249,24 @@ fn train_world_model(
 ) -> anyhow::Result<()> {
     let defaults = WorldModelTrainConfig::default();
     let steps = args.steps.unwrap_or(defaults.steps);
-    let horizon = args.horizon;
+    let horizon = args.horizon.unwrap_or(defaults.horizon);
     let train = WorldModelTrainConfig {
         steps,
         batch_size: args.batch_size.unwrap_or(defaults.batch_size),
         learning_rate: args.learning_rate.unwrap_or(defaults.learning_rate),
         horizon,
         supervision: match args.supervision {
-            SupervisionArg::OneStep => Supervision::OneStep,
-            SupervisionArg::MultiStep => Supervision::MultiStep,
+            Some(SupervisionArg::OneStep) => Supervision::OneStep,
+            Some(SupervisionArg::MultiStep) => Supervision::MultiStep,
+            None => defaults.supervision,
         },
         seed: args.seed,
         warmup_steps: defaults.warmup_steps.min(steps / 2),
         ..defaults
     };
-    let family = args.family;
+    let family = args
+        .family
+        .unwrap_or(WorldModelConfig::new(1, vec![1.0]).family);
     let summary = train_world_model_offline(
         source(args),
         output(args),
