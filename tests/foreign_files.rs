@@ -15,6 +15,15 @@ fn path(p: &Path) -> String {
     p.to_str().unwrap().to_string()
 }
 
+/// `args` on the CPU backend, as owned arguments.
+fn cpu(args: &[&str]) -> Vec<String> {
+    ["--device", "cpu"]
+        .iter()
+        .chain(args)
+        .map(|a| a.to_string())
+        .collect()
+}
+
 fn succeeds(args: &[&str]) -> String {
     let output = imago(args);
     assert!(output.status.success(), "{args:?}: {}", stderr(&output));
@@ -93,13 +102,6 @@ impl Trained {
             path(&self.world_model),
             path(&self.out()),
         );
-        let cpu = |args: &[&str]| -> Vec<String> {
-            ["--device", "cpu"]
-                .iter()
-                .chain(args)
-                .map(|a| a.to_string())
-                .collect()
-        };
         vec![
             cpu(&["eval", "--ckpt", &p, "--episodes", "2"]),
             cpu(&[
@@ -142,13 +144,6 @@ impl Trained {
             path(&self.replay),
             path(&self.out()),
         );
-        let cpu = |args: &[&str]| -> Vec<String> {
-            ["--device", "cpu"]
-                .iter()
-                .chain(args)
-                .map(|a| a.to_string())
-                .collect()
-        };
         vec![
             cpu(&[
                 "wm-eval",
