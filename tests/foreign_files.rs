@@ -495,50 +495,48 @@ fn junk_after_a_closed_segment_costs_no_episode_in_any_command() {
                 && table.contains("bytes beyond are not read"),
             "{what}: {table}"
         );
-        let out = root.path().join("out");
-        let repaired = succeeds(&["replay", "repair", &path(&replay), "--out", &path(&out)]);
-        assert!(
-            repaired.contains("copied 8 whole episodes"),
-            "{what}: {repaired}"
-        );
-        std::fs::remove_dir_all(&out).unwrap();
-        let trained = succeeds(&[
-            "--device",
-            "cpu",
-            "train",
-            "--replay",
-            &path(&replay),
-            "--out",
-            &path(&out),
-            "--steps",
-            "1",
-            "--batch-size",
-            "4",
-        ]);
-        assert!(
-            trained.contains("trained on 8 episodes"),
-            "{what}: {trained}"
-        );
-        std::fs::remove_dir_all(&out).unwrap();
-        let inspected = succeeds(&["inspect", "--replay", &path(&replay), "--rrd", &path(&out)]);
-        assert!(
-            inspected.contains("logged 8 of 8 episodes"),
-            "{what}: {inspected}"
-        );
-        std::fs::remove_file(&out).unwrap();
-        let exported = succeeds(&[
-            "export",
-            "lerobot",
-            "--replay",
-            &path(&replay),
-            "--out",
-            &path(&out),
-        ]);
-        assert!(
-            exported.contains("exported 8 episodes"),
-            "{what}: {exported}"
-        );
-        std::fs::remove_dir_all(&out).unwrap();
+        // Every other command that reads the replay keeps all 8 episodes.
+        let (replay, out) = (path(&replay), root.path().join("out"));
+        let o = path(&out);
+        let readers: [(&[&str], &str); 4] = [
+            (
+                &["replay", "repair", &replay, "--out", &o],
+                "copied 8 whole episodes",
+            ),
+            (
+                &[
+                    "--device",
+                    "cpu",
+                    "train",
+                    "--replay",
+                    &replay,
+                    "--out",
+                    &o,
+                    "--steps",
+                    "1",
+                    "--batch-size",
+                    "4",
+                ],
+                "trained on 8 episodes",
+            ),
+            (
+                &["inspect", "--replay", &replay, "--rrd", &o],
+                "logged 8 of 8 episodes",
+            ),
+            (
+                &["export", "lerobot", "--replay", &replay, "--out", &o],
+                "exported 8 episodes",
+            ),
+        ];
+        for (args, kept) in readers {
+            let stdout = succeeds(args);
+            assert!(stdout.contains(kept), "{what}, {args:?}: {stdout}");
+            if out.is_dir() {
+                std::fs::remove_dir_all(&out).unwrap();
+            } else {
+                std::fs::remove_file(&out).unwrap();
+            }
+        }
     }
 }
 
