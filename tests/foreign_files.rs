@@ -286,7 +286,7 @@ fn retype_tensor(ckpt: &Path, name: &str, dtype: &str, convert: impl Fn(&[u8]) -
         header[tensor]["data_offsets"] = serde_json::json!([begin, rewritten.len()]);
     }
     let mut text = serde_json::to_vec(&header).unwrap();
-    while text.len() % 8 != 0 {
+    while !text.len().is_multiple_of(8) {
         text.push(b' ');
     }
     let mut out = (text.len() as u64).to_le_bytes().to_vec();
