@@ -15,7 +15,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use common::{free_port, imago, spawn, stderr};
+use common::{episodes_in, free_port, imago, spawn, stderr, wait_until};
 use imago_robots::Robot;
 use imago_runtime::robot::RobotConfig;
 use imago_runtime::store::replay::{ReplayContents, read_replay};
@@ -195,8 +195,12 @@ fn a_lost_robot_is_held_counted_and_driven_again_when_it_returns() {
     let run = DaemonRun::in_dir(dir.path());
     let config = remote_config(dir.path(), &key, port, "[learner]\nenabled = false\n");
     let daemon = spawn(&run.args(&config, "16"));
-    std::thread::sleep(Duration::from_secs(5));
-    // The robot's process dies without a word.
+    wait_until(
+        "an episode on the remote robot",
+        Duration::from_secs(60),
+        || episodes_in(&run.run.join("replay")) >= 1,
+    );
+    // The robot's process dies without a word, and stays away for 3 s.
     first.kill().unwrap();
     first.wait().unwrap();
     std::thread::sleep(Duration::from_secs(3));

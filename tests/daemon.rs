@@ -9,7 +9,7 @@ use std::process::{Command, Stdio};
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
-use common::{imago, stderr};
+use common::{daemon_holds, episodes_in, imago, stderr, wait_until};
 use imago_runtime::store::replay::{ReplayContents, read_replay};
 use imago_runtime::telemetry::{paths, read_recording};
 
@@ -200,7 +200,10 @@ fn sigterm_stops_cleanly_and_sigkill_resumes_with_every_record() {
 
     // SIGTERM: stop at a tick boundary, flush, checkpoint, exit 0.
     let child = spawn(&["--report", json.to_str().unwrap()]);
-    std::thread::sleep(Duration::from_secs(6));
+    let replay = run.join("replay");
+    wait_until("a finished episode", Duration::from_secs(90), || {
+        episodes_in(&replay) >= 1
+    });
     let killed = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status()
@@ -211,8 +214,11 @@ fn sigterm_stops_cleanly_and_sigkill_resumes_with_every_record() {
 
     // SIGKILL mid-run: everything fsynced before the kill (every finished episode) is
     // still there after --resume, which continues recording.
+    let recorded = episodes_in(&replay);
     let mut child = spawn(&["--resume"]);
-    std::thread::sleep(Duration::from_secs(8));
+    wait_until("an episode after --resume", Duration::from_secs(90), || {
+        episodes_in(&replay) > recorded
+    });
     child.kill().unwrap();
     child.wait().unwrap();
     let before = read_replay(&run.join("replay")).unwrap().episodes;
@@ -339,7 +345,9 @@ fn twenty_sigkills_lose_no_fsynced_episode_and_reuse_no_version() {
         Duration::from_millis(400 + state % 3600)
     };
     let mut child = spawn_daemon(&config, &run, &[], Stdio::null());
-    std::thread::sleep(Duration::from_secs(3));
+    wait_until("the first episode", Duration::from_secs(90), || {
+        episodes_in(&run.join("replay")) >= 1
+    });
     let mut renumbered = 0;
     for kill in 0..20 {
         child.kill().unwrap();
@@ -436,7 +444,9 @@ fn one_daemon_per_run_dir_and_restarts_say_resume_or_fresh() {
         &["--duration", "6", "--report", json.to_str().unwrap()],
         Stdio::piped(),
     );
-    std::thread::sleep(Duration::from_secs(2));
+    wait_until("the first daemon's lock", Duration::from_secs(60), || {
+        daemon_holds(&run)
+    });
     // A second daemon on the same run directory: refused, naming the first.
     let second = imago(&[
         "daemon",

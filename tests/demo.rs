@@ -185,8 +185,10 @@ fn quick_demo_fine_tunes_a_policy_that_follows_image_and_instruction() {
         rejected["episodes"].as_u64().unwrap()
     );
 
-    // Certified acceleration of the fine-tuned policy: the chosen variant's failure
-    // rate among episodes the policy solves is certified below the budget.
+    // Certified acceleration of the fine-tuned policy: a faster variant is certified
+    // and chosen (executing 4 actions of each chunk certified at a bound of 0.28 here,
+    // 2026-12-04; the budget of 0.5 leaves room for another machine's draws), its
+    // failure rate among episodes the policy solves certified below the budget.
     let accelerated = dir.path().join("accelerate.json");
     let output = imago(&[
         "--device",
@@ -195,7 +197,7 @@ fn quick_demo_fine_tunes_a_policy_that_follows_image_and_instruction() {
         "--ckpt",
         run_dir.join("finetuned-policy").to_str().unwrap(),
         "--budget",
-        "0.3",
+        "0.5",
         "--report",
         accelerated.to_str().unwrap(),
     ]);
@@ -214,17 +216,19 @@ fn quick_demo_fine_tunes_a_policy_that_follows_image_and_instruction() {
             "{v}"
         );
         if v["certified"].as_bool().unwrap() {
-            assert!(v["certified_bound"].as_f64().unwrap() <= 0.3, "{v}");
+            assert!(v["certified_bound"].as_f64().unwrap() <= 0.5, "{v}");
         }
     }
     let chosen = acceleration["chosen_execute_steps"].as_u64().unwrap();
     let chosen_precision = &acceleration["chosen_precision"];
-    if chosen > 1 || chosen_precision != "f32" {
-        assert!(
-            acceleration["chosen_bound"].as_f64().unwrap() <= 0.3,
-            "{acceleration}"
-        );
-    }
+    assert!(
+        chosen > 1 || chosen_precision != "f32",
+        "nothing faster than the reference was certified: {acceleration}"
+    );
+    assert!(
+        acceleration["chosen_bound"].as_f64().unwrap() <= 0.5,
+        "{acceleration}"
+    );
     // An f32 variant runs the reference's forward pass, k times less often.
     if chosen > 1 && chosen_precision == "f32" {
         assert_eq!(

@@ -10,7 +10,7 @@ use std::path::Path;
 use std::process::{Child, Command};
 use std::time::Duration;
 
-use common::{free_port, spawn};
+use common::{episodes_in, free_port, spawn, wait_until};
 use imago_runtime::store::replay::read_replay;
 
 fn learner(config: &str, run: &Path, port: u16, key: &str, extra: &[&str]) -> Child {
@@ -88,13 +88,29 @@ fn every_episode_of_every_actor_reaches_the_learner_once_through_crashes_of_both
         .map(|id| actor(config, dir.path(), id, port, &key, "30"))
         .collect();
     let mut doomed = actor(config, dir.path(), "a2", port, &key, "30");
-    std::thread::sleep(Duration::from_secs(10));
-    // An actor dies without a word and comes back on its own run directory.
+    let replay_of = |id: &str| dir.path().join(id).join("replay");
+    wait_until(
+        "an episode from every actor at the learner",
+        Duration::from_secs(120),
+        || {
+            ["a0", "a1", "a2"]
+                .iter()
+                .all(|id| episodes_in(&replay_of(id)) >= 1)
+                && episodes_in(&run.join("replay")) >= 1
+        },
+    );
+    // An actor dies without a word, stays away for 2 s, and comes back on its own
+    // run directory.
     doomed.kill().unwrap();
     doomed.wait().unwrap();
+    let before_crash = episodes_in(&replay_of("a2"));
     std::thread::sleep(Duration::from_secs(2));
     let back = actor(config, dir.path(), "a2", port, &key, "16");
-    std::thread::sleep(Duration::from_secs(6));
+    wait_until(
+        "an episode from the restarted actor",
+        Duration::from_secs(90),
+        || episodes_in(&replay_of("a2")) > before_crash,
+    );
     // So does the learner, which resumes its run.
     let mut first_learner = first_learner;
     first_learner.kill().unwrap();

@@ -11,6 +11,7 @@ use burn::tensor::activation::{gelu, sigmoid};
 use serde::{Deserialize, Serialize};
 
 use crate::flow::{euler_sample, time_features};
+use crate::precision::cast_to;
 use crate::vision::ComputePath;
 
 /// Which head a policy predicts its action chunk with.
@@ -197,6 +198,53 @@ pub enum ActionHead<B: Backend> {
     Gaussian(GaussianHead<B>),
     /// See [`FlowHead`].
     Flow(FlowHead<B>),
+}
+
+impl<B: Backend> ActionHead<B> {
+    /// The chunk distribution of a Gaussian head reading `summary` `[batch, d]`, its
+    /// means measured from `origin` `[batch, A]`; `None` for a flow head.
+    pub fn gaussian(
+        &self,
+        summary: Tensor<B, 2>,
+        origin: Tensor<B, 2>,
+    ) -> Option<GaussianChunk<B>> {
+        match self {
+            Self::Gaussian(head) => Some(head.forward(summary, origin)),
+            Self::Flow(_) => None,
+        }
+    }
+
+    /// Action chunks `[batch, K, A]` read from `summary` `[batch, d]`, measured from
+    /// `origin` `[batch, A]`, in `summary`'s float type. Without noise: the Gaussian's
+    /// mean, or the flow integrated from zero noise in `flow_steps` Euler steps
+    /// (deterministic). With `noise` `[batch, K, A]` (standard normal): a sample,
+    /// `mean + std * noise` or the flow integrated from it.
+    pub fn act(
+        &self,
+        summary: Tensor<B, 2>,
+        origin: Tensor<B, 2>,
+        noise: Option<Tensor<B, 3>>,
+        flow_steps: usize,
+    ) -> Tensor<B, 3> {
+        let dtype = summary.dtype();
+        match self {
+            Self::Gaussian(head) => {
+                let chunk = head.forward(summary, origin);
+                match noise {
+                    Some(noise) => chunk.mean + chunk.log_std.exp() * cast_to(noise, dtype),
+                    None => chunk.mean,
+                }
+            }
+            Self::Flow(head) => {
+                let [batch, _] = summary.dims();
+                let device = summary.device();
+                let start = noise
+                    .map(|n| cast_to(n.reshape([batch, head.width()]), dtype))
+                    .unwrap_or_else(|| Tensor::zeros([batch, head.width()], (&device, dtype)));
+                head.sample(summary, start, flow_steps) + origin.unsqueeze_dim::<3>(1)
+            }
+        }
+    }
 }
 
 #[cfg(test)]

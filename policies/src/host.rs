@@ -304,6 +304,7 @@ impl HostPolicy {
         let grid = self.image_size / self.patch_size;
         let patches = grid * grid;
         let seq = 2 + words + patches;
+        let pad = input.token_padding(patches);
 
         // Word tokens (rows 2.. of the sequence) and the instruction, their weighted mean.
         let tokens = sized(&mut scratch.tokens, seq * d);
@@ -407,7 +408,7 @@ impl HostPolicy {
         for (i, layer) in self.layers.iter().enumerate() {
             // Only the readout token's output is read after the last layer.
             let queries = if i == last { 1 } else { seq };
-            layer.forward(seq, queries, input.pad, d, scratch);
+            layer.forward(seq, queries, &pad, d, scratch);
         }
 
         let tokens = &scratch.tokens;
@@ -514,7 +515,7 @@ pub(crate) mod tests {
     ) -> f32 {
         let device = Default::default();
         let host = HostPolicy::of(policy).expect("a Gaussian head");
-        let mut batch = PolicyBatch::new(config);
+        let mut batch = PolicyBatch::new(&config.input_spec());
         for observation in observations {
             batch.push(observation).unwrap();
         }

@@ -5,7 +5,7 @@ use burn::tensor::DType;
 use imago_robots::Observation;
 use thiserror::Error;
 
-use crate::model::VlaPolicyConfig;
+use crate::input_spec::{CameraInput, InputSpec};
 use crate::precision::cast_to;
 use crate::tokenizer::{TokenizerError, WordTokenizer};
 
@@ -56,25 +56,31 @@ pub enum PolicyInputError {
     Instruction(#[from] TokenizerError),
 }
 
-/// The tensors a [`crate::VlaPolicy`] consumes.
+/// The instruction's tensors.
+#[derive(Debug, Clone)]
+pub struct InstructionInput<B: Backend> {
+    /// Word ids, `[batch, words]`.
+    pub words: Tensor<B, 2, Int>,
+    /// Weight of each word in the instruction's mean, `[batch, words]` (`1 / words`
+    /// for words, 0 for padding).
+    pub weights: Tensor<B, 2>,
+    /// Which words are padding, `[batch, words]` (`true` = padding).
+    pub padding: Tensor<B, 2, Bool>,
+}
+
+/// The tensors a policy or world model consumes, as its [`InputSpec`] describes them.
 #[derive(Debug, Clone)]
 pub struct PolicyInput<B: Backend> {
-    /// Frames as pixel rows, `[batch, size * size, 3]` (row-major pixels, RGB), values
-    /// in `[0, 1]`.
-    pub images: Tensor<B, 3>,
-    /// Instruction word ids, `[batch, max_words]`.
-    pub words: Tensor<B, 2, Int>,
-    /// Weight of each instruction word in the instruction's mean, `[batch, max_words]`
-    /// (`1 / words` for words, 0 for padding).
-    pub word_weights: Tensor<B, 2>,
-    /// Padding mask of the whole token sequence, `[batch, tokens]` (`true` = padding).
-    pub pad_mask: Tensor<B, 2, Bool>,
-    /// The proprioception entries the policy reads (`proprio_inputs`),
-    /// `[batch, inputs]`.
+    /// Frames as pixel rows, `[batch, side * side, 3]` (row-major pixels, RGB), values
+    /// in `[0, 1]`; `None` when the spec reads no camera.
+    pub images: Option<Tensor<B, 3>>,
+    /// The instruction; `None` when the spec does not read it.
+    pub instruction: Option<InstructionInput<B>>,
+    /// The proprioception entries the spec reads (`state`), `[batch, inputs]`.
     pub proprio: Tensor<B, 2>,
     /// Where each action is measured from, in units of the action limit, `[batch, A]`:
-    /// the robot's current commanded position for a policy with an `action_origin`,
-    /// zeros for absolute actions. The policy's chunks are this plus what its head
+    /// the robot's current commanded position for a spec with an `action_origin`,
+    /// zeros for absolute actions. A policy's chunks are this plus what its head
     /// predicts.
     pub action_origin: Tensor<B, 2>,
 }
@@ -84,61 +90,94 @@ impl<B: Backend> PolicyInput<B> {
     /// [`crate::Precision`]); no work for tensors already in it.
     pub fn cast(self, dtype: DType) -> Self {
         Self {
-            images: cast_to(self.images, dtype),
-            words: self.words,
-            word_weights: cast_to(self.word_weights, dtype),
-            pad_mask: self.pad_mask,
+            images: self.images.map(|images| cast_to(images, dtype)),
+            instruction: self.instruction.map(|i| InstructionInput {
+                weights: cast_to(i.weights, dtype),
+                ..i
+            }),
             proprio: cast_to(self.proprio, dtype),
             action_origin: cast_to(self.action_origin, dtype),
         }
+    }
+
+    /// The frames, for a model whose spec reads a camera (its batches always carry
+    /// them: [`PolicyBatch::push`] refuses an observation without one).
+    pub fn frames(&self) -> Tensor<B, 3> {
+        self.images
+            .clone()
+            .expect("a spec with a camera builds batches with frames")
+    }
+
+    /// The instruction, for a model whose spec reads it (its batches always carry it).
+    pub fn words(&self) -> InstructionInput<B> {
+        self.instruction
+            .clone()
+            .expect("a spec with instruction words builds batches with them")
     }
 }
 
 /// One observation of a [`PolicyBatch`], as the host forward reads it.
 pub(crate) struct BatchRow<'a> {
-    /// `[size * size * 3]`, in `[0, 1]`.
+    /// `[side * side * 3]`, in `[0, 1]`; empty without a camera.
     pub images: &'a [f32],
-    /// `[max_words]`.
+    /// `[words]`; empty without an instruction.
     pub words: &'a [i64],
-    /// `[max_words]`.
+    /// `[words]`.
     pub word_weights: &'a [f32],
-    /// `[tokens]`, `true` = padding.
-    pub pad: &'a [bool],
+    /// `[words]`, `true` = padding.
+    pub word_pad: &'a [bool],
     /// `[inputs]`.
     pub proprio: &'a [f32],
     /// `[A]`.
     pub action_origin: &'a [f32],
 }
 
+impl BatchRow<'_> {
+    /// The padding of the VLA's token sequence (readout, proprioception, the words,
+    /// `patches` patches; `true` = padding): only words pad.
+    pub fn token_padding(&self, patches: usize) -> Vec<bool> {
+        let mut pad = Vec::with_capacity(2 + self.word_pad.len() + patches);
+        pad.extend([false, false]);
+        pad.extend_from_slice(self.word_pad);
+        pad.extend(std::iter::repeat_n(false, patches));
+        pad
+    }
+}
+
 /// Host-side buffers of a batch of observations, filled one observation at a time
 /// and turned into tensors in one transfer.
 #[derive(Debug, Clone)]
 pub struct PolicyBatch {
-    config: VlaPolicyConfig,
-    tokenizer: WordTokenizer,
+    spec: InputSpec,
+    tokenizer: Option<WordTokenizer>,
     images: Vec<f32>,
     words: Vec<i64>,
     word_weights: Vec<f32>,
-    pad: Vec<bool>,
+    word_pad: Vec<bool>,
     proprio: Vec<f32>,
     action_origin: Vec<f32>,
     len: usize,
 }
 
 impl PolicyBatch {
-    /// An empty batch for a policy with `config`.
-    pub fn new(config: &VlaPolicyConfig) -> Self {
+    /// An empty batch for a model reading `spec`.
+    pub fn new(spec: &InputSpec) -> Self {
         Self {
-            config: config.clone(),
-            tokenizer: WordTokenizer::new(config.max_words),
+            spec: spec.clone(),
+            tokenizer: spec.instruction_words.map(WordTokenizer::new),
             images: Vec::new(),
             words: Vec::new(),
             word_weights: Vec::new(),
-            pad: Vec::new(),
+            word_pad: Vec::new(),
             proprio: Vec::new(),
             action_origin: Vec::new(),
             len: 0,
         }
+    }
+
+    /// What the batch reads from each observation.
+    pub fn spec(&self) -> &InputSpec {
+        &self.spec
     }
 
     /// Number of observations pushed.
@@ -156,7 +195,7 @@ impl PolicyBatch {
         self.images.clear();
         self.words.clear();
         self.word_weights.clear();
-        self.pad.clear();
+        self.word_pad.clear();
         self.proprio.clear();
         self.action_origin.clear();
         self.len = 0;
@@ -164,30 +203,14 @@ impl PolicyBatch {
 
     /// Appends one observation; on error the batch is unchanged.
     pub fn push(&mut self, observation: &Observation) -> Result<(), PolicyInputError> {
-        let pool = self.config.frame_pool.max(1);
-        let size = self.config.image_size * pool;
-        let image = observation
-            .image
-            .as_ref()
-            .ok_or(PolicyInputError::MissingImage)?;
-        if image.width as usize != size || image.height as usize != size {
-            return Err(PolicyInputError::ImageSize {
-                got_w: image.width,
-                got_h: image.height,
-                want: size,
-            });
-        }
-        if image.rgb.len() != size * size * 3 {
-            return Err(PolicyInputError::ImageBytes {
-                width: image.width,
-                height: image.height,
-                bytes: image.rgb.len(),
-            });
-        }
-        if observation.proprio.len() != self.config.proprio_dim {
+        let frame = match self.spec.camera() {
+            Some(camera) => Some((camera, checked_frame(observation, camera)?)),
+            None => None,
+        };
+        if observation.proprio.len() != self.spec.proprio_dim {
             return Err(PolicyInputError::ProprioDim {
                 got: observation.proprio.len(),
-                want: self.config.proprio_dim,
+                want: self.spec.proprio_dim,
             });
         }
         if let Some((index, &value)) = observation
@@ -198,87 +221,126 @@ impl PolicyBatch {
         {
             return Err(PolicyInputError::NonFinite { index, value });
         }
-        let (ids, word_pad) = self.tokenizer.encode_padded(&observation.instruction)?;
+        let words = match &self.tokenizer {
+            Some(tokenizer) => Some(tokenizer.encode_padded(&observation.instruction)?),
+            None => None,
+        };
 
-        if pool == 1 {
-            self.images
-                .extend(image.rgb.iter().map(|&v| v as f32 / 255.0));
-        } else {
-            self.images.extend(pooled_pixels(&image.rgb, size, pool));
+        if let Some((camera, rgb)) = frame {
+            if camera.pool <= 1 {
+                self.images.extend(rgb.iter().map(|&v| v as f32 / 255.0));
+            } else {
+                let side = camera.recorded_side();
+                self.images.extend(pooled_pixels(rgb, side, camera.pool));
+            }
         }
-        self.words.extend(ids.iter().map(|&id| id as i64));
-        let count = word_pad.iter().filter(|&&p| !p).count() as f32;
-        self.word_weights
-            .extend(word_pad.iter().map(|&p| if p { 0.0 } else { 1.0 / count }));
-        self.pad.extend([false, false]);
-        self.pad.extend(word_pad);
-        self.pad
-            .extend(std::iter::repeat_n(false, self.config.patch_count()));
-        self.proprio.extend(
-            self.config
-                .proprio_inputs
-                .iter()
-                .map(|&i| observation.proprio[i]),
-        );
-        match &self.config.action_origin {
+        if let Some((ids, word_pad)) = words {
+            self.words.extend(ids.iter().map(|&id| id as i64));
+            let count = word_pad.iter().filter(|&&p| !p).count() as f32;
+            self.word_weights
+                .extend(word_pad.iter().map(|&p| if p { 0.0 } else { 1.0 / count }));
+            self.word_pad.extend(word_pad);
+        }
+        self.proprio
+            .extend(self.spec.state.iter().map(|&i| observation.proprio[i]));
+        match &self.spec.action_origin {
             Some(origin) => self.action_origin.extend(
                 origin
                     .iter()
-                    .zip(&self.config.action_limit)
+                    .zip(&self.spec.action_limit)
                     .map(|(&i, &limit)| observation.proprio[i] / limit),
             ),
             None => self
                 .action_origin
-                .extend(std::iter::repeat_n(0.0, self.config.action_dim())),
+                .extend(std::iter::repeat_n(0.0, self.spec.action_dim())),
         }
         self.len += 1;
         Ok(())
     }
 
+    /// Pixels per frame read (`side * side * 3`), 0 without a camera.
+    fn frame_values(&self) -> usize {
+        self.spec.camera().map_or(0, |c| c.side * c.side * 3)
+    }
+
+    /// Instruction words read, 0 without an instruction.
+    fn word_count(&self) -> usize {
+        self.spec.instruction_words.unwrap_or(0)
+    }
+
     /// Observation `i` (pushed earlier) as host slices.
     pub(crate) fn row(&self, i: usize) -> BatchRow<'_> {
-        let c = &self.config;
         let slice = |len: usize| i * len..(i + 1) * len;
+        let words = self.word_count();
         BatchRow {
-            images: &self.images[slice(c.image_size * c.image_size * 3)],
-            words: &self.words[slice(c.max_words)],
-            word_weights: &self.word_weights[slice(c.max_words)],
-            pad: &self.pad[slice(c.token_count())],
-            proprio: &self.proprio[slice(c.proprio_inputs.len())],
-            action_origin: &self.action_origin[slice(c.action_dim())],
+            images: &self.images[slice(self.frame_values())],
+            words: &self.words[slice(words)],
+            word_weights: &self.word_weights[slice(words)],
+            word_pad: &self.word_pad[slice(words)],
+            proprio: &self.proprio[slice(self.spec.state.len())],
+            action_origin: &self.action_origin[slice(self.spec.action_dim())],
         }
     }
 
-    /// The batch as tensors on `device` (images at the policy's `image_size`).
+    /// The batch as tensors on `device` (frames at the side the spec reads).
     pub fn to_input<B: Backend>(&self, device: &B::Device) -> PolicyInput<B> {
-        let (n, size) = (self.len, self.config.image_size);
+        let n = self.len;
+        let words = self.word_count();
         PolicyInput {
-            images: Tensor::from_data(
-                TensorData::new(self.images.clone(), [n, size * size, 3]),
-                device,
-            ),
-            words: Tensor::from_data(
-                TensorData::new(self.words.clone(), [n, self.config.max_words]),
-                device,
-            ),
-            word_weights: Tensor::from_data(
-                TensorData::new(self.word_weights.clone(), [n, self.config.max_words]),
-                device,
-            ),
-            pad_mask: Tensor::from_data(
-                TensorData::new(self.pad.clone(), [n, self.config.token_count()]),
-                device,
-            ),
+            images: self.spec.camera().map(|camera| {
+                Tensor::from_data(
+                    TensorData::new(self.images.clone(), [n, camera.side * camera.side, 3]),
+                    device,
+                )
+            }),
+            instruction: self.spec.instruction_words.map(|_| InstructionInput {
+                words: Tensor::from_data(TensorData::new(self.words.clone(), [n, words]), device),
+                weights: Tensor::from_data(
+                    TensorData::new(self.word_weights.clone(), [n, words]),
+                    device,
+                ),
+                padding: Tensor::from_data(
+                    TensorData::new(self.word_pad.clone(), [n, words]),
+                    device,
+                ),
+            }),
             proprio: Tensor::from_data(
-                TensorData::new(self.proprio.clone(), [n, self.config.proprio_inputs.len()]),
+                TensorData::new(self.proprio.clone(), [n, self.spec.state.len()]),
                 device,
             ),
             action_origin: Tensor::from_data(
-                TensorData::new(self.action_origin.clone(), [n, self.config.action_dim()]),
+                TensorData::new(self.action_origin.clone(), [n, self.spec.action_dim()]),
                 device,
             ),
         }
     }
+}
+
+/// `observation`'s frame, checked against what `camera` reads.
+fn checked_frame<'a>(
+    observation: &'a Observation,
+    camera: &CameraInput,
+) -> Result<&'a [u8], PolicyInputError> {
+    let size = camera.recorded_side();
+    let image = observation
+        .image
+        .as_ref()
+        .ok_or(PolicyInputError::MissingImage)?;
+    if image.width as usize != size || image.height as usize != size {
+        return Err(PolicyInputError::ImageSize {
+            got_w: image.width,
+            got_h: image.height,
+            want: size,
+        });
+    }
+    if image.rgb.len() != size * size * 3 {
+        return Err(PolicyInputError::ImageBytes {
+            width: image.width,
+            height: image.height,
+            bytes: image.rgb.len(),
+        });
+    }
+    Ok(&image.rgb)
 }
 
 /// The `side x side` RGB frame averaged over `pool x pool` squares, scaled to [0, 1],
@@ -321,10 +383,10 @@ mod tests {
         assert!((pixels[0] - 0.2).abs() < 1e-6 && pixels[1] == 0.0);
         assert_eq!(&pixels[3..6], &[1.0, 1.0, 1.0]);
 
-        let config = VlaPolicyConfig::new(1, vec![0], vec![1.0; 2])
+        let config = crate::VlaPolicyConfig::new(1, vec![0], vec![1.0; 2])
             .with_image_size(8)
             .with_frame_pool(2);
-        let mut batch = PolicyBatch::new(&config);
+        let mut batch = PolicyBatch::new(&config.input_spec());
         let observation = |side: u32| Observation {
             image: Some(Image::filled(side, side, [255, 0, 0])),
             proprio: vec![0.5],

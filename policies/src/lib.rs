@@ -1,6 +1,9 @@
-//! Vision-language-action policies for imago and the learning rules that train them.
+//! Policies for imago and the learning rules that train them.
 //!
-//! A [`VlaPolicy`] turns a camera frame, an instruction and proprioception into a chunk
+//! [`Policy`] is the seam every caller uses ([`policy`]): an architecture reads the
+//! observation its [`InputSpec`] describes into a summary, and an action head turns
+//! that into a chunk of actions. The architectures: [`VlaPolicy`] and
+//! [`LinearPolicy`]. A [`VlaPolicy`] turns a camera frame, an instruction and proprioception into a chunk
 //! of future actions: image patches, instruction words and proprioception each become
 //! tokens, a transformer mixes them, and a head (Gaussian or flow matching) reads a
 //! chunk of `K` actions out of a dedicated readout token. [`loss`] holds the
@@ -11,6 +14,7 @@
 
 pub mod activation;
 pub mod advantage;
+mod attention;
 pub mod flow;
 pub mod gelu;
 pub mod habc;
@@ -21,9 +25,13 @@ pub mod host_linear;
 mod host_math;
 pub mod importance;
 pub mod input;
+pub mod input_spec;
+pub mod linear;
 pub mod log_density;
 pub mod loss;
 pub mod model;
+pub mod normalizer;
+pub mod policy;
 pub mod precision;
 pub mod readback;
 pub mod rows;
@@ -40,12 +48,16 @@ pub use head::{ActionHead, ActionHeadKind, FlowHead, GaussianChunk, GaussianHead
 pub use host::{HostPolicy, HostScratch};
 pub use host_linear::HostLinear;
 pub use importance::{effective_sample_size, truncated_importance_weights};
-pub use input::{PolicyBatch, PolicyInput, PolicyInputError};
+pub use input::{InstructionInput, PolicyBatch, PolicyInput, PolicyInputError};
+pub use input_spec::{CameraInput, InputSpec, MAIN_CAMERA};
+pub use linear::{LinearPolicy, LinearPolicyConfig};
 pub use log_density::first_step_log_densities;
 pub use loss::{BehaviourAnchor, ImitationTargets, gaussian_nll, imitation_loss};
 pub use model::{
     MAX_PARAMETERS, MAX_PATCHES, MAX_VECTOR, VlaPolicy, VlaPolicyConfig, validate_action_limit,
 };
+pub use normalizer::{NormalizationMode, Normalizer};
+pub use policy::{Architecture, Policy, PolicyConfig};
 pub use precision::Precision;
 pub use rows::{linear_rows, on_rows};
 pub use tokenizer::{TokenizerError, VOCABULARY, WordTokenizer};

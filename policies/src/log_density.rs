@@ -2,9 +2,8 @@
 //! gradients: what fine-tuning's importance ratios compare with the density the acting
 //! policy recorded when it sampled the action.
 
-use crate::host::HostPolicy;
 use crate::input::PolicyBatch;
-use crate::model::VlaPolicy;
+use crate::policy::Policy;
 use crate::readback::values;
 use burn::prelude::*;
 
@@ -15,19 +14,20 @@ use burn::prelude::*;
 /// where the compute path says so (observations in parallel), else as a burn
 /// forward pass. `None` for a flow head.
 pub fn first_step_log_densities<B: Backend>(
-    policy: &VlaPolicy<B>,
+    policy: &Policy<B>,
     batch: &PolicyBatch,
     actions: &[f32],
+    device: &B::Device,
 ) -> Option<Vec<f32>> {
-    let device = policy.keypoint_sharpness.val().device();
-    let (mean, log_std) = if policy.compute_path.on_host::<B>(&device) {
-        HostPolicy::of(policy)?.gaussian_rows(batch)
-    } else {
-        let chunk = policy.gaussian(batch.to_input(&device))?;
-        (values(chunk.mean.detach()), values(chunk.log_std.detach()))
+    let (mean, log_std) = match policy.host_copy() {
+        Some(host) => host.gaussian_rows(batch),
+        None => {
+            let chunk = policy.gaussian(batch.to_input(device))?;
+            (values(chunk.mean.detach()), values(chunk.log_std.detach()))
+        }
     };
-    let width = policy.chunk_len * policy.action_dim;
-    let a = policy.action_dim;
+    let (k, a) = policy.chunk_shape();
+    let width = k * a;
     Some(
         (0..batch.len())
             .map(|row| {
@@ -73,7 +73,7 @@ mod tests {
         let device = Default::default();
         let mut robot = Reacher2d::default();
         let config = VlaPolicyConfig::for_robot(robot.spec()).unwrap();
-        let mut batch = PolicyBatch::new(&config);
+        let mut batch = PolicyBatch::new(&config.input_spec());
         for seed in 0..5 {
             batch.push(&robot.reset(seed)).unwrap();
         }
@@ -81,14 +81,15 @@ mod tests {
         let actions: Vec<f32> = (0..5 * k * a)
             .map(|i| ((i * 5) % 9) as f32 / 9.0 - 0.4)
             .collect();
-        let policy = config.init::<Flex>(&device);
-        let host = first_step_log_densities(&policy, &batch, &actions).unwrap();
-        let tensors = first_step_log_densities(
-            &policy.clone().with_compute_path(ComputePath::Tensors),
-            &batch,
-            &actions,
-        )
-        .unwrap();
+        let policy = Policy::Vla(config.init::<Flex>(&device));
+        assert!(
+            policy.host_path().is_some(),
+            "flex runs the VLA on the host"
+        );
+        let host = first_step_log_densities(&policy, &batch, &actions, &device).unwrap();
+        let through_burn = policy.clone().with_compute_path(ComputePath::Tensors);
+        assert!(through_burn.host_path().is_none());
+        let tensors = first_step_log_densities(&through_burn, &batch, &actions, &device).unwrap();
         // burn's own log_prob of the same chunk, first step.
         let chunk = policy.gaussian(batch.to_input(&device)).unwrap();
         let target =
@@ -105,7 +106,7 @@ mod tests {
                 "tensors {t}, burn {r}"
             );
         }
-        let flow = config.with_head(ActionHeadKind::Flow).init::<Flex>(&device);
-        assert!(first_step_log_densities(&flow, &batch, &actions).is_none());
+        let flow = Policy::Vla(config.with_head(ActionHeadKind::Flow).init::<Flex>(&device));
+        assert!(first_step_log_densities(&flow, &batch, &actions, &device).is_none());
     }
 }

@@ -9,7 +9,7 @@ use crate::flow::flow_path;
 use crate::head::{ActionHead, GaussianChunk};
 use crate::host_gradient::host_imitation_loss;
 use crate::input::PolicyInput;
-use crate::model::VlaPolicy;
+use crate::policy::Policy;
 
 /// Mean Gaussian negative log-likelihood (without the constant) of `target`
 /// `[batch, K, A]` under `chunk`, each chunk step weighted by `weights` `[batch, K]`
@@ -57,7 +57,7 @@ impl<B: Backend> ImitationTargets<B> {
 #[derive(Debug)]
 pub struct BehaviourAnchor<'a, B: Backend> {
     /// The policy that collected the data; never updated by this loss.
-    pub policy: &'a VlaPolicy<B>,
+    pub policy: &'a Policy<B>,
     /// Weight of the regulariser.
     pub weight: f64,
 }
@@ -81,29 +81,29 @@ impl<B: Backend> Copy for BehaviourAnchor<'_, B> {}
 /// compute path says so (burn's CPU backends, by default) and the device records
 /// gradients (`crate::host_gradient`); the result is the same up to float rounding.
 pub fn imitation_loss<B: Backend>(
-    policy: &VlaPolicy<B>,
+    policy: &Policy<B>,
     input: PolicyInput<B>,
     targets: &ImitationTargets<B>,
     anchor: Option<BehaviourAnchor<'_, B>>,
 ) -> Tensor<B, 1> {
-    if let ActionHead::Gaussian(head) = policy.head() {
-        let device = policy.keypoint_sharpness.val().device();
-        if policy.compute_path.on_host::<B>(&device) && B::ad_enabled(&device) {
-            return host_imitation_loss(
-                policy,
-                head,
-                input,
-                targets.actions.clone(),
-                targets.step_weights(),
-            );
-        }
+    if let Some(vla) = policy.host_path()
+        && let ActionHead::Gaussian(head) = vla.head()
+        && B::ad_enabled(&targets.actions.device())
+    {
+        return host_imitation_loss(
+            vla,
+            head,
+            input,
+            targets.actions.clone(),
+            targets.step_weights(),
+        );
     }
     tensor_imitation_loss(policy, input, targets, anchor)
 }
 
 /// [`imitation_loss`] as burn tensor operations, whatever the backend.
 pub(crate) fn tensor_imitation_loss<B: Backend>(
-    policy: &VlaPolicy<B>,
+    policy: &Policy<B>,
     input: PolicyInput<B>,
     targets: &ImitationTargets<B>,
     anchor: Option<BehaviourAnchor<'_, B>>,

@@ -3,20 +3,20 @@
 
 use burn::module::Param;
 use burn::nn::Initializer;
-use burn::nn::attention::MultiHeadAttention;
 use burn::nn::transformer::{TransformerEncoder, TransformerEncoderConfig};
 use burn::nn::{Embedding, EmbeddingConfig, LayerNorm, LayerNormConfig, Linear, LinearConfig};
 use burn::prelude::*;
 use burn::tensor::DType;
-use burn::tensor::activation::softmax;
 
 use imago_robots::RobotSpec;
 use imago_robots::bounds::{ConfigError, in_range, length_in_range};
 
 use crate::activation::StemActivation;
+use crate::attention::{padding_bias, self_attention, token_padding};
 use crate::gelu::gelu;
 use crate::head::{ActionHead, ActionHeadKind, FlowHead, GaussianChunk, GaussianHead};
 use crate::input::PolicyInput;
+use crate::input_spec::{CameraInput, InputSpec, MAIN_CAMERA, entries_of_proprio};
 use crate::precision::{Precision, cast_parameters, cast_to};
 use crate::tokenizer::VOCABULARY;
 use crate::vision::{ComputePath, StemReading};
@@ -168,6 +168,24 @@ impl VlaPolicyConfig {
         self.action_limit.len()
     }
 
+    /// What the policy reads: the robot's camera at `image_size` (its frames averaged
+    /// down by `frame_pool`), `max_words` instruction words and the `proprio_inputs`.
+    pub fn input_spec(&self) -> InputSpec {
+        InputSpec {
+            proprio_dim: self.proprio_dim,
+            state: self.proprio_inputs.clone(),
+            cameras: vec![CameraInput {
+                name: MAIN_CAMERA.to_string(),
+                side: self.image_size,
+                pool: self.frame_pool,
+            }],
+            instruction_words: Some(self.max_words),
+            history: 1,
+            action_limit: self.action_limit.clone(),
+            action_origin: self.action_origin.clone(),
+        }
+    }
+
     /// Number of image patches (tokens) per frame.
     pub fn patch_count(&self) -> usize {
         (self.image_size / self.patch_size).pow(2)
@@ -214,7 +232,7 @@ impl VlaPolicyConfig {
     pub fn validate(&self) -> Result<(), ConfigError> {
         in_range("proprio_dim", self.proprio_dim, 1..=MAX_VECTOR)?;
         length_in_range("proprio_inputs", &self.proprio_inputs, 1..=self.proprio_dim)?;
-        proprio_entries("proprio_inputs", &self.proprio_inputs, self.proprio_dim)?;
+        entries_of_proprio("proprio_inputs", &self.proprio_inputs, self.proprio_dim)?;
         validate_action_limit(&self.action_limit)?;
         if let Some(origin) = &self.action_origin {
             if origin.len() != self.action_dim() {
@@ -227,7 +245,7 @@ impl VlaPolicyConfig {
                     ),
                 ));
             }
-            proprio_entries("action_origin", origin, self.proprio_dim)?;
+            entries_of_proprio("action_origin", origin, self.proprio_dim)?;
         }
         in_range("image_size", self.image_size, 8..=512)?;
         in_range("frame_pool", self.frame_pool, 1..=64)?;
@@ -340,19 +358,6 @@ pub const MAX_PATCHES: usize = 1024;
 /// config, or a damaged checkpoint's config, can make imago allocate.
 pub const MAX_PARAMETERS: usize = 100_000_000;
 
-/// Checks that every index in `indices` (the config key `key`) names one of the
-/// `proprio_dim` proprioception entries.
-fn proprio_entries(key: &str, indices: &[usize], proprio_dim: usize) -> Result<(), ConfigError> {
-    match indices.iter().find(|&&i| i >= proprio_dim) {
-        Some(i) => Err(ConfigError::new(
-            key,
-            indices,
-            format!("names entry {i}, but proprioception has {proprio_dim} entries"),
-        )),
-        None => Ok(()),
-    }
-}
-
 /// The vision-language-action policy; see the crate documentation.
 #[derive(Module, Debug)]
 pub struct VlaPolicy<B: Backend> {
@@ -433,41 +438,17 @@ impl<B: Backend> VlaPolicy<B> {
     /// The chunk distribution of a Gaussian-head policy, its means measured from the
     /// input's action origin; `None` for a flow head.
     pub fn gaussian(&self, input: PolicyInput<B>) -> Option<GaussianChunk<B>> {
-        match &self.head {
-            ActionHead::Gaussian(head) => {
-                let origin = cast_to(input.action_origin.clone(), self.precision.dtype());
-                Some(head.forward(self.summary(input), origin))
-            }
-            ActionHead::Flow(_) => None,
-        }
+        let origin = cast_to(input.action_origin.clone(), self.precision.dtype());
+        self.head.gaussian(self.summary(input), origin)
     }
 
-    /// Action chunks `[batch, K, A]` in units of the action limit. Without noise: the
-    /// Gaussian's mean, or the flow integrated from zero noise (deterministic, for
-    /// evaluation and deployment). With `noise` `[batch, K, A]` (standard normal): a
-    /// sample, `mean + std * noise` or the flow integrated from it (exploration).
-    /// Either is measured from the input's action origin.
+    /// Action chunks `[batch, K, A]` in units of the action limit
+    /// ([`ActionHead::act`]), measured from the input's action origin, as `f32`.
     pub fn act(&self, input: PolicyInput<B>, noise: Option<Tensor<B, 3>>) -> Tensor<B, 3> {
-        let batch = input.proprio.dims()[0];
-        let device = input.proprio.device();
-        let dtype = self.precision.dtype();
-        let origin = cast_to(input.action_origin.clone(), dtype);
-        let summary = self.summary(input);
-        let chunk = match &self.head {
-            ActionHead::Gaussian(head) => {
-                let chunk = head.forward(summary, origin);
-                match noise {
-                    Some(noise) => chunk.mean + chunk.log_std.exp() * cast_to(noise, dtype),
-                    None => chunk.mean,
-                }
-            }
-            ActionHead::Flow(head) => {
-                let start = noise
-                    .map(|n| cast_to(n.reshape([batch, head.width()]), dtype))
-                    .unwrap_or_else(|| Tensor::zeros([batch, head.width()], (&device, dtype)));
-                head.sample(summary, start, self.flow_steps) + origin.unsqueeze_dim::<3>(1)
-            }
-        };
+        let origin = cast_to(input.action_origin.clone(), self.precision.dtype());
+        let chunk = self
+            .head
+            .act(self.summary(input), origin, noise, self.flow_steps);
         cast_to(chunk, DType::F32)
     }
 
@@ -475,16 +456,16 @@ impl<B: Backend> VlaPolicy<B> {
     /// the image, the instruction and the proprioception.
     pub fn summary(&self, input: PolicyInput<B>) -> Tensor<B, 2> {
         let input = input.cast(self.precision.dtype());
-        let device = input.images.device();
-        let [batch, pixels, _] = input.images.dims();
+        let (images, said) = (input.frames(), input.words());
+        let device = images.device();
+        let [batch, pixels, _] = images.dims();
         let size = self.image_size;
         let grid = size / self.patch_size;
-        let [_, words] = input.words.dims();
+        let [_, words] = said.words.dims();
         let word_ids = Tensor::<B, 1, Int>::arange(0..words as i64, &device).reshape([1, words]);
         let word_tokens =
-            self.word_embed.forward(input.words) + self.word_position.forward(word_ids);
-        let instruction =
-            (word_tokens.clone() * input.word_weights.unsqueeze_dim::<3>(2)).sum_dim(1);
+            self.word_embed.forward(said.words) + self.word_position.forward(word_ids);
+        let instruction = (word_tokens.clone() * said.weights.unsqueeze_dim::<3>(2)).sum_dim(1);
         let d = instruction.dims()[2];
 
         // A per-pixel stem (1x1 convolution) maps colours to features; its channels are
@@ -503,7 +484,7 @@ impl<B: Backend> VlaPolicy<B> {
         let sharpness = self.keypoint_sharpness.val().reshape([1, 1, channels]);
         debug_assert_eq!(pixels, size * size);
         let (keypoints, stem_means) = StemReading {
-            pixels: input.images,
+            pixels: images,
             stem: &self.stem,
             activation: self.stem_activation,
             scale: gain.clone() * sharpness,
@@ -541,7 +522,7 @@ impl<B: Backend> VlaPolicy<B> {
         let tokens = Tensor::cat(vec![readout, proprio_token, word_tokens, patch_tokens], 1)
             + self.token_type.forward(type_ids);
 
-        let encoded = self.encode(tokens, input.pad_mask);
+        let encoded = self.encode(tokens, token_padding(said.padding, grid * grid));
         self.readout_norm
             .forward(encoded.narrow(1, 0, 1).reshape([batch, d]))
     }
@@ -572,56 +553,6 @@ impl<B: Backend> VlaPolicy<B> {
             x + layer.pwff.linear_outer.forward(inner)
         })
     }
-}
-
-/// burn's `MultiHeadAttention::forward` for self-attention without dropout (the
-/// policy's layers have none), with the padded keys' scores lowered by adding `bias`
-/// (`[B, H, T, T]`, [`padding_bias`]) instead of burn's `mask_fill` of a broadcast mask:
-/// on burn-flex that fill, forward and backward, took its generic strided path, most
-/// of the 10% of the cloning step spent there (docs/performance.md). A padded key's
-/// weight is 0 either way (`exp(-1e4)` underflows), so the values are burn's.
-fn self_attention<B: Backend>(
-    mha: &MultiHeadAttention<B>,
-    x: Tensor<B, 3>,
-    bias: &Tensor<B, 4>,
-) -> Tensor<B, 3> {
-    let [batch, tokens, d_model] = x.dims();
-    let heads = |linear: &Linear<B>| {
-        linear
-            .forward(x.clone())
-            .reshape([batch, tokens, mha.n_heads, mha.d_k])
-            .swap_dims(1, 2)
-    };
-    let (query, key, value) = (heads(&mha.query), heads(&mha.key), heads(&mha.value));
-    let scores = query
-        .matmul(key.transpose())
-        .div_scalar((mha.d_k as f32).sqrt())
-        + bias.clone();
-    let context = softmax(scores, 3)
-        .matmul(value)
-        .swap_dims(1, 2)
-        .reshape([batch, tokens, d_model]);
-    mha.output.forward(context)
-}
-
-/// `min_float` where a key is padding and 0 elsewhere, `[B, heads, T, T]` and
-/// contiguous (`repeat_dim` copies), so that adding it to the attention scores is one
-/// elementwise pass. Built on the device from the `[B, T]` mask: no read back, which on
-/// a GPU would wait for the device on every forward pass. `(device, dtype)` are the
-/// tokens' (under burn's `Dispatch` a boolean tensor's device does not say whether the
-/// model's tensors carry autodiff).
-fn padding_bias<B: Backend>(
-    pad_mask: Tensor<B, 2, Bool>,
-    heads: usize,
-    min_float: f64,
-    (device, dtype): (&B::Device, DType),
-) -> Tensor<B, 4> {
-    let [batch, tokens] = pad_mask.dims();
-    Tensor::<B, 2>::zeros([batch, tokens], (device, dtype))
-        .mask_fill(pad_mask, min_float)
-        .reshape([batch, 1, 1, tokens])
-        .repeat_dim(1, heads)
-        .repeat_dim(2, tokens)
 }
 
 /// Number of features describing a patch centre: `(x, y)` and their sines and cosines
@@ -666,6 +597,7 @@ mod tests {
     use super::*;
     use crate::input::PolicyBatch;
     use crate::loss::{ImitationTargets, imitation_loss};
+    use crate::policy::Policy;
     use burn::backend::{Autodiff, Flex, NdArray};
     use burn::optim::{AdamConfig, GradientsParams, Optimizer};
     use imago_robots::reacher2d::Reacher2d;
@@ -686,7 +618,7 @@ mod tests {
     }
 
     fn batch_of(config: &VlaPolicyConfig, observations: &[Observation]) -> PolicyBatch {
-        let mut batch = PolicyBatch::new(config);
+        let mut batch = PolicyBatch::new(&config.input_spec());
         for obs in observations {
             batch.push(obs).unwrap();
         }
@@ -834,7 +766,7 @@ mod tests {
                     weights: None,
                 };
                 Solo::seed(&device, 11);
-                imitation_loss(&policy, input, &targets, None).into_scalar()
+                imitation_loss(&Policy::Vla(policy.clone()), input, &targets, None).into_scalar()
             };
             let shifted = chunk.clone()
                 + Tensor::<Solo, 2>::from_data(TensorData::new(origin.clone(), [3, 2]), &device)
@@ -896,7 +828,7 @@ mod tests {
 
     #[test]
     fn bad_observations_are_rejected_with_reasons() {
-        let mut batch = PolicyBatch::new(&config());
+        let mut batch = PolicyBatch::new(&config().input_spec());
         let mut obs = observations(1).remove(0);
         obs.proprio[2] = f32::NAN;
         assert!(
@@ -936,7 +868,9 @@ mod tests {
         let mut optim = AdamConfig::new().init();
         let mut losses = Vec::new();
         for _ in 0..steps {
-            let loss = imitation_loss(&policy, batch.to_input(&device), &targets, None);
+            // A clone shares the parameters' ids: the gradients are the policy's.
+            let seam = Policy::Vla(policy.clone());
+            let loss = imitation_loss(&seam, batch.to_input(&device), &targets, None);
             losses.push(loss.clone().into_scalar());
             let grads = GradientsParams::from_grads(loss.backward(), &policy);
             policy = optim.step(3e-3, policy, grads);

@@ -251,11 +251,15 @@ proptest! {
         latent in 0usize..2000,
         ensemble in 0usize..64,
     ) {
-        let policy = imago_policies::VlaPolicyConfig::new(8, vec![0, 1], vec![1.0, 1.0])
-            .with_d_model(d_model)
-            .with_n_heads(n_heads)
-            .with_n_layers(n_layers)
-            .with_d_ff(d_ff);
+        let policy = imago_policies::PolicyConfig::for_robot(
+            imago_policies::Architecture::Vla,
+            &crate::robot::RobotConfig::default().spec(),
+        )
+        .unwrap()
+        .with_stored_changes(&serde_json::json!({
+            "d_model": d_model, "n_heads": n_heads, "n_layers": n_layers, "d_ff": d_ff,
+        }))
+        .unwrap();
         if policy.validate().is_ok() {
             prop_assert!(policy.parameter_count() <= imago_policies::MAX_PARAMETERS);
             prop_assert!(n_layers <= 64 && d_model <= 2048 && d_ff >= 1);

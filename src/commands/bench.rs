@@ -185,7 +185,7 @@ pub fn run(args: BenchArgs, device: DeviceSpec) -> anyhow::Result<()> {
         BenchTarget::Policy | BenchTarget::Render | BenchTarget::Bridge => {
             let bench = bench_policy(&device, &robot, batch_size.unwrap_or(64), steps)?;
             println!(
-                "{}: training step (batch {}) p50 {:.1} ms, p90 {:.1} ms over {} steps; inference (batch 1) p50 {:.2} ms, p99 {:.2} ms",
+                "{}: training step (batch {}) p50 {:.1} ms, p90 {:.1} ms over {} steps; inference (batch 1) through burn's forward p50 {:.2} ms, p99 {:.2} ms",
                 bench.device,
                 bench.batch_size,
                 bench.train_step_p50_ms,

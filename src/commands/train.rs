@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use clap::{Args, ValueEnum};
-use imago_policies::ActionHeadKind;
+use imago_policies::{ActionHeadKind, Architecture};
 use imago_runtime::device::{DeviceSpec, resolve};
 use imago_runtime::jobs::finetune::finetune_offline;
 use imago_runtime::jobs::train::{PolicyShape, train_bc_offline};
@@ -12,7 +12,6 @@ use imago_runtime::jobs::train_world_model::train_world_model_offline;
 use imago_runtime::learn::bc::BcConfig;
 use imago_runtime::learn::finetune::{FinetuneConfig, FinetuneMethod, MAX_BATCH, MAX_STEPS};
 use imago_runtime::learn::world_model::WorldModelTrainConfig;
-use imago_runtime::store::checkpoint::POLICY_KIND;
 use imago_runtime::store::outputs::{Input, OutputKind, OutputPath};
 use imago_runtime::store::replay::ReplaySource;
 use imago_runtime::telemetry::{Telemetry, TelemetryConfig};
@@ -66,6 +65,11 @@ pub struct TrainArgs {
     /// [default: multi-step].
     #[arg(long, value_enum)]
     supervision: Option<SupervisionArg>,
+    /// Policy: the architecture of a new policy, `vla` (camera, instruction and
+    /// proprioception through a transformer) or `linear` (proprioception only)
+    /// [default: vla; with --init, the checkpoint's].
+    #[arg(long)]
+    policy: Option<Architecture>,
     /// Policy: the action-chunk head of a new policy [default: gaussian; with --init,
     /// the checkpoint's].
     #[arg(long)]
@@ -133,10 +137,11 @@ impl TrainArgs {
     /// error naming the flag and the trainers it applies to.
     fn check_flags_apply(&self) -> anyhow::Result<()> {
         use TrainTarget::{Bc, Finetune, Worldmodel};
-        let given: [(&str, bool, &[TrainTarget]); 10] = [
+        let given: [(&str, bool, &[TrainTarget]); 11] = [
             ("--family", self.family.is_some(), &[Worldmodel]),
             ("--horizon", self.horizon.is_some(), &[Worldmodel]),
             ("--supervision", self.supervision.is_some(), &[Worldmodel]),
+            ("--policy", self.policy.is_some(), &[Bc]),
             ("--head", self.head.is_some(), &[Bc]),
             ("--chunk-len", self.chunk_len.is_some(), &[Bc]),
             ("--world-model", self.world_model.is_some(), &[Finetune]),
@@ -222,6 +227,7 @@ fn train_bc(
         output(args),
         args.init.as_deref(),
         PolicyShape {
+            architecture: args.policy,
             head: args.head,
             chunk_len: args.chunk_len,
         },
@@ -304,7 +310,7 @@ fn train_finetune(
                 flag: "--config",
                 path,
             };
-            output(args).check(OutputKind::Checkpoint(POLICY_KIND), &[config_file])?;
+            output(args).check(OutputKind::PolicyCheckpoint, &[config_file])?;
             read_toml::<FinetuneConfig>(path)?
         }
         None => FinetuneConfig::default(),

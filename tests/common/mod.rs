@@ -53,6 +53,18 @@ pub fn wait_until(what: &str, timeout: Duration, mut condition: impl FnMut() -> 
     }
 }
 
+/// Finished episodes in the replay at `dir` so far (0 before it exists): what a test
+/// waits on to know a running daemon has made progress.
+pub fn episodes_in(dir: &std::path::Path) -> usize {
+    imago_runtime::store::replay::read_replay(dir).map_or(0, |c| c.episodes.len())
+}
+
+/// Whether a running `imago daemon` holds the run directory `run` (its lock file
+/// names it once the lock is taken).
+pub fn daemon_holds(run: &std::path::Path) -> bool {
+    std::fs::read_to_string(run.join("imago.lock")).is_ok_and(|holder| holder.contains("daemon"))
+}
+
 /// Standard error as text.
 pub fn stderr(output: &Output) -> String {
     String::from_utf8_lossy(&output.stderr).into_owned()

@@ -5,7 +5,8 @@ use std::str::FromStr;
 
 use burn::prelude::*;
 use imago_policies::{
-    MAX_PARAMETERS, MAX_VECTOR, VOCABULARY, VlaPolicyConfig, validate_action_limit,
+    CameraInput, InputSpec, MAIN_CAMERA, MAX_PARAMETERS, MAX_VECTOR, VOCABULARY,
+    validate_action_limit,
 };
 use imago_robots::RobotSpec;
 use imago_robots::bounds::{ConfigError, in_range};
@@ -126,18 +127,23 @@ impl WorldModelConfig {
         self.action_limit.len()
     }
 
-    /// The policy-input layout the encoder reads observations with: every
-    /// proprioception entry (velocities included: the dynamics need them).
-    pub fn input_config(&self) -> VlaPolicyConfig {
-        VlaPolicyConfig::new(
-            self.proprio_dim,
-            (0..self.proprio_dim).collect(),
-            self.action_limit.clone(),
-        )
-        .with_image_size(self.image_size)
-        .with_max_words(self.max_words)
-        .with_vocab_size(self.vocab_size)
-        .with_patch_size(self.image_size)
+    /// What the encoder reads from each observation: the camera as recorded, the
+    /// instruction, every proprioception entry (velocities included: the dynamics
+    /// need them); actions are absolute, in units of the action limit.
+    pub fn input_spec(&self) -> InputSpec {
+        InputSpec {
+            proprio_dim: self.proprio_dim,
+            state: (0..self.proprio_dim).collect(),
+            cameras: vec![CameraInput {
+                name: MAIN_CAMERA.to_string(),
+                side: self.image_size,
+                pool: 1,
+            }],
+            instruction_words: Some(self.max_words),
+            history: 1,
+            action_limit: self.action_limit.clone(),
+            action_origin: None,
+        }
     }
 
     /// Parameters the world model has (both encoders, every member, the heads),

@@ -56,12 +56,13 @@ impl WorldModelConfig {
 
 impl<B: Backend> ObservationEncoder<B> {
     /// Latents `[batch, latent_dim]` of a batch of observations (the policy-input
-    /// layout of [`WorldModelConfig::input_config`]; the padding mask is not read).
+    /// spec of [`crate::WorldModelConfig::input_spec`]; the words' padding is not read:
+    /// padded words weigh 0).
     pub fn forward(&self, input: &PolicyInput<B>) -> Tensor<B, 2> {
-        let device = input.images.device();
-        let instruction = (self.word_embed.forward(input.words.clone())
-            * input.word_weights.clone().unsqueeze_dim::<3>(2))
-        .sum_dim(1);
+        let (images, said) = (input.frames(), input.words());
+        let device = images.device();
+        let instruction =
+            (self.word_embed.forward(said.words) * said.weights.unsqueeze_dim::<3>(2)).sum_dim(1);
         let size = self.image_size.div_ceil(self.image_stride);
         let kept: Vec<i64> = (0..self.image_size)
             .step_by(self.image_stride)
@@ -72,7 +73,7 @@ impl<B: Backend> ObservationEncoder<B> {
             })
             .collect();
         let kept = Tensor::<B, 1, Int>::from_data(TensorData::new(kept, [size * size]), &device);
-        let pixels = input.images.clone().select(1, kept);
+        let pixels = images.select(1, kept);
         // FiLM's shift (the second half of `film`) cannot move a softmax over pixels:
         // only its gain reaches the keypoints.
         let channels = self.stem.weight.dims()[1];

@@ -26,7 +26,7 @@ fn observations<B: Backend>(
     n: usize,
     device: &B::Device,
 ) -> PolicyInput<B> {
-    let mut batch = PolicyBatch::new(&config.input_config());
+    let mut batch = PolicyBatch::new(&config.input_spec());
     for i in 0..n {
         let size = config.image_size as u32;
         batch

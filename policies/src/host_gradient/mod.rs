@@ -72,6 +72,7 @@ impl HostPolicy {
         let grid = self.image_size / self.patch_size;
         let patches = grid * grid;
         let seq = 2 + words + patches;
+        let pad = input.token_padding(patches);
 
         // The instruction: word tokens and their weighted mean; FiLM's gain and shift.
         let mut word_tokens = vec![0.0; words * d];
@@ -150,7 +151,7 @@ impl HostPolicy {
             .enumerate()
             .map(|(i, layer)| {
                 let queries = if i == last { 1 } else { seq };
-                layer.forward_kept(&mut tokens, queries, input.pad, d)
+                layer.forward_kept(&mut tokens, queries, &pad, d)
             })
             .collect();
 
@@ -317,10 +318,14 @@ pub(crate) fn host_imitation_loss<B: Backend>(
             .into_vec()
             .expect("an int tensor converted to i64 reads as i64")
     };
-    let images = values(input.images);
-    let words = ints(input.words);
-    let word_weights = values(input.word_weights);
-    let pad: Vec<bool> = ints(input.pad_mask.int()).iter().map(|&p| p != 0).collect();
+    let images = values(input.frames());
+    let instruction = input.words();
+    let words = ints(instruction.words);
+    let word_weights = values(instruction.weights);
+    let pad: Vec<bool> = ints(instruction.padding.int())
+        .iter()
+        .map(|&p| p != 0)
+        .collect();
     let proprio = values(input.proprio);
     let origin = values(input.action_origin);
     let actions = values(actions);
@@ -328,19 +333,14 @@ pub(crate) fn host_imitation_loss<B: Backend>(
     let total = weights.iter().sum::<f32>().max(1e-6);
     weights.iter_mut().for_each(|w| *w /= total);
     let share = |values: &[f32]| values.len() / batch;
-    let (pixels, max_words, tokens, inputs) = (
-        share(&images),
-        words.len() / batch,
-        pad.len() / batch,
-        share(&proprio),
-    );
+    let (pixels, max_words, inputs) = (share(&images), words.len() / batch, share(&proprio));
     let rows: Vec<ImitationRow<'_>> = (0..batch)
         .map(|b| ImitationRow {
             input: BatchRow {
                 images: &images[b * pixels..][..pixels],
                 words: &words[b * max_words..][..max_words],
                 word_weights: &word_weights[b * max_words..][..max_words],
-                pad: &pad[b * tokens..][..tokens],
+                word_pad: &pad[b * max_words..][..max_words],
                 proprio: &proprio[b * inputs..][..inputs],
                 action_origin: &origin[b * a..][..a],
             },
@@ -369,6 +369,7 @@ mod tests {
     use crate::input::PolicyBatch;
     use crate::loss::{ImitationTargets, tensor_imitation_loss};
     use crate::model::VlaPolicyConfig;
+    use crate::policy::Policy;
 
     type A = Autodiff<Flex>;
 
@@ -399,7 +400,7 @@ mod tests {
             let weights = targets.step_weights();
             host_imitation_loss(policy, head, input, targets.actions.clone(), weights)
         } else {
-            tensor_imitation_loss(policy, input, targets, None)
+            tensor_imitation_loss(&Policy::Vla(policy.clone()), input, targets, None)
         };
         let value = loss.clone().into_scalar();
         let gradients = loss.backward();
@@ -428,7 +429,7 @@ mod tests {
         let device = Default::default();
         <A as Backend>::seed(&device, 7);
         let policy = config.init::<A>(&device);
-        let mut batch = PolicyBatch::new(config);
+        let mut batch = PolicyBatch::new(&config.input_spec());
         for observation in observations {
             batch.push(observation).unwrap();
         }

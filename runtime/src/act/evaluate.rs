@@ -6,14 +6,14 @@ use std::collections::VecDeque;
 use std::time::Instant;
 
 use burn::prelude::*;
-use imago_policies::{VlaPolicy, VlaPolicyConfig};
+use imago_policies::{Policy, PolicyConfig};
 use imago_robots::{Action, ExpertConfig, Observation, Robot};
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 use serde::{Deserialize, Serialize};
 
 use crate::act::camera::BatchCamera;
-use crate::act::sampling::{host_forward, plan, plan_on_host};
+use crate::act::sampling::{plan, plan_on_host};
 use crate::progress;
 use crate::robot::{RobotConfig, SimRobot};
 use crate::stats::{MeanInterval, mean_interval, quantile, wilson_interval};
@@ -24,9 +24,9 @@ pub enum Controller<'a, B: Backend> {
     /// A VLA policy, acting on the mean of its action chunks.
     Policy {
         /// The policy.
-        policy: &'a VlaPolicy<B>,
+        policy: &'a Policy<B>,
         /// Its config.
-        config: &'a VlaPolicyConfig,
+        config: &'a PolicyConfig,
         /// Where it runs.
         device: &'a B::Device,
         /// Give the policy one of the robot's alternative instructions, naming another
@@ -131,9 +131,9 @@ where
     let spec = robot_config.spec();
     if let Controller::Policy { config, .. } = controller {
         anyhow::ensure!(
-            config.action_limit == spec.action_limit,
+            config.action_limit() == spec.action_limit,
             "the policy acts in another action space ({:?}) than {} ({:?})",
-            config.action_limit,
+            config.action_limit(),
             spec.summary(),
             spec.action_limit
         );
@@ -186,7 +186,7 @@ where
     let mut active: Vec<bool> = vec![true; n];
     // On a CPU, the host forward plans (the same chunks within 1e-5, without tensors).
     let host = match controller {
-        Controller::Policy { policy, device, .. } => host_forward(policy, device),
+        Controller::Policy { policy, .. } => policy.host_copy(),
         _ => None,
     };
     let bar = progress::bar(label, spec.max_steps as u64);
@@ -212,7 +212,7 @@ where
                     queues[i].extend(
                         chunk
                             .into_iter()
-                            .take((*execute_steps).clamp(1, config.chunk_len)),
+                            .take((*execute_steps).clamp(1, config.chunk_len())),
                     );
                 }
             }
@@ -269,17 +269,26 @@ pub struct Latency {
     pub p99: f64,
 }
 
-/// Times `repeats` batch-1 inferences on `observation` after a few warm-up calls.
+/// Times `repeats` batch-1 inferences on `observation` after a few warm-up calls, on
+/// the path the robot runs the policy on (`Policy::host_copy`: the host forward, else
+/// burn's).
 pub fn measure_latency<B: Backend>(
-    policy: &VlaPolicy<B>,
-    config: &VlaPolicyConfig,
+    policy: &Policy<B>,
+    config: &PolicyConfig,
     device: &B::Device,
     observation: &Observation,
     repeats: usize,
 ) -> anyhow::Result<Latency> {
-    time_calls(5, repeats, || {
-        plan(policy, config, device, std::iter::once(observation)).map(drop)
-    })
+    // The robot's path: the host forward where the policy has one (its weights copied
+    // out once, as the actor does when a version is published), else burn's.
+    match policy.host_copy() {
+        Some(host) => time_calls(5, repeats, || {
+            plan_on_host(&host, config, std::iter::once(observation)).map(drop)
+        }),
+        None => time_calls(5, repeats, || {
+            plan(policy, config, device, std::iter::once(observation)).map(drop)
+        }),
+    }
 }
 
 /// The latency of `call` over `repeats` timed calls after `warm_up` untimed ones.
@@ -355,11 +364,9 @@ mod tests {
         let device = DispatchDevice::NdArray(NdArrayDevice::Cpu);
         Dispatch::seed(&device, 5);
         let robot = crate::robot::reacher2d_with("max_steps = 6");
-        let config = VlaPolicyConfig::for_robot(&robot.spec())
+        let config = PolicyConfig::for_robot(imago_policies::Architecture::Vla, &robot.spec())
             .unwrap()
-            .with_d_model(32)
-            .with_d_ff(64)
-            .with_n_layers(1);
+            .compact();
         let policy = config.init::<Dispatch>(&device);
         let controller = Controller::Policy {
             policy: &policy,

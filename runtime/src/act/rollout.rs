@@ -5,7 +5,7 @@
 //! coaching short stretches at random ticks (DAgger's mixture of expert and learner).
 
 use burn::prelude::*;
-use imago_policies::{HostScratch, PolicyBatch, VlaPolicy, VlaPolicyConfig};
+use imago_policies::{HostScratch, Policy, PolicyBatch, PolicyConfig};
 use imago_robots::bounds::{ConfigError, in_range};
 use imago_robots::{ExpertConfig, Observation, Robot};
 use rand::rngs::StdRng;
@@ -13,9 +13,7 @@ use rand::{RngExt, SeedableRng};
 use serde::{Deserialize, Serialize};
 
 use crate::act::camera::BatchCamera;
-use crate::act::sampling::{
-    SampledCommand, exploration_rng, host_forward, sample_first_actions, to_robot_units,
-};
+use crate::act::sampling::{SampledCommand, exploration_rng, sample_first_actions, to_robot_units};
 use crate::progress;
 use crate::robot::{RobotConfig, SimRobot};
 use crate::store::replay::{Episode, EpisodeEnd, EpisodeStart, ReplayWriter, Transition};
@@ -144,8 +142,8 @@ struct Running {
 /// whole to `writer` (flushed as it ends). Returns the episodes in seed order.
 #[allow(clippy::too_many_arguments)]
 pub fn collect_policy_episodes<B: Backend>(
-    policy: &VlaPolicy<B>,
-    policy_config: &VlaPolicyConfig,
+    policy: &Policy<B>,
+    policy_config: &PolicyConfig,
     device: &B::Device,
     version: u64,
     robot_config: &RobotConfig,
@@ -193,11 +191,11 @@ where
         .iter()
         .map(|&seed| exploration_rng(seed, version))
         .collect();
-    let limits = &policy_config.action_limit;
+    let limits = &policy_config.action_limit();
     let a = limits.len();
-    let mut batch = PolicyBatch::new(policy_config);
+    let mut batch = PolicyBatch::new(&policy_config.input_spec());
     // On a CPU, the host forward samples (the same distribution within 1e-5).
-    let host = host_forward(policy, device);
+    let host = policy.host_copy();
     let mut scratch = HostScratch::default();
     let mut episodes: Vec<Option<Episode>> = vec![None; seeds.len()];
     let bar = progress::bar("collect policy episodes", max_steps as u64);
@@ -392,7 +390,7 @@ mod tests {
     use burn::Dispatch;
     use burn::DispatchDevice;
     use burn::backend::ndarray::NdArrayDevice;
-    use imago_policies::{ActionHeadKind, VlaPolicyConfig};
+    use imago_policies::{ActionHeadKind, PolicyConfig};
 
     use super::*;
     use crate::store::replay::{ReplayWriterConfig, read_replay};
@@ -425,7 +423,9 @@ mod tests {
             coaching: None,
         };
         for head in ActionHeadKind::ALL {
-            let config = VlaPolicyConfig::for_robot(&spec).unwrap().with_head(head);
+            let config = PolicyConfig::for_robot(imago_policies::Architecture::Vla, &spec)
+                .unwrap()
+                .with_head(head);
             let policy = config.init::<Dispatch>(&device);
             let episodes = collect_policy_episodes(
                 &policy,
@@ -473,7 +473,8 @@ mod tests {
             takeover: None,
             coaching: Some(coaching.clone()),
         };
-        let config = VlaPolicyConfig::for_robot(&robot.spec()).unwrap();
+        let config =
+            PolicyConfig::for_robot(imago_policies::Architecture::Vla, &robot.spec()).unwrap();
         let policy = config.init::<Dispatch>(&device);
         let seeds = [21, 22, 23, 24];
         let episodes = collect_policy_episodes(
@@ -541,11 +542,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut writer = writer_in(dir.path());
         let robot = crate::robot::reacher2d_with("max_steps = 3");
-        let config = VlaPolicyConfig::for_robot(&robot.spec())
+        let config = PolicyConfig::for_robot(imago_policies::Architecture::Vla, &robot.spec())
             .unwrap()
-            .with_d_model(32)
-            .with_d_ff(64)
-            .with_n_layers(1);
+            .compact();
         let policy = config.init::<Dispatch>(&device);
         let seeds: Vec<u64> = (0..BatchCamera::MIN_BATCH as u64).collect();
         let episodes = collect_policy_episodes(

@@ -4,28 +4,12 @@
 //! shared by policy rollouts (`act::rollout`) and the daemon's actor
 //! (`engine::actor`), so both record the same behaviour.
 
-use std::any::Any;
-
-use burn::DispatchDevice;
 use burn::prelude::*;
-use imago_policies::{HostPolicy, HostScratch, PolicyBatch, VlaPolicy, VlaPolicyConfig};
+use imago_policies::{HostPolicy, HostScratch, Policy, PolicyBatch, PolicyConfig};
 use imago_robots::{Action, Observation};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use rand_distr::{Distribution, Normal};
-
-/// `policy`'s host forward ([`HostPolicy`]: burn's numbers within 1e-5, without
-/// tensors) when `device` is a CPU device and the head is Gaussian; `None` otherwise
-/// (a GPU runs burn's batched forward, and a flow head has no host forward).
-pub fn host_forward<B: Backend>(policy: &VlaPolicy<B>, device: &B::Device) -> Option<HostPolicy>
-where
-    B::Device: 'static,
-{
-    let on_cpu = (device as &dyn Any)
-        .downcast_ref::<DispatchDevice>()
-        .is_some_and(|d| matches!(d, DispatchDevice::NdArray(_) | DispatchDevice::Flex(_)));
-    on_cpu.then(|| HostPolicy::of(policy)).flatten()
-}
 
 /// A command (or a chunk of commands, one after another) in units of the action
 /// limit, clamped to it, in robot units.
@@ -60,11 +44,11 @@ pub struct SampledCommand {
 /// The first action of a sampled chunk for every observation of `batch` (robot
 /// `acting[row]`, whose noise comes from `rngs[acting[row]]`), in units of the action
 /// limit, with its log-density under the policy (Gaussian heads only). Through `host`,
-/// the policy's host forward with the caller's buffers ([`host_forward`]: the same
+/// the policy's host forward with the caller's buffers ([`Policy::host_copy`]: the same
 /// numbers within 1e-5, without tensors), where there is one; else through burn's
 /// forward of `policy` on `device`.
 pub fn sample_first_actions<B: Backend>(
-    policy: &VlaPolicy<B>,
+    policy: &Policy<B>,
     host: Option<(&HostPolicy, &mut HostScratch)>,
     batch: &PolicyBatch,
     device: &B::Device,
@@ -87,7 +71,7 @@ pub fn sample_first_actions<B: Backend>(
 
 /// [`sample_first_actions`] through burn's forward.
 fn sample_through_burn<B: Backend>(
-    policy: &VlaPolicy<B>,
+    policy: &Policy<B>,
     batch: &PolicyBatch,
     device: &B::Device,
     rngs: &mut [StdRng],
@@ -203,12 +187,12 @@ fn sample_gaussian(
 
 /// The mean action chunks of `policy` for `observations`, in robot units.
 pub fn plan<'o, B: Backend>(
-    policy: &VlaPolicy<B>,
-    config: &VlaPolicyConfig,
+    policy: &Policy<B>,
+    config: &PolicyConfig,
     device: &B::Device,
     observations: impl Iterator<Item = &'o Observation>,
 ) -> anyhow::Result<Vec<Vec<Action>>> {
-    let mut batch = PolicyBatch::new(config);
+    let mut batch = PolicyBatch::new(&config.input_spec());
     for obs in observations {
         batch.push(obs)?;
     }
@@ -224,10 +208,10 @@ pub fn plan<'o, B: Backend>(
 /// [`plan`] through the policy's host forward (the same numbers within 1e-5).
 pub fn plan_on_host<'o>(
     host: &HostPolicy,
-    config: &VlaPolicyConfig,
+    config: &PolicyConfig,
     observations: impl Iterator<Item = &'o Observation>,
 ) -> anyhow::Result<Vec<Vec<Action>>> {
-    let mut batch = PolicyBatch::new(config);
+    let mut batch = PolicyBatch::new(&config.input_spec());
     for obs in observations {
         batch.push(obs)?;
     }
@@ -236,17 +220,17 @@ pub fn plan_on_host<'o>(
 }
 
 /// `n` mean chunks `[n, K, A]` in units of the action limit, as actions in robot units.
-fn chunks_in_robot_units(mean: &[f32], n: usize, config: &VlaPolicyConfig) -> Vec<Vec<Action>> {
+fn chunks_in_robot_units(mean: &[f32], n: usize, config: &PolicyConfig) -> Vec<Vec<Action>> {
     let a = config.action_dim();
     (0..n)
         .map(|i| {
-            (0..config.chunk_len)
+            (0..config.chunk_len())
                 .map(|k| {
-                    let start = (i * config.chunk_len + k) * a;
+                    let start = (i * config.chunk_len() + k) * a;
                     Action(
                         mean[start..start + a]
                             .iter()
-                            .zip(&config.action_limit)
+                            .zip(config.action_limit())
                             .map(|(v, l)| v * l)
                             .collect(),
                     )
@@ -283,11 +267,12 @@ mod tests {
 
     #[test]
     fn the_host_paths_plan_and_sample_as_burns_forward_does() {
-        let device = DispatchDevice::NdArray(NdArrayDevice::Cpu);
+        let device = burn::DispatchDevice::NdArray(NdArrayDevice::Cpu);
         let robot = RobotConfig::default();
-        let config = VlaPolicyConfig::for_robot(&robot.spec()).unwrap();
+        let config =
+            PolicyConfig::for_robot(imago_policies::Architecture::Vla, &robot.spec()).unwrap();
         let policy = config.init::<Dispatch>(&device);
-        let host = host_forward(&policy, &device).expect("a Gaussian head on the CPU");
+        let host = policy.host_copy().expect("a Gaussian head on the CPU");
         let observations = observations(&robot, 5);
 
         let burn = plan(&policy, &config, &device, observations.iter()).unwrap();
@@ -299,7 +284,7 @@ mod tests {
             }
         }
 
-        let mut batch = PolicyBatch::new(&config);
+        let mut batch = PolicyBatch::new(&config.input_spec());
         observations.iter().for_each(|o| batch.push(o).unwrap());
         let acting: Vec<usize> = (0..observations.len()).collect();
         let rngs = || -> Vec<StdRng> { (0..5).map(|s| exploration_rng(s, 1)).collect() };
@@ -327,6 +312,6 @@ mod tests {
         let flow = config
             .clone()
             .with_head(imago_policies::ActionHeadKind::Flow);
-        assert!(host_forward(&flow.init::<Dispatch>(&device), &device).is_none());
+        assert!(flow.init::<Dispatch>(&device).host_copy().is_none());
     }
 }

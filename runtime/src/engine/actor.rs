@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use burn::Dispatch;
 use crossbeam_channel::{Sender, TrySendError};
-use imago_policies::VlaPolicyConfig;
+use imago_policies::PolicyConfig;
 use imago_robots::bounds::{ConfigError, in_range};
 use serde::{Deserialize, Serialize};
 
@@ -140,7 +140,7 @@ impl<'a> EpisodeRecords<'a> {
 #[allow(clippy::too_many_arguments)]
 pub fn run_actor(
     config: &ActorConfig,
-    policy_config: &VlaPolicyConfig,
+    policy_config: &PolicyConfig,
     initial: Arc<PolicySnapshot>,
     device: &burn::tensor::Device<Dispatch>,
     mailbox: &SnapshotMailbox,
@@ -152,7 +152,7 @@ pub fn run_actor(
 ) -> anyhow::Result<ControlStats> {
     let frame_downsample = telemetry.config().frame_downsample;
     let mut robot = DrivenRobot::open(&config.robot)?;
-    let limits = policy_config.action_limit.clone();
+    let limits = policy_config.action_limit().to_vec();
     let mut clock = DeadlineClock::new(Duration::from_secs_f64(
         1.0 / robot.spec().control_hz as f64,
     ));
@@ -383,11 +383,12 @@ mod tests {
             takeover: None,
             ..ActorConfig::default()
         };
-        let policy_config = VlaPolicyConfig::for_robot(&config.robot.spec()).unwrap();
+        let policy_config =
+            PolicyConfig::for_robot(imago_policies::Architecture::Vla, &config.robot.spec())
+                .unwrap();
         let initial = Arc::new(PolicySnapshot::new(
             1,
             policy_config.init::<Dispatch>(&device),
-            &device,
         ));
         // A writer that has stalled: the queue holds 8 records and is never drained.
         let (sender, receiver) = crossbeam_channel::bounded(8);

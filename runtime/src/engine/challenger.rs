@@ -76,15 +76,19 @@ impl EpisodeAssignment {
 mod tests {
     use burn::backend::ndarray::NdArrayDevice;
     use burn::{Dispatch, DispatchDevice};
-    use imago_policies::VlaPolicyConfig;
+    use imago_policies::PolicyConfig;
 
     use super::*;
     use crate::robot::RobotConfig;
 
     fn snapshot(version: u64) -> PolicySnapshot {
         let device = DispatchDevice::NdArray(NdArrayDevice::Cpu);
-        let config = VlaPolicyConfig::for_robot(&RobotConfig::default().spec()).unwrap();
-        PolicySnapshot::new(version, config.init::<Dispatch>(&device), &device)
+        let config = PolicyConfig::for_robot(
+            imago_policies::Architecture::Vla,
+            &RobotConfig::default().spec(),
+        )
+        .unwrap();
+        PolicySnapshot::new(version, config.init::<Dispatch>(&device))
     }
 
     #[test]

@@ -12,7 +12,7 @@
 //! champion back in ([`RegressionGuard`]).
 
 use burn::Dispatch;
-use imago_policies::{VlaPolicy, VlaPolicyConfig};
+use imago_policies::{Policy, PolicyConfig};
 use imago_robots::bounds::{ConfigError, in_range};
 use serde::{Deserialize, Serialize};
 
@@ -140,7 +140,7 @@ pub struct ChampionGate {
     telemetry: Telemetry,
     config: PromotionConfig,
     robot: RobotConfig,
-    champion: VlaPolicy<Dispatch>,
+    champion: Policy<Dispatch>,
     summary: PromotionSummary,
     next_seed: u64,
     /// The champion's live record since it became champion.
@@ -150,12 +150,12 @@ pub struct ChampionGate {
     /// Mode `live`: the challenger under test on the robot.
     live: Option<LiveTest>,
     /// Mode `live`: the newest version that came while a test ran, tested next.
-    pending: Option<(VlaPolicy<Dispatch>, u64)>,
+    pending: Option<(Policy<Dispatch>, u64)>,
 }
 
 /// A challenger under test on the robot (mode `live`).
 struct LiveTest {
-    challenger: VlaPolicy<Dispatch>,
+    challenger: Policy<Dispatch>,
     version: u64,
     pairing: LivePairing,
 }
@@ -183,7 +183,7 @@ pub enum ChallengerChange {
 
 /// The watch over a newly promoted champion.
 struct Watch {
-    previous: (VlaPolicy<Dispatch>, u64, LiveRecord),
+    previous: (Policy<Dispatch>, u64, LiveRecord),
     guard: RegressionGuard,
 }
 
@@ -196,7 +196,7 @@ impl ChampionGate {
     pub fn new(
         config: &PromotionConfig,
         robot: &RobotConfig,
-        (champion, version): (VlaPolicy<Dispatch>, u64),
+        (champion, version): (Policy<Dispatch>, u64),
     ) -> Self {
         Self {
             telemetry: Telemetry::off(),
@@ -226,7 +226,7 @@ impl ChampionGate {
     /// it to the actor (or, while another live test runs, after it).
     pub fn consider(
         &mut self,
-        (challenger, config, version): (VlaPolicy<Dispatch>, &VlaPolicyConfig, u64),
+        (challenger, config, version): (Policy<Dispatch>, &PolicyConfig, u64),
         device: &ResolvedDevice,
     ) -> anyhow::Result<GateChange> {
         if self.config.stage_regression && self.summary.promotions + self.summary.rollbacks == 0 {
@@ -283,7 +283,7 @@ impl ChampionGate {
 
     /// Mode `live`: starts the test of `challenger` on the robot, or queues it behind
     /// the test running (replacing an older queued version).
-    fn offer_live(&mut self, challenger: VlaPolicy<Dispatch>, version: u64) -> GateChange {
+    fn offer_live(&mut self, challenger: Policy<Dispatch>, version: u64) -> GateChange {
         if let Some(running) = &self.live {
             self.note(format!(
                 "live promotion test of version {} running: version {version} is tested after it",
@@ -309,7 +309,7 @@ impl ChampionGate {
     }
 
     /// The challenger under test on the robot (mode `live`) and its version.
-    pub fn challenger(&self) -> Option<(&VlaPolicy<Dispatch>, u64)> {
+    pub fn challenger(&self) -> Option<(&Policy<Dispatch>, u64)> {
         self.live.as_ref().map(|l| (&l.challenger, l.version))
     }
 
@@ -370,7 +370,7 @@ impl ChampionGate {
     /// (the one replaced, or, if that one was still being watched, the one it would
     /// have rolled back to) is kept with its live record until the watch over the new
     /// one is over.
-    fn promote(&mut self, challenger: VlaPolicy<Dispatch>, version: u64) {
+    fn promote(&mut self, challenger: Policy<Dispatch>, version: u64) {
         self.summary.promotions += 1;
         let replaced = (
             std::mem::replace(&mut self.champion, challenger),
@@ -542,7 +542,7 @@ impl ChampionGate {
     }
 
     /// The champion and its version.
-    pub fn champion(&self) -> (&VlaPolicy<Dispatch>, u64) {
+    pub fn champion(&self) -> (&Policy<Dispatch>, u64) {
         (&self.champion, self.summary.champion_version)
     }
 

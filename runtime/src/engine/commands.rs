@@ -21,7 +21,7 @@ use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use burn::Dispatch;
-use imago_policies::{HostScratch, PolicyBatch, VlaPolicyConfig};
+use imago_policies::{HostScratch, PolicyBatch, PolicyConfig};
 use imago_robots::Observation;
 use imago_robots::bounds::{ConfigError, in_range};
 use rand::rngs::StdRng;
@@ -129,7 +129,7 @@ impl CommandSource {
     /// The source `settings` describe, for policies of `policy_config` on `device`.
     pub(crate) fn new(
         settings: &CommandSettings<'_>,
-        policy_config: &VlaPolicyConfig,
+        policy_config: &PolicyConfig,
         device: &burn::tensor::Device<Dispatch>,
     ) -> anyhow::Result<Self> {
         let action_dim = policy_config.action_dim();
@@ -138,7 +138,7 @@ impl CommandSource {
                 Self::EveryTick(Box::new(EveryTick {
                     whole_chunks: (mode == ChunkMode::Synchronous)
                         .then(|| ChunkQueue::new(action_dim)),
-                    batch: PolicyBatch::new(policy_config),
+                    batch: PolicyBatch::new(&policy_config.input_spec()),
                     scratch: HostScratch::default(),
                     rng: exploration_rng(0, 0),
                     exploration: settings.exploration,

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use burn::Dispatch;
 use burn::prelude::Backend;
-use imago_policies::VlaPolicyConfig;
+use imago_policies::{Architecture, PolicyConfig};
 use imago_robots::RobotSpec;
 use imago_robots::bounds::{ConfigError, in_range};
 use imago_worldmodel::{TransitionFamily, WorldModelConfig};
@@ -30,7 +30,7 @@ use crate::learn::finetune::{FinetuneConfig, Learner};
 use crate::learn::world_model::WorldModelTrainConfig;
 use crate::store::checkpoint::{
     CheckpointMeta, ensure_trained_for, load_policy, load_policy_to_continue, load_world_model,
-    read_meta, recover_checkpoint, save_policy,
+    read_meta, recover_checkpoint, save_policy, stored_architecture,
 };
 use crate::store::lock::DirLock;
 use crate::store::outputs::{
@@ -404,8 +404,11 @@ pub(crate) fn prepare(
         eprintln!("{note}");
     }
     let spec = config.spec();
-    let expected = VlaPolicyConfig::for_robot(&spec)
-        .map_err(|e| anyhow::anyhow!("the policy for {}: {e}", spec.summary()))?;
+    // A new policy is a VLA; one continued keeps its checkpoint's architecture.
+    let expected = |architecture: Architecture| {
+        PolicyConfig::for_robot(architecture, &spec)
+            .map_err(|e| anyhow::anyhow!("the policy for {}: {e}", spec.summary()))
+    };
     let start_from = if options.resume {
         Some(checkpoint.clone())
     } else {
@@ -416,12 +419,20 @@ pub(crate) fn prepare(
         Some(dir) => {
             ensure_trained_for(dir, &spec)
                 .with_context(|| format!("cannot start from {}", dir.display()))?;
-            let (policy, config, meta) =
-                load_policy_to_continue::<Dispatch>(dir, &expected, &device.training)
-                    .with_context(|| format!("cannot start from {}", dir.display()))?;
+            let architecture = stored_architecture(dir)
+                .with_context(|| format!("cannot start from {}", dir.display()))?;
+            let (policy, config, meta) = load_policy_to_continue::<Dispatch>(
+                dir,
+                &expected(architecture)?,
+                &device.training,
+            )
+            .with_context(|| format!("cannot start from {}", dir.display()))?;
             (policy, config, meta.version)
         }
-        None => (expected.init(&device.training), expected, 1),
+        None => {
+            let config = expected(Architecture::Vla)?;
+            (config.init(&device.training), config, 1)
+        }
     };
     // With `--resume`, the window catches up on the replay once (reading it segment by
     // segment, keeping only the newest episodes); from then on it reads what is new.
@@ -587,9 +598,9 @@ pub fn run_daemon(
     let initial = match &gate {
         Some(gate) => {
             let (champion, version) = gate.champion();
-            PolicySnapshot::new(version, champion.clone(), &device.inference)
+            PolicySnapshot::new(version, champion.clone())
         }
-        None => snapshot(&learner, device),
+        None => snapshot(&learner),
     };
     let policy_config = learner.policy_config().clone();
     let out_of_time = || deadline.is_some_and(|d| Instant::now() >= d);
@@ -621,7 +632,7 @@ pub fn run_daemon(
                 |event| {
                     let Some(gate) = gate.as_mut() else {
                         if let LearnerEvent::NewVersion(learner) = event {
-                            mailbox.publish(snapshot(learner, device));
+                            mailbox.publish(snapshot(learner));
                         }
                         return Ok(());
                     };
@@ -635,11 +646,7 @@ pub fn run_daemon(
                     };
                     if change.champion {
                         let (champion, version) = gate.champion();
-                        mailbox.publish(PolicySnapshot::new(
-                            version,
-                            champion.clone(),
-                            &device.inference,
-                        ));
+                        mailbox.publish(PolicySnapshot::new(version, champion.clone()));
                         if let Err(error) =
                             save_champion(gate, &policy_config, &config.spec(), &champion_dir)
                         {
@@ -648,9 +655,9 @@ pub fn run_daemon(
                     }
                     if let Some(slot) = mailbox.challenger() {
                         match (change.challenger, gate.challenger()) {
-                            (ChallengerChange::Offer, Some((challenger, version))) => slot.offer(
-                                PolicySnapshot::new(version, challenger.clone(), &device.inference),
-                            ),
+                            (ChallengerChange::Offer, Some((challenger, version))) => {
+                                slot.offer(PolicySnapshot::new(version, challenger.clone()))
+                            }
                             (ChallengerChange::Withdraw, _) => slot.withdraw(),
                             _ => {}
                         }
@@ -743,7 +750,7 @@ pub(crate) fn start_gate(
 /// Writes the gate's champion to `dir`.
 pub(crate) fn save_champion(
     gate: &ChampionGate,
-    policy_config: &VlaPolicyConfig,
+    policy_config: &PolicyConfig,
     spec: &RobotSpec,
     dir: &Path,
 ) -> anyhow::Result<()> {
@@ -782,7 +789,7 @@ pub fn run_in_turns(
         let turn = run_control_loop(
             &config.actor,
             &policy_config,
-            snapshot(&learner, device),
+            snapshot(&learner),
             &device.inference,
             Recording {
                 dir: &replay,
@@ -828,9 +835,10 @@ pub fn run_in_turns(
     })
 }
 
-/// The learner's current policy, ready for the actor inferring on `device`.
-fn snapshot(learner: &Learner, device: &ResolvedDevice) -> PolicySnapshot {
-    PolicySnapshot::new(learner.version(), learner.policy(), &device.inference)
+/// The learner's current policy, ready for the actor (inference runs on the device the
+/// learner trains on, without autodiff).
+fn snapshot(learner: &Learner) -> PolicySnapshot {
+    PolicySnapshot::new(learner.version(), learner.policy())
 }
 
 pub(crate) fn save(learner: &Learner, spec: &RobotSpec, dir: &Path) -> anyhow::Result<()> {

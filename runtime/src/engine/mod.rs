@@ -25,7 +25,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use burn::Dispatch;
-use imago_policies::VlaPolicyConfig;
+use imago_policies::PolicyConfig;
 
 pub use actor::{ActorConfig, run_actor};
 pub use clock::DeadlineClock;
@@ -69,7 +69,7 @@ pub struct Recording<'a> {
 #[allow(clippy::too_many_arguments)]
 pub fn run_control_loop(
     config: &ActorConfig,
-    policy_config: &VlaPolicyConfig,
+    policy_config: &PolicyConfig,
     initial: PolicySnapshot,
     device: &burn::tensor::Device<Dispatch>,
     recording: Recording<'_>,
@@ -214,8 +214,8 @@ mod tests {
     }
 
     /// A fresh policy for `config`'s robot, version 1.
-    fn fresh_policy(config: &VlaPolicyConfig, device: &DispatchDevice) -> PolicySnapshot {
-        PolicySnapshot::new(1, config.init::<Dispatch>(device), device)
+    fn fresh_policy(config: &PolicyConfig, device: &DispatchDevice) -> PolicySnapshot {
+        PolicySnapshot::new(1, config.init::<Dispatch>(device))
     }
 
     #[test]
@@ -228,10 +228,11 @@ mod tests {
             takeover: None,
             ..ActorConfig::default()
         };
-        let policy_config = VlaPolicyConfig::for_robot(&config.robot.spec()).unwrap();
-        let snapshot = |version| {
-            PolicySnapshot::new(version, policy_config.init::<Dispatch>(&device), &device)
-        };
+        let policy_config =
+            PolicyConfig::for_robot(imago_policies::Architecture::Vla, &config.robot.spec())
+                .unwrap();
+        let snapshot =
+            |version| PolicySnapshot::new(version, policy_config.init::<Dispatch>(&device));
         let mailbox = SnapshotMailbox::default();
         let stop = AtomicBool::new(false);
         let report = run_control_loop(
@@ -290,9 +291,11 @@ mod tests {
         let device = DispatchDevice::NdArray(NdArrayDevice::Cpu);
         let config: ActorConfig = ActorConfig::default();
         // A policy for another camera: the actor's first tick fails.
-        let policy_config = VlaPolicyConfig::for_robot(&config.robot.spec())
-            .unwrap()
-            .with_image_size(32);
+        let policy_config =
+            PolicyConfig::for_robot(imago_policies::Architecture::Vla, &config.robot.spec())
+                .unwrap()
+                .with_stored_changes(&serde_json::json!({ "image_size": 32 }))
+                .unwrap();
         let snapshot = fresh_policy(&policy_config, &device);
         let stop = AtomicBool::new(false);
         let started = Instant::now();
@@ -331,7 +334,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let device = DispatchDevice::NdArray(NdArrayDevice::Cpu);
         let config: ActorConfig = ActorConfig::default();
-        let policy_config = VlaPolicyConfig::for_robot(&config.robot.spec()).unwrap();
+        let policy_config =
+            PolicyConfig::for_robot(imago_policies::Architecture::Vla, &config.robot.spec())
+                .unwrap();
         let snapshot = fresh_policy(&policy_config, &device);
         let stop = AtomicBool::new(false);
         let error = run_control_loop(

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use burn::Dispatch;
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TryRecvError};
-use imago_policies::{HostScratch, PolicyBatch, VlaPolicyConfig};
+use imago_policies::{HostScratch, PolicyBatch, PolicyConfig};
 use imago_robots::Observation;
 use rand::rngs::StdRng;
 
@@ -71,7 +71,7 @@ impl ChunkPlanner {
     /// Starts the thread. Each chunk is sampled with `exploration` and answered no
     /// sooner than `added_latency` after it was computed (the slowed-policy knob).
     pub(crate) fn start(
-        policy_config: &VlaPolicyConfig,
+        policy_config: &PolicyConfig,
         device: &burn::tensor::Device<Dispatch>,
         exploration: f32,
         added_latency: Duration,
@@ -84,7 +84,7 @@ impl ChunkPlanner {
         let thread = std::thread::Builder::new()
             .name("imago-planner".into())
             .spawn(move || {
-                let mut batch = PolicyBatch::new(&policy_config);
+                let mut batch = PolicyBatch::new(&policy_config.input_spec());
                 let mut scratch = HostScratch::default();
                 pool.install(|| {
                     for mut request in inbox {

@@ -3,10 +3,8 @@
 
 use std::sync::{Arc, Mutex, TryLockError};
 
-use burn::{Dispatch, DispatchDevice};
-use imago_policies::{HostPolicy, VlaPolicy};
-
-use crate::act::sampling::host_forward;
+use burn::Dispatch;
+use imago_policies::{HostPolicy, Policy};
 
 /// A policy ready for inference, and the version it is.
 #[derive(Debug)]
@@ -14,7 +12,7 @@ pub struct PolicySnapshot {
     /// Monotonic version; 1 is the policy the run started from.
     pub version: u64,
     /// The weights, on the inference device.
-    pub policy: VlaPolicy<Dispatch>,
+    pub policy: Policy<Dispatch>,
     /// The same weights for the host forward, which the actor runs instead of burn's
     /// when inference is on a CPU device and the head is Gaussian (built here, on the
     /// publishing thread, so that a hot-swap costs the actor nothing).
@@ -22,11 +20,12 @@ pub struct PolicySnapshot {
 }
 
 impl PolicySnapshot {
-    /// `policy`, on `device`, as version `version`.
-    pub fn new(version: u64, policy: VlaPolicy<Dispatch>, device: &DispatchDevice) -> Self {
+    /// `policy` as version `version`, with its host copy where the host forward runs
+    /// it ([`Policy::host_copy`]).
+    pub fn new(version: u64, policy: Policy<Dispatch>) -> Self {
         Self {
             version,
-            host: host_forward(&policy, device),
+            host: policy.host_copy(),
             policy,
         }
     }

@@ -12,7 +12,7 @@
 use std::path::Path;
 use std::time::Instant;
 
-use imago_policies::{ActionHeadKind, Precision, VlaPolicy};
+use imago_policies::{ActionHeadKind, Policy, Precision};
 use imago_robots::Robot;
 use serde::Serialize;
 
@@ -124,10 +124,10 @@ pub fn run_accelerate(
     let (policy, config, _) = load_policy::<burn::Dispatch>(options.ckpt, None, &device.inference)?;
     let observation = options.robot.build()?.reset(options.first_seed);
     // The sampler's step counts to try: the checkpoint's, then halved down to 1.
-    let flow_steps: Vec<Option<usize>> = match config.head {
+    let flow_steps: Vec<Option<usize>> = match config.head() {
         ActionHeadKind::Gaussian => vec![None],
         ActionHeadKind::Flow => {
-            std::iter::successors(Some(config.flow_steps), |&s| (s > 1).then_some(s / 2))
+            std::iter::successors(Some(config.flow_steps()), |&s| (s > 1).then_some(s / 2))
                 .map(Some)
                 .collect()
         }
@@ -144,7 +144,7 @@ pub fn run_accelerate(
         .iter()
         .map(|&p| policy.clone().with_precision(p))
         .collect();
-    let with_steps = |policy: &VlaPolicy<burn::Dispatch>, steps: Option<usize>| match steps {
+    let with_steps = |policy: &Policy<burn::Dispatch>, steps: Option<usize>| match steps {
         Some(steps) => policy.clone().with_flow_steps(steps),
         None => policy.clone(),
     };
@@ -185,7 +185,7 @@ pub fn run_accelerate(
     };
     let reference = controller(&samplers[0].policy, 1);
     let executes: Vec<usize> = std::iter::successors(Some(1usize), |k| Some(k * 2))
-        .take_while(|&k| k <= config.chunk_len)
+        .take_while(|&k| k <= config.chunk_len())
         .collect();
     // Every faster combination, fastest first.
     let mut candidates: Vec<(usize, usize, f64)> = samplers
@@ -268,6 +268,6 @@ pub fn run_accelerate(
 /// `policy`), and its measured latency.
 struct Sampler {
     flow_steps: Option<usize>,
-    policy: VlaPolicy<burn::Dispatch>,
+    policy: Policy<burn::Dispatch>,
     latency_ms: f64,
 }

@@ -9,7 +9,7 @@ use burn::optim::{AdamConfig, GradientsParams, Optimizer};
 use burn::prelude::*;
 use imago_kernels::bench::{KernelBenchDevice, KernelBenchRow};
 use imago_policies::{
-    HostPolicy, HostScratch, ImitationTargets, PolicyBatch, VlaPolicyConfig, imitation_loss,
+    HostPolicy, HostScratch, ImitationTargets, PolicyBatch, PolicyConfig, imitation_loss,
 };
 use imago_robots::Robot;
 use serde::{Deserialize, Serialize};
@@ -20,7 +20,8 @@ use imago_worldmodel::{
 };
 
 use crate::act::collect::{CollectConfig, collect_demonstrations};
-use crate::act::evaluate::{Latency, measure_latency, time_calls};
+use crate::act::evaluate::{Latency, time_calls};
+use crate::act::sampling::plan;
 use crate::device::ResolvedDevice;
 use crate::engine::PolicySnapshot;
 use crate::learn::world_model::{WindowDataset, WorldModelTrainConfig, train_world_model};
@@ -43,7 +44,7 @@ pub struct BenchReport {
     pub train_step_p50_ms: f64,
     /// 90th percentile training-step time.
     pub train_step_p90_ms: f64,
-    /// Median batch-1 inference latency.
+    /// Median batch-1 inference latency through burn's forward.
     pub inference_p50_ms: f64,
     /// 99th percentile batch-1 inference latency.
     pub inference_p99_ms: f64,
@@ -62,13 +63,13 @@ pub fn bench_policy(
     batch_size: usize,
     steps: usize,
 ) -> anyhow::Result<BenchReport> {
-    let config = VlaPolicyConfig::for_robot(&robot.spec())?;
+    let config = PolicyConfig::for_robot(imago_policies::Architecture::Vla, &robot.spec())?;
     let mut robot = robot.build()?;
-    let mut batch = PolicyBatch::new(&config);
+    let mut batch = PolicyBatch::new(&config.input_spec());
     for seed in 0..batch_size as u64 {
         batch.push(&robot.reset(seed))?;
     }
-    let (k, a) = (config.chunk_len, config.action_dim());
+    let (k, a) = (config.chunk_len(), config.action_dim());
     let targets: Vec<f32> = (0..batch_size * k * a)
         .map(|i| (i % 7) as f32 / 7.0 - 0.5)
         .collect();
@@ -94,8 +95,19 @@ pub fn bench_policy(
         }
     }
     let policy = policy.valid();
-    let latency = measure_latency(&policy, &config, &device.inference, &robot.reset(0), 100)?;
-    let host = PolicySnapshot::new(1, policy, &device.inference)
+    // burn's forward, timed as such even where the robot runs the host forward (the
+    // next figure): what a GPU, or a policy without a host copy, runs.
+    let observation = robot.reset(0);
+    let latency = time_calls(5, 100, || {
+        plan(
+            &policy,
+            &config,
+            &device.inference,
+            std::iter::once(&observation),
+        )
+        .map(drop)
+    })?;
+    let host = PolicySnapshot::new(1, policy)
         .host
         .map(|host| measure_host_latency(&host, &config, &robot.reset(0), 1000))
         .transpose()?;
@@ -117,13 +129,13 @@ pub fn bench_policy(
 /// the chunk distribution computed), over `repeats` calls after 20 warm-up calls.
 fn measure_host_latency(
     host: &HostPolicy,
-    config: &VlaPolicyConfig,
+    config: &PolicyConfig,
     observation: &imago_robots::Observation,
     repeats: usize,
 ) -> anyhow::Result<Latency> {
-    let mut batch = PolicyBatch::new(config);
+    let mut batch = PolicyBatch::new(&config.input_spec());
     let mut scratch = HostScratch::default();
-    let ka = config.chunk_len * config.action_dim();
+    let ka = config.chunk_len() * config.action_dim();
     let (mut mean, mut log_std) = (vec![0.0; ka], vec![0.0; ka]);
     time_calls(20, repeats, || {
         batch.clear();
@@ -261,7 +273,7 @@ pub fn bench_world_model(
 
         let imagination_batch = 512;
         let mut robot = robot.build()?;
-        let mut batch = PolicyBatch::new(&config.input_config());
+        let mut batch = PolicyBatch::new(&config.input_spec());
         for seed in 0..imagination_batch as u64 {
             batch.push(&robot.reset(seed))?;
         }

@@ -6,7 +6,7 @@
 use std::path::Path;
 use std::time::Instant;
 
-use imago_policies::VlaPolicyConfig;
+use imago_policies::PolicyConfig;
 use imago_worldmodel::{TransitionFamily, WorldModelConfig};
 use serde::{Deserialize, Serialize};
 
@@ -89,7 +89,7 @@ pub fn bench_learner(
     );
     let spec = robot.spec();
     let config = LearnerConfig::default();
-    let policy_config = VlaPolicyConfig::for_robot(&spec)?;
+    let policy_config = PolicyConfig::for_robot(imago_policies::Architecture::Vla, &spec)?;
     let wm_config = WorldModelConfig::for_robot(&spec, TransitionFamily::Salt)?;
     let mut learner = Learner::new(
         (policy_config.init(&device.training), policy_config),

@@ -10,7 +10,7 @@ use std::time::Instant;
 use burn::Dispatch;
 use burn::module::AutodiffModule;
 use burn::prelude::Backend;
-use imago_policies::VlaPolicyConfig;
+use imago_policies::PolicyConfig;
 use imago_robots::{ExpertConfig, Robot};
 use imago_worldmodel::{TransitionFamily, WorldModelConfig};
 
@@ -272,7 +272,7 @@ fn run_demo_in(options: &DemoOptions, work: &Path) -> anyhow::Result<DemoReport>
     log_replay_episodes(telemetry, &contents.episodes, Some(&robot_config));
 
     let spec = robot_config.spec();
-    let policy_config = VlaPolicyConfig::for_robot(&spec)?;
+    let policy_config = PolicyConfig::for_robot(imago_policies::Architecture::Vla, &spec)?;
     eprintln!(
         "training the VLA policy by behaviour cloning on {} transitions ({} steps, {})",
         contents

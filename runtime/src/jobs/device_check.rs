@@ -5,7 +5,7 @@ use burn::Dispatch;
 use burn::optim::{AdamConfig, GradientsParams, Optimizer};
 use burn::prelude::*;
 use burn::record::{FullPrecisionSettings, NamedMpkFileRecorder};
-use imago_policies::{ImitationTargets, PolicyBatch, VlaPolicy, VlaPolicyConfig, imitation_loss};
+use imago_policies::{ImitationTargets, Policy, PolicyBatch, PolicyConfig, imitation_loss};
 use imago_robots::Robot;
 
 use crate::device::ResolvedDevice;
@@ -42,17 +42,15 @@ pub fn compare_training_step(
     reference: &ResolvedDevice,
     candidate: &ResolvedDevice,
 ) -> anyhow::Result<StepComparison> {
-    let config = VlaPolicyConfig::for_robot(&robot.spec())?
-        .with_d_model(32)
-        .with_d_ff(64)
-        .with_n_layers(1);
-    let mut batch = PolicyBatch::new(&config);
+    let config =
+        PolicyConfig::for_robot(imago_policies::Architecture::Vla, &robot.spec())?.compact();
+    let mut batch = PolicyBatch::new(&config.input_spec());
     let mut robot = robot.build()?;
     for seed in 0..8 {
         batch.push(&robot.reset(seed))?;
     }
     let n = batch.len();
-    let targets: Vec<f32> = (0..n * config.chunk_len * config.action_dim())
+    let targets: Vec<f32> = (0..n * config.chunk_len() * config.action_dim())
         .map(|i| ((i * 37 % 17) as f32 / 8.0) - 1.0)
         .collect();
 
@@ -66,16 +64,19 @@ pub fn compare_training_step(
         .map_err(|e| anyhow::anyhow!("cannot stage weights: {e}"))?;
 
     let run = |device: &ResolvedDevice| -> anyhow::Result<(f32, Vec<f32>)> {
-        let policy: VlaPolicy<Dispatch> = config
+        let policy: Policy<Dispatch> = config
             .init::<Dispatch>(&device.training)
             .load_file(&weights, &recorder, &device.training)
             .map_err(|e| anyhow::anyhow!("cannot load staged weights: {e}"))?;
         let targets = ImitationTargets {
             actions: Tensor::<Dispatch, 3>::from_data(
-                TensorData::new(targets.clone(), [n, config.chunk_len, config.action_dim()]),
+                TensorData::new(
+                    targets.clone(),
+                    [n, config.chunk_len(), config.action_dim()],
+                ),
                 &device.training,
             ),
-            mask: Tensor::ones([n, config.chunk_len], &device.training),
+            mask: Tensor::ones([n, config.chunk_len()], &device.training),
             weights: None,
         };
         let loss = imitation_loss(&policy, batch.to_input(&device.training), &targets, None);

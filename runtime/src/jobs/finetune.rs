@@ -15,7 +15,7 @@ use crate::learn::world_model::{
     WindowDataset, WorldModelTrainConfig, log_world_model_losses, train_world_model,
 };
 use crate::store::checkpoint::{
-    CheckpointMeta, POLICY_KIND, ensure_trained_for, load_policy, load_world_model, save_policy,
+    CheckpointMeta, ensure_trained_for, load_policy, load_world_model, save_policy,
 };
 use crate::store::outputs::{Input, OutputKind, OutputPath};
 use crate::store::replay::{ReplaySource, ReplayWriter, ReplayWriterConfig, read_training_replay};
@@ -57,7 +57,7 @@ pub fn finetune_offline(
         flag: "--world-model",
         path,
     }));
-    out.check(OutputKind::Checkpoint(POLICY_KIND), &inputs)?;
+    out.check(OutputKind::PolicyCheckpoint, &inputs)?;
     let read = read_training_replay(replay)?;
     let spec = read.spec.clone();
     let robot_config = read.robot.clone().ok_or_else(|| {

@@ -6,14 +6,14 @@ use std::path::Path;
 use burn::Dispatch;
 use burn::module::AutodiffModule;
 use burn::prelude::Backend;
-use imago_policies::{ActionHeadKind, VlaPolicyConfig};
+use imago_policies::{ActionHeadKind, Architecture, PolicyConfig};
 use serde::{Deserialize, Serialize};
 
 use crate::device::ResolvedDevice;
 use crate::learn::bc::{BcConfig, ImitationDataset, train_bc};
 use crate::store::checkpoint::{
-    CheckpointMeta, POLICY_KIND, ensure_trained_for, load_policy_to_continue, read_meta,
-    save_policy,
+    CheckpointMeta, ensure_trained_for, load_policy_to_continue, read_meta, save_policy,
+    stored_architecture,
 };
 use crate::store::outputs::{OutputKind, OutputPath};
 use crate::store::replay::{ReplaySource, read_training_replay};
@@ -43,13 +43,16 @@ pub struct BcRunSummary {
 /// one continued with `--init` (which must not be asked to change them).
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct PolicyShape {
+    /// The architecture of a new policy (default: the VLA); with `init`, the
+    /// checkpoint's, which this must equal when given.
+    pub architecture: Option<Architecture>,
     /// The action-chunk head.
     pub head: Option<ActionHeadKind>,
     /// Actions per chunk. Range: [1, 64].
     pub chunk_len: Option<usize>,
 }
 
-/// Trains a VLA policy by behaviour cloning on the replay at `replay` and writes the
+/// Trains a policy (of `shape`'s architecture) by behaviour cloning on the replay at `replay` and writes the
 /// checkpoint to `out`. With `init`, training continues from that checkpoint, whose
 /// config must match the policy config of `shape` for the replay's robot (a
 /// checkpoint for a robot of another spec is an error naming both). The loss curve
@@ -70,13 +73,23 @@ pub fn train_bc_offline(
         );
     }
     replay.ensure_exists()?;
-    out.check(
-        OutputKind::Checkpoint(POLICY_KIND),
-        &replay.inputs_with(init),
-    )?;
+    out.check(OutputKind::PolicyCheckpoint, &replay.inputs_with(init))?;
     let read = read_training_replay(replay)?;
     let (spec, contents) = (read.spec, read.contents);
-    let mut expected = VlaPolicyConfig::for_robot(&spec)
+    let architecture = match (init, shape.architecture) {
+        (Some(dir), asked) => {
+            let stored = stored_architecture(dir)?;
+            if let Some(asked) = asked.filter(|&asked| asked != stored) {
+                anyhow::bail!(
+                    "--policy {asked}: {} holds a {stored} policy (the architecture cannot change when training continues; leave --policy out)",
+                    dir.display()
+                );
+            }
+            stored
+        }
+        (None, asked) => asked.unwrap_or(Architecture::Vla),
+    };
+    let mut expected = PolicyConfig::for_robot(architecture, &spec)
         .map_err(|e| anyhow::anyhow!("the policy for {}: {e}", spec.summary()))?;
     if let Some(head) = shape.head {
         expected = expected.with_head(head);
@@ -90,20 +103,20 @@ pub fn train_bc_offline(
             ensure_trained_for(dir, &spec)?;
             let (policy, config, meta) =
                 load_policy_to_continue::<Dispatch>(dir, &expected, &device.training)?;
-            if shape.head.is_some_and(|head| head != config.head) {
+            if shape.head.is_some_and(|head| head != config.head()) {
                 anyhow::bail!(
                     "--head {}: {} holds a policy with a {} head (a head cannot change when training continues; leave --head out)",
-                    expected.head,
+                    expected.head(),
                     dir.display(),
-                    config.head
+                    config.head()
                 );
             }
-            if shape.chunk_len.is_some_and(|k| k != config.chunk_len) {
+            if shape.chunk_len.is_some_and(|k| k != config.chunk_len()) {
                 anyhow::bail!(
                     "--chunk-len {}: {} holds a policy with chunks of {} (the chunk length cannot change when training continues; leave --chunk-len out)",
-                    expected.chunk_len,
+                    expected.chunk_len(),
                     dir.display(),
-                    config.chunk_len
+                    config.chunk_len()
                 );
             }
             (
@@ -113,7 +126,17 @@ pub fn train_bc_offline(
                 Some(dir.display().to_string()),
             )
         }
-        None => (expected.init(&device.training), expected, 1, None),
+        None => {
+            // A new policy takes the statistics of the states it is trained on (an
+            // architecture that normalises its state keeps them in its checkpoint).
+            let states = contents
+                .episodes
+                .iter()
+                .flat_map(|e| &e.transitions)
+                .map(|t| t.observation.proprio.as_slice());
+            let config = expected.fitted_to(states);
+            (config.init(&device.training), config, 1, None)
+        }
     };
     let dataset = ImitationDataset::new(&contents.episodes, &config);
     let (policy, losses) = train_bc::<Dispatch>(policy, &config, &dataset, bc, &device.training)?;

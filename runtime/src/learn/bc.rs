@@ -3,7 +3,7 @@
 use burn::optim::{AdamConfig, GradientsParams, Optimizer};
 use burn::prelude::*;
 use burn::tensor::backend::AutodiffBackend;
-use imago_policies::{ImitationTargets, PolicyBatch, VlaPolicy, VlaPolicyConfig, imitation_loss};
+use imago_policies::{ImitationTargets, Policy, PolicyBatch, PolicyConfig, imitation_loss};
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 use serde::{Deserialize, Serialize};
@@ -62,7 +62,7 @@ pub struct ImitationDataset<'a> {
 
 impl<'a> ImitationDataset<'a> {
     /// Every transition of `episodes`, for a policy with `config`.
-    pub fn new(episodes: &'a [Episode], config: &VlaPolicyConfig) -> Self {
+    pub fn new(episodes: &'a [Episode], config: &PolicyConfig) -> Self {
         let samples = episodes
             .iter()
             .enumerate()
@@ -71,8 +71,8 @@ impl<'a> ImitationDataset<'a> {
         Self {
             episodes,
             samples,
-            chunk_len: config.chunk_len,
-            action_limit: config.action_limit.clone(),
+            chunk_len: config.chunk_len(),
+            action_limit: config.action_limit().to_vec(),
         }
     }
 
@@ -168,12 +168,12 @@ fn chunk_from(episode: &[Transition], t: usize) -> impl Iterator<Item = &Transit
 
 /// Trains `policy` by behaviour cloning on `data`; returns it with the loss of every step.
 pub fn train_bc<B: AutodiffBackend>(
-    mut policy: VlaPolicy<B>,
-    policy_config: &VlaPolicyConfig,
+    mut policy: Policy<B>,
+    policy_config: &PolicyConfig,
     data: &ImitationDataset,
     config: &BcConfig,
     device: &B::Device,
-) -> anyhow::Result<(VlaPolicy<B>, Vec<f32>)> {
+) -> anyhow::Result<(Policy<B>, Vec<f32>)> {
     anyhow::ensure!(!data.is_empty(), "no transitions to train on");
     let mut optimizer = AdamConfig::new()
         .with_grad_clipping(Some(burn::grad_clipping::GradientClippingConfig::Norm(
@@ -181,7 +181,7 @@ pub fn train_bc<B: AutodiffBackend>(
         )))
         .init();
     let mut rng = StdRng::seed_from_u64(config.seed);
-    let mut batch = PolicyBatch::new(policy_config);
+    let mut batch = PolicyBatch::new(&policy_config.input_spec());
     let mut losses = Vec::with_capacity(config.steps);
     let bar = progress::bar("train bc", config.steps as u64);
     for step in 0..config.steps {

@@ -73,6 +73,8 @@ impl std::fmt::Display for Holding {
 pub enum OutputKind {
     /// A checkpoint of this kind.
     Checkpoint(&'static str),
+    /// A policy checkpoint, of any architecture.
+    PolicyCheckpoint,
     /// A replay (continued if one is there).
     Replay,
     /// A LeRobot dataset (`imago export lerobot`).
@@ -85,6 +87,9 @@ impl OutputKind {
     fn matches(self, holding: &Holding) -> bool {
         match (self, holding) {
             (Self::Checkpoint(kind), Holding::Checkpoint { kind: found, .. }) => kind == found,
+            (Self::PolicyCheckpoint, Holding::Checkpoint { kind: found, .. }) => {
+                crate::store::checkpoint::is_policy_kind(found)
+            }
             (Self::Replay, Holding::Replay) => true,
             (Self::LeRobotDataset, Holding::LeRobotDataset) => true,
             (Self::RunDirectory(kind), Holding::RunDirectory(found)) => kind == found,
@@ -224,8 +229,10 @@ pub fn check_output(
         let (flag_in, shown_in, shown_out) = (input.flag, input.path.display(), out.display());
         if input_abs == out_abs {
             // Only a checkpoint can be updated in place (written beside, swapped in).
-            let in_place = matches!(kind, OutputKind::Checkpoint(_))
-                && kind.matches(&self::holding(input.path));
+            let in_place = matches!(
+                kind,
+                OutputKind::Checkpoint(_) | OutputKind::PolicyCheckpoint
+            ) && kind.matches(&self::holding(input.path));
             if force && in_place {
                 continue;
             }
@@ -254,6 +261,7 @@ pub fn check_output(
     if !fits && !force {
         let what = match kind {
             OutputKind::Checkpoint(k) => format!("a `{k}` checkpoint"),
+            OutputKind::PolicyCheckpoint => "a policy checkpoint".into(),
             OutputKind::Replay => "a replay".into(),
             OutputKind::LeRobotDataset => "a LeRobot dataset".into(),
             OutputKind::RunDirectory(k) => format!("an `imago {k}` run directory"),
@@ -381,7 +389,7 @@ mod tests {
                 path: &policy,
             },
         ];
-        let policy_out = OutputKind::Checkpoint("vla-policy");
+        let policy_out = OutputKind::PolicyCheckpoint;
         let refused = |out: &Path, force: bool| {
             check_output("--out", out, policy_out, &inputs, force)
                 .unwrap_err()

@@ -122,7 +122,7 @@ pub fn run_fleet_actor(
     let control = run_control_loop(
         &config.actor,
         &policy_config,
-        PolicySnapshot::new(version, policy, &device.inference),
+        PolicySnapshot::new(version, policy),
         &device.inference,
         Recording {
             dir: &replay,
@@ -235,11 +235,7 @@ fn newest_policy(
         .filter(|message| message.version > current)
         .max_by_key(|message| message.version)?;
     match newest.policy(&device.inference) {
-        Ok((_, policy)) => Some(PolicySnapshot::new(
-            newest.version,
-            policy,
-            &device.inference,
-        )),
+        Ok((_, policy)) => Some(PolicySnapshot::new(newest.version, policy)),
         Err(error) => {
             eprintln!("warning: ignored a policy from the learner: {error:#}");
             None

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::RecvTimeoutError;
-use imago_policies::VlaPolicyConfig;
+use imago_policies::PolicyConfig;
 use imago_robots::RobotSpec;
 use serde::{Deserialize, Serialize};
 use zenoh::Wait;
@@ -341,7 +341,7 @@ impl EpisodeStore<'_> {
 /// is a warning: the actors still get the champion).
 fn champion_message(
     gate: &ChampionGate,
-    policy_config: &VlaPolicyConfig,
+    policy_config: &PolicyConfig,
     spec: &RobotSpec,
     champion_dir: &Path,
 ) -> anyhow::Result<PolicyMessage> {

@@ -20,7 +20,7 @@ pub mod learner;
 use burn::module::Module;
 use burn::record::{FullPrecisionSettings, NamedMpkBytesRecorder, Recorder};
 use burn::{Dispatch, DispatchDevice};
-use imago_policies::{VlaPolicy, VlaPolicyConfig};
+use imago_policies::{Policy, PolicyConfig};
 use serde::{Deserialize, Serialize};
 
 use crate::bridge::PROTOCOL_VERSION;
@@ -123,8 +123,8 @@ impl PolicyMessage {
     /// `policy` (with `config`) as version `version`.
     pub fn new(
         version: u64,
-        policy: &VlaPolicy<Dispatch>,
-        config: &VlaPolicyConfig,
+        policy: &Policy<Dispatch>,
+        config: &PolicyConfig,
     ) -> anyhow::Result<Self> {
         let weights = NamedMpkBytesRecorder::<FullPrecisionSettings>::default()
             .record(policy.clone().into_record(), ())
@@ -143,13 +143,13 @@ impl PolicyMessage {
     pub fn policy(
         &self,
         device: &DispatchDevice,
-    ) -> anyhow::Result<(VlaPolicyConfig, VlaPolicy<Dispatch>)> {
+    ) -> anyhow::Result<(PolicyConfig, Policy<Dispatch>)> {
         let version = self.version;
         anyhow::ensure!(
             crc32fast::hash(&self.weights) == self.checksum,
             "policy version {version}: the weights do not match their checksum (damaged in transit)"
         );
-        let config: VlaPolicyConfig = serde_json::from_str(&self.config_json)
+        let config: PolicyConfig = serde_json::from_str(&self.config_json)
             .map_err(|e| anyhow::anyhow!("policy version {version}: its config: {e}"))?;
         config
             .validate()
@@ -174,11 +174,15 @@ mod tests {
     #[test]
     fn a_policy_travels_whole_and_damage_in_transit_is_an_error() {
         let device = DispatchDevice::NdArray(NdArrayDevice::Cpu);
-        let config = VlaPolicyConfig::for_robot(&RobotConfig::default().spec()).unwrap();
+        let config = PolicyConfig::for_robot(
+            imago_policies::Architecture::Vla,
+            &RobotConfig::default().spec(),
+        )
+        .unwrap();
         let policy = config.init::<Dispatch>(&device);
         let observation = RobotConfig::default().build().unwrap().reset(3);
-        let actions = |policy: &VlaPolicy<Dispatch>| {
-            let mut batch = PolicyBatch::new(&config);
+        let actions = |policy: &Policy<Dispatch>| {
+            let mut batch = PolicyBatch::new(&config.input_spec());
             batch.push(&observation).unwrap();
             policy
                 .act(batch.to_input(&device), None)

@@ -37,7 +37,7 @@ impl EncodedEpisodes {
         let observations = episodes
             .iter()
             .flat_map(|e| (0..=e.transitions.len()).map(move |k| observation_at(e, k)));
-        let mut batch = PolicyBatch::new(&config.input_config());
+        let mut batch = PolicyBatch::new(&config.input_spec());
         let mut parts = Vec::with_capacity(rows.div_ceil(ENCODE_BATCH));
         for observation in observations {
             batch.push(observation)?;

@@ -5,7 +5,7 @@
 
 use burn::Dispatch;
 use burn::module::{AutodiffModule, Module};
-use imago_policies::{VlaPolicy, VlaPolicyConfig};
+use imago_policies::{Policy, PolicyConfig};
 use imago_worldmodel::{LatentCritic, LatentCriticConfig, WorldModel, WorldModelConfig};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
@@ -43,8 +43,8 @@ const LOGGED_TRANSITIONS: usize = 1024;
 /// The policy, world model and critic being fine-tuned (all on the training device).
 pub struct Learner {
     telemetry: Telemetry,
-    policy: VlaPolicy<Dispatch>,
-    policy_config: VlaPolicyConfig,
+    policy: Policy<Dispatch>,
+    policy_config: PolicyConfig,
     world_model: WorldModel<Dispatch>,
     wm_config: WorldModelConfig,
     wm_training: WorldModelTrainConfig,
@@ -59,7 +59,7 @@ impl Learner {
     /// is trained with `wm_training` (its `steps` replaced by the fine-tuning config's),
     /// for a robot whose episodes last at most `max_steps` ticks.
     pub fn new(
-        policy: (VlaPolicy<Dispatch>, VlaPolicyConfig),
+        policy: (Policy<Dispatch>, PolicyConfig),
         version: u64,
         world_model: (WorldModel<Dispatch>, WorldModelConfig),
         wm_training: WorldModelTrainConfig,
@@ -93,7 +93,7 @@ impl Learner {
     }
 
     /// The policy's config.
-    pub fn policy_config(&self) -> &VlaPolicyConfig {
+    pub fn policy_config(&self) -> &PolicyConfig {
         &self.policy_config
     }
 
@@ -112,7 +112,7 @@ impl Learner {
     }
 
     /// The current policy, for inference.
-    pub fn policy(&self) -> VlaPolicy<Dispatch> {
+    pub fn policy(&self) -> Policy<Dispatch> {
         self.policy.valid()
     }
 

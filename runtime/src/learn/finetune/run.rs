@@ -4,7 +4,7 @@
 use std::time::Instant;
 
 use burn::Dispatch;
-use imago_policies::{VlaPolicy, VlaPolicyConfig};
+use imago_policies::{Policy, PolicyConfig};
 
 use imago_worldmodel::{WorldModel, WorldModelConfig};
 use serde::{Deserialize, Serialize};
@@ -42,7 +42,7 @@ pub struct RoundReport {
 /// What [`finetune`] returns.
 pub struct FinetuneOutcome {
     /// The fine-tuned policy, for inference.
-    pub policy: VlaPolicy<Dispatch>,
+    pub policy: Policy<Dispatch>,
     /// Its version (the initial version plus the rounds).
     pub version: u64,
     /// Every round.
@@ -52,7 +52,7 @@ pub struct FinetuneOutcome {
 /// Everything [`finetune`] starts from.
 pub struct FinetuneStart<'a> {
     /// The policy to improve (training device) and its config.
-    pub policy: (VlaPolicy<Dispatch>, &'a VlaPolicyConfig),
+    pub policy: (Policy<Dispatch>, &'a PolicyConfig),
     /// Its version; the first round collects with it.
     pub version: u64,
     /// The world model (training device) and its config.

@@ -6,7 +6,7 @@ use burn::Dispatch;
 use burn::optim::{AdamConfig, GradientsParams, Optimizer};
 use burn::prelude::*;
 use imago_policies::{
-    ActionHead, BehaviourAnchor, PolicyBatch, VlaPolicy, VlaPolicyConfig, effective_sample_size,
+    ActionHead, BehaviourAnchor, Policy, PolicyBatch, PolicyConfig, effective_sample_size,
     first_step_log_densities, imitation_loss, truncated_importance_weights,
 };
 use rand::RngExt;
@@ -44,16 +44,16 @@ pub struct PolicyUpdateReport {
 /// AdvantageFlow, `behaviour` anchors the flow head.
 #[allow(clippy::too_many_arguments)]
 pub fn update_policy(
-    mut policy: VlaPolicy<Dispatch>,
-    policy_config: &VlaPolicyConfig,
+    mut policy: Policy<Dispatch>,
+    policy_config: &PolicyConfig,
     data: &ImitationDataset,
     weights: &[Vec<f32>],
-    behaviour: Option<&VlaPolicy<Dispatch>>,
+    behaviour: Option<&Policy<Dispatch>>,
     version: u64,
     config: &FinetuneConfig,
     device: &ResolvedDevice,
     rng: &mut StdRng,
-) -> anyhow::Result<(VlaPolicy<Dispatch>, PolicyUpdateReport)> {
+) -> anyhow::Result<(Policy<Dispatch>, PolicyUpdateReport)> {
     let episodes = data.episodes();
     // Transitions of weight 0 (the policy's own, under DAgger) carry nothing to learn.
     // An intervention's command never goes stale: it does not depend on the policy
@@ -83,7 +83,7 @@ pub fn update_policy(
     let mut optimizer = AdamConfig::new()
         .with_grad_clipping(Some(burn::grad_clipping::GradientClippingConfig::Norm(1.0)))
         .init();
-    let mut batch = PolicyBatch::new(policy_config);
+    let mut batch = PolicyBatch::new(&policy_config.input_spec());
     let (mut losses, mut ess, mut truncated, mut ratios) = (vec![], vec![], 0usize, 0usize);
     let bar = progress::bar("fine-tune policy", config.policy_steps as u64);
     for step in 0..config.policy_steps {
@@ -109,8 +109,9 @@ pub fn update_policy(
                     .convert::<f32>()
                     .to_vec()
                     .map_err(|e| anyhow::anyhow!("cannot read action targets: {e:?}"))?;
-                let log_probs = first_step_log_densities(&policy, &batch, &actions)
-                    .expect("a Gaussian head has densities");
+                let log_probs =
+                    first_step_log_densities(&policy, &batch, &actions, &device.training)
+                        .expect("a Gaussian head has densities");
                 let mut combined = awr.clone();
                 let mut batch_ratios = Vec::new();
                 for (slot, (&i, now)) in indices.iter().zip(&log_probs).enumerate() {

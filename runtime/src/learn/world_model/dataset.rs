@@ -183,8 +183,8 @@ mod tests {
         let last = data.len() - 1;
         let (episode, t) = data.window(last);
         assert_eq!(t + 4, episode.transitions.len());
-        let config = imago_policies::VlaPolicyConfig::new(8, (0..8).collect(), vec![0.5, 0.5]);
-        let (mut starts, mut frames) = (PolicyBatch::new(&config), PolicyBatch::new(&config));
+        let spec = imago_worldmodel::WorldModelConfig::new(8, vec![0.5, 0.5]).input_spec();
+        let (mut starts, mut frames) = (PolicyBatch::new(&spec), PolicyBatch::new(&spec));
         let targets = data.fill(&[0, last], &mut starts, &mut frames).unwrap();
         assert_eq!((starts.len(), frames.len()), (2, 10));
         assert_eq!(targets.actions.len(), 2 * 4 * 2);

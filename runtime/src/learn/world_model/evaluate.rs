@@ -165,7 +165,7 @@ pub fn evaluate_world_model<B: Backend>(
             max_residual: 0.0,
         }),
     };
-    let mut batch = PolicyBatch::new(&config.input_config());
+    let mut batch = PolicyBatch::new(&config.input_spec());
     let models = Models {
         model,
         host: HostWorldModel::for_device(model, device),

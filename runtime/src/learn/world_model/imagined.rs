@@ -114,7 +114,7 @@ pub fn log_imagined_windows<B: Backend>(
             probe_rmse: f32::NAN,
         });
     }
-    let mut batch = PolicyBatch::new(&config.input_config());
+    let mut batch = PolicyBatch::new(&config.input_spec());
     let probe = fit_probe(&robot, model, &mut batch, probe_episodes, device)?;
     let rmse = probe.fit_rmse();
     let probe_rmse = (rmse.iter().map(|e| e * e).sum::<f32>() / rmse.len() as f32).sqrt();

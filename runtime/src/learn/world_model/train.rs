@@ -99,11 +99,8 @@ pub fn train_world_model<B: AutodiffBackend>(
         .init();
     let mut rng = StdRng::seed_from_u64(train.seed);
     let poisson = Poisson::new(1.0).expect("rate 1 is valid");
-    let input_config = config.input_config();
-    let (mut starts, mut frames) = (
-        PolicyBatch::new(&input_config),
-        PolicyBatch::new(&input_config),
-    );
+    let input_spec = config.input_spec();
+    let (mut starts, mut frames) = (PolicyBatch::new(&input_spec), PolicyBatch::new(&input_spec));
     let (n, b, h, a) = (
         config.ensemble_size,
         train.batch_size,

@@ -24,17 +24,17 @@ use anyhow::Context;
 use burn::prelude::*;
 use burn::record::{FullPrecisionSettings, NamedMpkFileRecorder};
 use burn_store::{ApplyError, ApplyResult, ModuleSnapshot, ModuleStore, SafetensorsStore};
-use imago_policies::{VlaPolicy, VlaPolicyConfig};
+use imago_policies::{Architecture, Policy, PolicyConfig};
 use imago_robots::RobotSpec;
 use imago_worldmodel::{WorldModel, WorldModelConfig};
-use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use crate::store::atomic;
 
-/// The `kind` of a policy checkpoint.
-pub const POLICY_KIND: &str = "vla-policy";
+/// The `kind`s of policy checkpoints, one per architecture
+/// (`imago_policies::Architecture::checkpoint_kind`), as errors name them.
+pub const POLICY_KINDS: &str = "vla-policy or linear-policy";
 /// The `kind` of a world-model checkpoint.
 pub const WORLD_MODEL_KIND: &str = "world-model";
 /// Version of the checkpoint layout (3: the weights are `model.safetensors`; 2: burn's
@@ -172,62 +172,119 @@ fn recorder() -> NamedMpkFileRecorder<FullPrecisionSettings> {
     NamedMpkFileRecorder::<FullPrecisionSettings>::new()
 }
 
-/// Saves `policy` with its `config` and `meta` (whose `kind` and `config` are filled in)
-/// to `dir`, atomically replacing any checkpoint there.
+/// Saves `policy` with its `config` and `meta` (whose `kind` and `config` are filled in:
+/// the architecture's checkpoint kind and its own config) to `dir`, atomically
+/// replacing any checkpoint there. Tensors are named by their path in the
+/// architecture's module, as they were before there was more than one.
 pub fn save_policy<B: Backend>(
-    policy: &VlaPolicy<B>,
-    config: &VlaPolicyConfig,
+    policy: &Policy<B>,
+    config: &PolicyConfig,
     meta: CheckpointMeta,
     dir: &Path,
 ) -> Result<(), CheckpointError> {
-    save_checkpoint(policy, POLICY_KIND, config, meta, dir)
+    let (kind, stored) = (config.architecture().checkpoint_kind(), config.to_stored());
+    match policy {
+        Policy::Vla(model) => save_checkpoint(model, kind, &stored, meta, dir),
+        Policy::Linear(model) => save_checkpoint(model, kind, &stored, meta, dir),
+    }
 }
 
-/// Loads a policy checkpoint onto `device`. With `expected`, the stored config must
-/// equal it; the error then lists every differing key.
+/// Loads a policy checkpoint of any architecture onto `device`. With `expected`, the
+/// stored config must equal it; the error then lists every differing key.
 pub fn load_policy<B: Backend>(
     dir: &Path,
-    expected: Option<&VlaPolicyConfig>,
+    expected: Option<&PolicyConfig>,
     device: &B::Device,
-) -> Result<(VlaPolicy<B>, VlaPolicyConfig, CheckpointMeta), CheckpointError> {
+) -> Result<(Policy<B>, PolicyConfig, CheckpointMeta), CheckpointError> {
     let (config, meta) = read_policy_config(dir)?;
     if let Some(expected) = expected {
-        ensure_config_matches(dir, &meta, expected)?;
+        ensure_policy_matches(dir, &config, expected)?;
     }
-    let policy = load_weights(config.init::<B>(device), &meta, dir, device)?;
+    let policy = load_policy_weights(&config, &meta, dir, device)?;
     Ok((policy, config, meta))
 }
 
 /// Loads a policy checkpoint onto `device` to continue training it (`train --init`,
-/// the daemon): its config must equal `expected` except in the choices the checkpoint
-/// keeps: its stem activation (GELU for checkpoints from before ReLU), its action head
-/// (with the flow head's width and steps) and its chunk length, chosen when it was
-/// first trained.
+/// the daemon): its config must equal `expected` (of the same architecture: ask
+/// [`stored_architecture`]) except in the choices the checkpoint keeps
+/// ([`PolicyConfig::keeping_choices_of`]: its head, chunk length and, for the VLA,
+/// its stem activation, chosen when it was first trained).
 pub fn load_policy_to_continue<B: Backend>(
     dir: &Path,
-    expected: &VlaPolicyConfig,
+    expected: &PolicyConfig,
     device: &B::Device,
-) -> Result<(VlaPolicy<B>, VlaPolicyConfig, CheckpointMeta), CheckpointError> {
+) -> Result<(Policy<B>, PolicyConfig, CheckpointMeta), CheckpointError> {
     let (config, meta) = read_policy_config(dir)?;
-    let expected = expected
-        .clone()
-        .with_stem_activation(config.stem_activation)
-        .with_head(config.head)
-        .with_flow_width(config.flow_width)
-        .with_flow_steps(config.flow_steps)
-        .with_chunk_len(config.chunk_len);
-    ensure_config_matches(dir, &meta, &expected)?;
-    let policy = load_weights(config.init::<B>(device), &meta, dir, device)?;
+    let expected = expected.clone().keeping_choices_of(&config);
+    ensure_policy_matches(dir, &config, &expected)?;
+    let policy = load_policy_weights(&config, &meta, dir, device)?;
     Ok((policy, config, meta))
 }
 
-fn read_policy_config(dir: &Path) -> Result<(VlaPolicyConfig, CheckpointMeta), CheckpointError> {
+/// The architecture of the policy checkpoint in `dir`.
+pub fn stored_architecture(dir: &Path) -> Result<Architecture, CheckpointError> {
+    let meta = read_meta(dir)?;
+    Architecture::of_checkpoint_kind(&meta.kind).ok_or(CheckpointError::WrongKind {
+        path: dir.to_path_buf(),
+        found: meta.kind,
+        expected: POLICY_KINDS,
+    })
+}
+
+/// Whether a checkpoint of `kind` holds a policy (of any architecture).
+pub fn is_policy_kind(kind: &str) -> bool {
+    Architecture::of_checkpoint_kind(kind).is_some()
+}
+
+/// The weights of the policy checkpoint in `dir` in a fresh policy of `config`: each
+/// architecture's tensors load into its own module.
+fn load_policy_weights<B: Backend>(
+    config: &PolicyConfig,
+    meta: &CheckpointMeta,
+    dir: &Path,
+    device: &B::Device,
+) -> Result<Policy<B>, CheckpointError> {
+    Ok(match config.init::<B>(device) {
+        Policy::Vla(fresh) => Policy::Vla(load_weights(fresh, meta, dir, device)?),
+        Policy::Linear(fresh) => Policy::Linear(load_weights(fresh, meta, dir, device)?),
+    })
+}
+
+/// Checks that the `stored` policy config of the checkpoint in `dir` equals
+/// `expected`: the same architecture, and every key the same (each listed if not).
+fn ensure_policy_matches(
+    dir: &Path,
+    stored: &PolicyConfig,
+    expected: &PolicyConfig,
+) -> Result<(), CheckpointError> {
+    let differences = if stored.architecture() != expected.architecture() {
+        vec![format!(
+            "architecture: stored {}, expected {}",
+            stored.architecture(),
+            expected.architecture()
+        )]
+    } else {
+        config_differences(&stored.to_stored(), &expected.to_stored())
+    };
+    if differences.is_empty() {
+        return Ok(());
+    }
+    Err(CheckpointError::ConfigMismatch {
+        path: dir.to_path_buf(),
+        differences: differences.join(", "),
+    })
+}
+
+fn read_policy_config(dir: &Path) -> Result<(PolicyConfig, CheckpointMeta), CheckpointError> {
     read_config(
         dir,
-        POLICY_KIND,
-        VlaPolicyConfig::fill_later_keys,
-        VlaPolicyConfig::validate,
-        |config| (config.proprio_dim, config.action_limit.as_slice()),
+        POLICY_KINDS,
+        |kind, stored| {
+            Architecture::of_checkpoint_kind(kind)
+                .map(|architecture| PolicyConfig::from_stored(architecture, stored))
+        },
+        PolicyConfig::validate,
+        |config| (config.proprio_dim(), config.action_limit()),
     )
 }
 
@@ -251,12 +308,12 @@ pub fn load_world_model<B: Backend>(
     let (config, meta) = read_config(
         dir,
         WORLD_MODEL_KIND,
-        |_| {},
+        |kind, stored| (kind == WORLD_MODEL_KIND).then(|| serde_json::from_value(stored)),
         WorldModelConfig::validate,
         |config| (config.proprio_dim, config.action_limit.as_slice()),
     )?;
     if let Some(expected) = expected {
-        ensure_config_matches(dir, &meta, expected)?;
+        ensure_config_matches(dir, &config, expected)?;
     }
     let model = load_weights(config.init::<B>(device), &meta, dir, device)?;
     Ok((model, config, meta))
@@ -428,32 +485,34 @@ pub fn ensure_trained_for(dir: &Path, spec: &RobotSpec) -> Result<CheckpointMeta
     Ok(meta)
 }
 
-/// Reads the meta and config of a checkpoint of `kind`, gives keys added since it was
-/// written their old meaning (`fill_later_keys`) and validates the config: its ranges
-/// (the same as a config file's), and its proprioception length and action limits
-/// (`robot_fields`) against the robot spec the meta records, so that a config edited
-/// apart from its spec is refused before a model is built from it.
-fn read_config<C: DeserializeOwned>(
+/// Reads the meta and config of a checkpoint of one of `kinds` (parsed by `parse`,
+/// which gives keys added since it was written their old meaning, and answers `None`
+/// for a kind it does not read) and validates the config: its ranges (the same as a
+/// config file's), and its proprioception length and action limits (`robot_fields`)
+/// against the robot spec the meta records, so that a config edited apart from its
+/// spec is refused before a model is built from it.
+fn read_config<C>(
     dir: &Path,
-    kind: &'static str,
-    fill_later_keys: impl Fn(&mut serde_json::Value),
+    kinds: &'static str,
+    parse: impl Fn(&str, serde_json::Value) -> Option<Result<C, serde_json::Error>>,
     validate: impl Fn(&C) -> Result<(), imago_robots::ConfigError>,
     robot_fields: fn(&C) -> (usize, &[f32]),
 ) -> Result<(C, CheckpointMeta), CheckpointError> {
-    let mut meta = read_meta(dir)?;
-    fill_later_keys(&mut meta.config);
-    if meta.kind != kind {
-        return Err(CheckpointError::WrongKind {
-            path: dir.to_path_buf(),
-            found: meta.kind,
-            expected: kind,
-        });
-    }
+    let meta = read_meta(dir)?;
     let bad = |reason: String| CheckpointError::BadMeta {
         path: dir.to_path_buf(),
         reason: format!("config: {reason}"),
     };
-    let config: C = serde_json::from_value(meta.config.clone()).map_err(|e| bad(e.to_string()))?;
+    let config = match parse(&meta.kind, meta.config.clone()) {
+        None => {
+            return Err(CheckpointError::WrongKind {
+                path: dir.to_path_buf(),
+                found: meta.kind,
+                expected: kinds,
+            });
+        }
+        Some(parsed) => parsed.map_err(|e| bad(e.to_string()))?,
+    };
     validate(&config).map_err(|e| bad(e.to_string()))?;
     if let Some(spec) = &meta.spec {
         let (proprio_dim, action_limit) = robot_fields(&config);
@@ -468,14 +527,15 @@ fn read_config<C: DeserializeOwned>(
     Ok((config, meta))
 }
 
-/// Checks that the config stored in `meta` (read from `dir`) equals `expected`; the
+/// Checks that the `stored` config of the checkpoint in `dir` equals `expected`; the
 /// error lists every differing key.
 fn ensure_config_matches<C: Serialize>(
     dir: &Path,
-    meta: &CheckpointMeta,
+    stored: &C,
     expected: &C,
 ) -> Result<(), CheckpointError> {
-    let differences = config_differences(&meta.config, expected);
+    let stored = serde_json::to_value(stored).unwrap_or_default();
+    let differences = config_differences(&stored, expected);
     if differences.is_empty() {
         return Ok(());
     }
@@ -611,7 +671,7 @@ impl CheckpointMeta {
     pub fn new(spec: &RobotSpec, version: u64, parent: Option<String>) -> Self {
         Self {
             format: CHECKPOINT_FORMAT,
-            kind: POLICY_KIND.to_string(),
+            kind: Architecture::Vla.checkpoint_kind().to_string(),
             config: serde_json::Value::Null,
             version,
             parent,
@@ -625,461 +685,4 @@ impl CheckpointMeta {
 }
 
 #[cfg(test)]
-mod tests {
-    use burn::{Dispatch, DispatchDevice, backend::flex::FlexDevice};
-    use imago_policies::{ActionHeadKind, PolicyBatch, StemActivation};
-    use imago_robots::Robot;
-
-    use super::*;
-    use crate::robot::RobotConfig;
-
-    /// The policy's deterministic action chunk for [`observation`].
-    fn outputs(
-        policy: &VlaPolicy<Dispatch>,
-        config: &VlaPolicyConfig,
-        device: &DispatchDevice,
-    ) -> anyhow::Result<Vec<f32>> {
-        let mut batch = PolicyBatch::new(config);
-        batch.push(&observation())?;
-        policy
-            .act(batch.to_input(device), None)
-            .into_data()
-            .to_vec::<f32>()
-            .map_err(|e| anyhow::anyhow!("{e:?}"))
-    }
-
-    fn config() -> VlaPolicyConfig {
-        VlaPolicyConfig::new(8, vec![0, 1, 2, 3, 6, 7], vec![1.0, 1.0])
-            .with_d_model(16)
-            .with_d_ff(32)
-            .with_n_layers(1)
-    }
-
-    /// Saves a fresh policy to `dir`; returns its actions on a fixed observation.
-    fn saved(dir: &Path) -> (Vec<f32>, DispatchDevice) {
-        saved_with(dir, &config())
-    }
-
-    /// Saves a fresh policy of `config` to `dir`; returns its actions on a fixed
-    /// observation.
-    fn saved_with(dir: &Path, config: &VlaPolicyConfig) -> (Vec<f32>, DispatchDevice) {
-        let device = DispatchDevice::Flex(FlexDevice);
-        let policy = config.init::<Dispatch>(&device);
-        // burn initialises parameters lazily: use the policy before saving a clone of
-        // it, or the clone and the original would draw different weights.
-        let actions = outputs(&policy, config, &device).unwrap();
-        save_policy(
-            &policy,
-            config,
-            CheckpointMeta::new(&RobotConfig::default().spec(), 4, None),
-            dir,
-        )
-        .unwrap();
-        (actions, device)
-    }
-
-    fn observation() -> imago_robots::Observation {
-        RobotConfig::default().build().unwrap().reset(3)
-    }
-
-    #[test]
-    fn round_trip_keeps_weights_config_and_meta() {
-        let root = tempfile::tempdir().unwrap();
-        let dir = root.path().join("ckpt");
-        let (before, device) = saved(&dir);
-        let (loaded, loaded_config, meta) =
-            load_policy::<Dispatch>(&dir, Some(&config()), &device).unwrap();
-        assert_eq!(loaded_config, config());
-        assert_eq!(meta.version, 4);
-        assert_eq!(meta.kind, POLICY_KIND);
-        let after = outputs(&loaded, &config(), &device).unwrap();
-        assert_eq!(before, after);
-    }
-
-    #[test]
-    fn checkpoints_written_before_pooling_action_origins_and_relu_still_load() {
-        let root = tempfile::tempdir().unwrap();
-        let dir = root.path().join("ckpt");
-        let old = config().with_stem_activation(StemActivation::Gelu);
-        let (before, device) = saved_with(&dir, &old);
-        // The meta as a build before `frame_pool`, `action_origin` and
-        // `stem_activation` wrote it.
-        let path = dir.join(META);
-        let mut meta: CheckpointMeta =
-            serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
-        let fields = meta.config.as_object_mut().unwrap();
-        assert!(fields.remove("frame_pool").is_some());
-        assert!(fields.remove("action_origin").is_some());
-        assert!(fields.remove("stem_activation").is_some());
-        meta.checksum = None;
-        std::fs::write(
-            &path,
-            sign_meta_json(serde_json::to_vec_pretty(&meta).unwrap()),
-        )
-        .unwrap();
-        let (loaded, loaded_config, _) =
-            load_policy::<Dispatch>(&dir, Some(&old), &device).unwrap();
-        assert_eq!(loaded_config, old);
-        assert_eq!(outputs(&loaded, &old, &device).unwrap(), before);
-        // Today's default config differs from it in the activation alone: loading it
-        // as that is refused, continuing it keeps its GELU.
-        let err = load_policy::<Dispatch>(&dir, Some(&config()), &device).unwrap_err();
-        assert!(err.to_string().contains("stem_activation"), "{err}");
-        let (continued, continued_config, _) =
-            load_policy_to_continue::<Dispatch>(&dir, &config(), &device).unwrap();
-        assert_eq!(continued_config, old);
-        assert_eq!(outputs(&continued, &old, &device).unwrap(), before);
-        // So are its head and chunk length.
-        let (_, continued_config, _) = load_policy_to_continue::<Dispatch>(
-            &dir,
-            &config().with_chunk_len(7).with_head(ActionHeadKind::Flow),
-            &device,
-        )
-        .unwrap();
-        assert_eq!(continued_config, old);
-        // Anything else that differs is still refused.
-        let err = load_policy_to_continue::<Dispatch>(&dir, &config().with_d_model(32), &device)
-            .unwrap_err();
-        assert!(err.to_string().contains("d_model"), "{err}");
-    }
-
-    #[test]
-    fn saving_again_replaces_atomically_and_leaves_no_temporaries() {
-        let root = tempfile::tempdir().unwrap();
-        let dir = root.path().join("ckpt");
-        saved(&dir);
-        saved(&dir);
-        let names: Vec<String> = std::fs::read_dir(root.path())
-            .unwrap()
-            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-            .collect();
-        assert_eq!(names, vec!["ckpt".to_string()]);
-    }
-
-    #[test]
-    fn a_checkpoint_knows_its_robot_spec_and_refuses_another() {
-        let root = tempfile::tempdir().unwrap();
-        let dir = root.path().join("ckpt");
-        saved(&dir);
-        let spec = RobotConfig::default().spec();
-        assert_eq!(
-            ensure_trained_for(&dir, &spec).unwrap().spec,
-            Some(spec.clone())
-        );
-        let small = crate::robot::reacher2d_with("image_size = 32").spec();
-        let error = ensure_trained_for(&dir, &small).unwrap_err().to_string();
-        assert!(
-            error.contains(&spec.summary())
-                && error.contains(&small.summary())
-                && error.contains("camera: 48x48 vs 32x32"),
-            "{error}"
-        );
-    }
-
-    #[test]
-    fn config_mismatch_names_every_differing_key() {
-        let root = tempfile::tempdir().unwrap();
-        let dir = root.path().join("ckpt");
-        let (_, device) = saved(&dir);
-        let other = config().with_d_model(32).with_chunk_len(2);
-        let err = load_policy::<Dispatch>(&dir, Some(&other), &device).unwrap_err();
-        let message = err.to_string();
-        assert!(matches!(err, CheckpointError::ConfigMismatch { .. }));
-        assert!(
-            message.contains("d_model: 16 vs 32") && message.contains("chunk_len: 4 vs 2"),
-            "{message}"
-        );
-    }
-
-    #[test]
-    fn missing_malformed_wrong_kind_and_corrupt_weights_are_clear_errors() {
-        let root = tempfile::tempdir().unwrap();
-        let device = DispatchDevice::Flex(FlexDevice);
-        let missing = root.path().join("absent");
-        assert!(matches!(
-            load_policy::<Dispatch>(&missing, None, &device),
-            Err(CheckpointError::NotFound(_))
-        ));
-
-        let dir = root.path().join("ckpt");
-        saved(&dir);
-        let meta_path = dir.join(META);
-        let good_meta = std::fs::read_to_string(&meta_path).unwrap();
-
-        std::fs::write(&meta_path, "{ not json").unwrap();
-        assert!(matches!(
-            load_policy::<Dispatch>(&dir, None, &device),
-            Err(CheckpointError::BadMeta { .. })
-        ));
-
-        // Edited by hand (its checksum recomputed): another kind is refused by name.
-        let resigned = |edit: &dyn Fn(&mut CheckpointMeta)| {
-            let mut meta: CheckpointMeta = serde_json::from_str(&good_meta).unwrap();
-            edit(&mut meta);
-            meta.checksum = None;
-            String::from_utf8(sign_meta_json(serde_json::to_vec_pretty(&meta).unwrap())).unwrap()
-        };
-        std::fs::write(&meta_path, resigned(&|m| m.kind = "world-model".into())).unwrap();
-        let err = load_policy::<Dispatch>(&dir, None, &device).unwrap_err();
-        assert!(err.to_string().contains("`world-model`"), "{err}");
-        // Edited without recomputing its checksum: refused as damaged.
-        std::fs::write(
-            &meta_path,
-            good_meta.replace("\"version\": 4", "\"version\": 5"),
-        )
-        .unwrap();
-        let err = load_policy::<Dispatch>(&dir, None, &device).unwrap_err();
-        assert!(err.to_string().contains("own checksum"), "{err}");
-
-        std::fs::write(&meta_path, &good_meta).unwrap();
-        let model = dir.join(SAFETENSORS_FILE);
-        let bytes = std::fs::read(&model).unwrap();
-        std::fs::write(&model, &bytes[..bytes.len() / 2]).unwrap();
-        let err = load_policy::<Dispatch>(&dir, None, &device).unwrap_err();
-        assert!(matches!(err, CheckpointError::Damaged { .. }), "{err}");
-        assert!(err.to_string().contains("model.safetensors has"), "{err}");
-
-        // One flipped bit anywhere in the weights is caught by the checksum.
-        let mut flipped = bytes.clone();
-        flipped[bytes.len() * 2 / 3] ^= 0x10;
-        std::fs::write(&model, &flipped).unwrap();
-        let err = load_policy::<Dispatch>(&dir, None, &device).unwrap_err();
-        assert!(err.to_string().contains("checksum"), "{err}");
-        std::fs::write(&model, &bytes).unwrap();
-
-        // A config whose sizes the stored tensors do not have: each tensor is named.
-        std::fs::write(
-            &meta_path,
-            resigned(&|m| m.config["stem_channels"] = serde_json::json!(8)),
-        )
-        .unwrap();
-        let err = load_policy::<Dispatch>(&dir, None, &device).unwrap_err();
-        let message = err.to_string();
-        assert!(
-            matches!(err, CheckpointError::ShapeMismatch { .. }),
-            "{message}"
-        );
-        assert!(
-            message.contains("tensor stem.weight: stored [3, 16], the config gives [3, 8]"),
-            "{message}"
-        );
-
-        // A meta without the checksum of its weights.
-        std::fs::write(&meta_path, resigned(&|m| m.files.clear())).unwrap();
-        let err = load_policy::<Dispatch>(&dir, None, &device).unwrap_err();
-        assert!(err.to_string().contains("no checksum"), "{err}");
-
-        std::fs::remove_file(&meta_path).unwrap();
-        assert!(matches!(
-            load_policy::<Dispatch>(&dir, None, &device),
-            Err(CheckpointError::MissingMeta { .. })
-        ));
-    }
-
-    #[test]
-    fn damaged_checkpoints_never_load_other_weights_and_never_panic() {
-        let root = tempfile::tempdir().unwrap();
-        let dir = root.path().join("ckpt");
-        let (reference, device) = saved(&dir);
-        let pristine: Vec<(String, Vec<u8>)> = [SAFETENSORS_FILE, META]
-            .iter()
-            .map(|f| (f.to_string(), std::fs::read(dir.join(f)).unwrap()))
-            .collect();
-        let mut cases = 0;
-        let mut refused = 0;
-        for (file, bytes) in &pristine {
-            let len = bytes.len();
-            let mut mutations: Vec<Vec<u8>> = Vec::new();
-            for position in (0..len).step_by((len / 60).max(1)) {
-                let mut flipped = bytes.clone();
-                flipped[position] ^= 1 << (position % 8);
-                mutations.push(flipped);
-            }
-            for cut in [0, 1, len / 3, len / 2, len - 1] {
-                mutations.push(bytes[..cut].to_vec());
-            }
-            for start in (0..len).step_by((len / 8).max(1)) {
-                let mut zeroed = bytes.clone();
-                zeroed[start..(start + 64).min(len)].fill(0);
-                mutations.push(zeroed);
-            }
-            for mutated in mutations {
-                std::fs::write(dir.join(file), &mutated).unwrap();
-                cases += 1;
-                match load_policy::<Dispatch>(&dir, None, &device) {
-                    Ok((policy, config, _)) => {
-                        let actions = outputs(&policy, &config, &device);
-                        assert_eq!(
-                            actions.ok(),
-                            Some(reference.clone()),
-                            "{file}: a damaged checkpoint loaded other weights"
-                        );
-                    }
-                    Err(_) => refused += 1,
-                }
-            }
-            std::fs::write(dir.join(file), bytes).unwrap();
-        }
-        // Every change to either file is refused.
-        assert!(cases > 100, "{cases}");
-        assert_eq!(refused, cases);
-    }
-
-    #[test]
-    fn stored_configs_and_specs_are_checked_with_config_file_ranges_and_against_each_other() {
-        let root = tempfile::tempdir().unwrap();
-        let dir = root.path().join("ckpt");
-        let (reference, device) = saved(&dir);
-        let refused = |dir: &Path| {
-            let error = load_policy::<Dispatch>(dir, None, &device).unwrap_err();
-            assert!(matches!(error, CheckpointError::BadMeta { .. }), "{error}");
-            error.to_string()
-        };
-        // Out of the range a config file allows (checksums re-signed, as a hand edit).
-        rewrite_meta(&dir, |m| {
-            m.config["action_limit"] = serde_json::json!([1e30, 1e30])
-        });
-        let message = refused(&dir);
-        assert!(message.contains("action_limit[0] = 1e30"), "{message}");
-        // In range, but apart from the robot the checkpoint records.
-        rewrite_meta(&dir, |m| {
-            m.config["action_limit"] = serde_json::json!([2.0, 2.0])
-        });
-        let message = refused(&dir);
-        assert!(
-            message.contains("disagree with the robot it records"),
-            "{message}"
-        );
-        // Both edited together: the spec's own ranges catch it, for every reader of
-        // the meta (ensure_trained_for too).
-        rewrite_meta(&dir, |m| {
-            m.config["action_limit"] = serde_json::json!([1e30, 1e30]);
-            m.spec.as_mut().unwrap().action_limit = vec![1e30; 2];
-        });
-        let message = refused(&dir);
-        assert!(
-            message.contains("the robot spec it records: action_limit[0] = 1e30"),
-            "{message}"
-        );
-        assert!(ensure_trained_for(&dir, &RobotConfig::default().spec()).is_err());
-        rewrite_meta(&dir, |m| {
-            m.config["action_limit"] = serde_json::json!([1.0, 1.0]);
-            let spec = m.spec.as_mut().unwrap();
-            spec.action_limit = vec![1.0; 2];
-            spec.control_hz = 0.0;
-        });
-        assert!(refused(&dir).contains("control_hz"));
-        // Put back, it loads the same weights.
-        rewrite_meta(&dir, |m| m.spec.as_mut().unwrap().control_hz = 20.0);
-        let (policy, config, _) = load_policy::<Dispatch>(&dir, None, &device).unwrap();
-        assert_eq!(outputs(&policy, &config, &device).unwrap(), reference);
-    }
-
-    /// Edits the `meta.json` of the checkpoint in `dir` and signs it again, as a hand
-    /// edit that keeps its checksum right would.
-    fn rewrite_meta(dir: &Path, edit: impl Fn(&mut CheckpointMeta)) {
-        let path = dir.join(META);
-        let mut meta: CheckpointMeta =
-            serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
-        edit(&mut meta);
-        meta.checksum = None;
-        std::fs::write(
-            &path,
-            sign_meta_json(serde_json::to_vec_pretty(&meta).unwrap()),
-        )
-        .unwrap();
-    }
-
-    /// The tensor names and shapes in a safetensors file's header.
-    fn safetensors_header(path: &Path) -> BTreeMap<String, Vec<usize>> {
-        let bytes = std::fs::read(path).unwrap();
-        let len = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
-        let header: serde_json::Value = serde_json::from_slice(&bytes[8..8 + len]).unwrap();
-        header
-            .as_object()
-            .unwrap()
-            .iter()
-            .filter(|(name, _)| *name != "__metadata__")
-            .map(|(name, v)| {
-                let shape = v["shape"].as_array().unwrap();
-                (
-                    name.clone(),
-                    shape.iter().map(|d| d.as_u64().unwrap() as usize).collect(),
-                )
-            })
-            .collect()
-    }
-
-    #[test]
-    fn safetensors_tensors_are_named_by_the_module_tree_and_mismatches_name_each_tensor() {
-        let root = tempfile::tempdir().unwrap();
-        let dir = root.path().join("ckpt");
-        let (_, device) = saved(&dir);
-        let meta = read_meta(&dir).unwrap();
-        assert_eq!(meta.format, 3);
-        assert!(meta.files.contains_key(SAFETENSORS_FILE));
-        let stored = safetensors_header(&dir.join(SAFETENSORS_FILE));
-        let policy = config().init::<Dispatch>(&device);
-        assert_eq!(stored, parameter_shapes(&policy));
-        assert!(
-            stored.contains_key("encoder.layers.0.mha.query.weight"),
-            "{stored:?}"
-        );
-
-        // A config with a second layer: every tensor of it is named missing.
-        rewrite_meta(&dir, |m| m.config["n_layers"] = serde_json::json!(2));
-        let err = load_policy::<Dispatch>(&dir, None, &device).unwrap_err();
-        let message = err.to_string();
-        assert!(
-            matches!(err, CheckpointError::ShapeMismatch { .. }),
-            "{message}"
-        );
-        assert!(
-            message.contains("tensor encoder.layers.1.mha.query.weight: missing"),
-            "{message}"
-        );
-
-        // Saved with two layers, loaded with a config of one: the extra ones are named.
-        saved_with(&dir, &config().with_n_layers(2));
-        rewrite_meta(&dir, |m| m.config["n_layers"] = serde_json::json!(1));
-        let message = load_policy::<Dispatch>(&dir, None, &device)
-            .unwrap_err()
-            .to_string();
-        assert!(
-            message.contains("tensor encoder.layers.1.mha.query.weight: not in the model"),
-            "{message}"
-        );
-    }
-
-    #[test]
-    fn checkpoints_with_burn_mpk_weights_still_load() {
-        let root = tempfile::tempdir().unwrap();
-        let dir = root.path().join("ckpt");
-        std::fs::create_dir_all(&dir).unwrap();
-        let device = DispatchDevice::Flex(FlexDevice);
-        let policy = config().init::<Dispatch>(&device);
-        let before = outputs(&policy, &config(), &device).unwrap();
-        // A format-2 checkpoint as builds before safetensors wrote it.
-        policy.save_file(dir.join(MODEL_STEM), &recorder()).unwrap();
-        let mut meta = CheckpointMeta::new(&RobotConfig::default().spec(), 7, None);
-        meta.format = 2;
-        meta.config = serde_json::to_value(config()).unwrap();
-        meta.files = BTreeMap::from([(
-            MPK_FILE.to_string(),
-            FileDigest::of(&dir.join(MPK_FILE)).unwrap(),
-        )]);
-        std::fs::write(
-            dir.join(META),
-            sign_meta_json(serde_json::to_vec_pretty(&meta).unwrap()),
-        )
-        .unwrap();
-        let (loaded, _, meta) = load_policy::<Dispatch>(&dir, Some(&config()), &device).unwrap();
-        assert_eq!(meta.version, 7);
-        assert_eq!(outputs(&loaded, &config(), &device).unwrap(), before);
-        // Saving it again writes safetensors, with the same weights.
-        save_policy(&loaded, &config(), meta, &dir).unwrap();
-        assert!(dir.join(SAFETENSORS_FILE).exists() && !dir.join(MPK_FILE).exists());
-        let (again, _, _) = load_policy::<Dispatch>(&dir, Some(&config()), &device).unwrap();
-        assert_eq!(outputs(&again, &config(), &device).unwrap(), before);
-    }
-}
+mod tests;

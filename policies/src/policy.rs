@@ -1,0 +1,590 @@
+//! The policy seam: [`Policy`] is every architecture imago can train, evaluate, gate
+//! and deploy, and [`PolicyConfig`] their configs. Callers (learners, evaluation,
+//! sampling, checkpoints, the fleet, the gate, acceleration) use only these two and
+//! never name an architecture. An architecture is one module (its config, its model,
+//! its [`InputSpec`]) plus one variant here; it is trained through burn's autodiff
+//! like every other (`crate::loss`), and gets nothing hand-written of its own.
+//!
+//! One decision lives here: [`Policy::host_path`], whether a model runs imago's
+//! hand-written CPU forward and backward (the VLA with a Gaussian head on a CPU
+//! backend: its inference 3-5x and its training step 4.6x faster than burn's on the
+//! 2-core development machine, docs/performance.md) or burn's.
+
+use std::fmt;
+use std::str::FromStr;
+
+use burn::prelude::*;
+use imago_robots::RobotSpec;
+use imago_robots::bounds::ConfigError;
+use serde::{Deserialize, Serialize};
+
+use crate::head::{ActionHead, ActionHeadKind, GaussianChunk};
+use crate::host::HostPolicy;
+use crate::input::PolicyInput;
+use crate::input_spec::InputSpec;
+use crate::linear::{LinearPolicy, LinearPolicyConfig};
+use crate::model::{VlaPolicy, VlaPolicyConfig};
+use crate::normalizer::{NormalizationMode, Normalizer};
+use crate::precision::Precision;
+use crate::vision::ComputePath;
+
+/// The policy architectures, as `imago train --policy` names them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Architecture {
+    /// The vision-language-action transformer ([`VlaPolicy`]).
+    Vla,
+    /// The state-only linear policy ([`LinearPolicy`]).
+    Linear,
+}
+
+impl Architecture {
+    /// Every architecture.
+    pub const ALL: [Self; 2] = [Self::Vla, Self::Linear];
+
+    /// The name `--policy` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Vla => "vla",
+            Self::Linear => "linear",
+        }
+    }
+
+    /// The `kind` a checkpoint of this architecture records (`vla-policy` is what
+    /// every policy checkpoint written before the seam records).
+    pub fn checkpoint_kind(self) -> &'static str {
+        match self {
+            Self::Vla => "vla-policy",
+            Self::Linear => "linear-policy",
+        }
+    }
+
+    /// The architecture whose checkpoints record `kind`.
+    pub fn of_checkpoint_kind(kind: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|a| a.checkpoint_kind() == kind)
+    }
+}
+
+impl fmt::Display for Architecture {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Architecture {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::ALL
+            .into_iter()
+            .find(|a| a.name() == s)
+            .ok_or_else(|| {
+                let names: Vec<&str> = Self::ALL.iter().map(|a| a.name()).collect();
+                format!("unknown policy `{s}` (one of: {})", names.join(", "))
+            })
+    }
+}
+
+/// The config of any [`Policy`]. On the wire (the fleet) it is tagged with its
+/// architecture; a checkpoint stores the architecture as its `kind` and the
+/// architecture's own config untagged ([`Self::to_stored`], [`Self::from_stored`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "architecture", content = "config", rename_all = "kebab-case")]
+pub enum PolicyConfig {
+    /// See [`VlaPolicyConfig`].
+    Vla(VlaPolicyConfig),
+    /// See [`LinearPolicyConfig`].
+    Linear(LinearPolicyConfig),
+}
+
+impl PolicyConfig {
+    /// The default policy of `architecture` for `robot`.
+    pub fn for_robot(architecture: Architecture, robot: &RobotSpec) -> Result<Self, ConfigError> {
+        Ok(match architecture {
+            Architecture::Vla => Self::Vla(VlaPolicyConfig::for_robot(robot)?),
+            Architecture::Linear => Self::Linear(LinearPolicyConfig::for_robot(robot)?),
+        })
+    }
+
+    /// Which architecture this configures.
+    pub fn architecture(&self) -> Architecture {
+        match self {
+            Self::Vla(_) => Architecture::Vla,
+            Self::Linear(_) => Architecture::Linear,
+        }
+    }
+
+    /// The architecture's own config as JSON, as a checkpoint stores it.
+    pub fn to_stored(&self) -> serde_json::Value {
+        let json = match self {
+            Self::Vla(c) => serde_json::to_value(c),
+            Self::Linear(c) => serde_json::to_value(c),
+        };
+        json.expect("a policy config is plain data and always serialises")
+    }
+
+    /// The config a checkpoint of `architecture` stores as `stored`; keys added to
+    /// the architecture since the checkpoint was written take the value that means
+    /// what it did (see [`VlaPolicyConfig::fill_later_keys`]).
+    pub fn from_stored(
+        architecture: Architecture,
+        mut stored: serde_json::Value,
+    ) -> Result<Self, serde_json::Error> {
+        Ok(match architecture {
+            Architecture::Vla => {
+                VlaPolicyConfig::fill_later_keys(&mut stored);
+                Self::Vla(serde_json::from_value(stored)?)
+            }
+            Architecture::Linear => Self::Linear(serde_json::from_value(stored)?),
+        })
+    }
+
+    /// The same config with the keys of `changes` (a JSON object of the
+    /// architecture's own keys, as a checkpoint stores them) set: how a test or a tool
+    /// changes one setting without naming the architecture's config type. A key the
+    /// architecture does not have, or a value of the wrong type, is an error.
+    pub fn with_stored_changes(self, changes: &serde_json::Value) -> Result<Self, String> {
+        let architecture = self.architecture();
+        let mut stored = self.to_stored();
+        let known = stored
+            .as_object()
+            .map(|o| o.keys().cloned().collect::<Vec<_>>());
+        let (Some(changes), Some(known)) = (changes.as_object(), known) else {
+            return Err("changes must be a JSON object".into());
+        };
+        for (key, value) in changes {
+            if !known.contains(key) {
+                return Err(format!("a {architecture} policy has no key `{key}`"));
+            }
+            stored[key] = value.clone();
+        }
+        Self::from_stored(architecture, stored).map_err(|e| e.to_string())
+    }
+
+    /// Checks every size against its documented range before anything is
+    /// allocated; the error names the first key that does not fit.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        match self {
+            Self::Vla(c) => c.validate(),
+            Self::Linear(c) => c.validate(),
+        }
+    }
+
+    /// What the policy reads from each observation.
+    pub fn input_spec(&self) -> InputSpec {
+        match self {
+            Self::Vla(c) => c.input_spec(),
+            Self::Linear(c) => c.input_spec(),
+        }
+    }
+
+    /// Length of the robot's proprioception vector.
+    pub fn proprio_dim(&self) -> usize {
+        match self {
+            Self::Vla(c) => c.proprio_dim,
+            Self::Linear(c) => c.proprio_dim,
+        }
+    }
+
+    /// Per action dimension, the magnitude that maps to 1.
+    pub fn action_limit(&self) -> &[f32] {
+        match self {
+            Self::Vla(c) => &c.action_limit,
+            Self::Linear(c) => &c.action_limit,
+        }
+    }
+
+    /// Length of an action.
+    pub fn action_dim(&self) -> usize {
+        self.action_limit().len()
+    }
+
+    /// Actions per predicted chunk (`K`).
+    pub fn chunk_len(&self) -> usize {
+        match self {
+            Self::Vla(c) => c.chunk_len,
+            Self::Linear(c) => c.chunk_len,
+        }
+    }
+
+    /// The action-chunk head.
+    pub fn head(&self) -> ActionHeadKind {
+        match self {
+            Self::Vla(c) => c.head,
+            Self::Linear(c) => c.head,
+        }
+    }
+
+    /// Euler steps of the flow head's sampler.
+    pub fn flow_steps(&self) -> usize {
+        match self {
+            Self::Vla(c) => c.flow_steps,
+            Self::Linear(c) => c.flow_steps,
+        }
+    }
+
+    /// The same policy with a `head` head.
+    pub fn with_head(self, head: ActionHeadKind) -> Self {
+        match self {
+            Self::Vla(c) => Self::Vla(c.with_head(head)),
+            Self::Linear(c) => Self::Linear(c.with_head(head)),
+        }
+    }
+
+    /// The same policy predicting chunks of `k` actions.
+    pub fn with_chunk_len(self, k: usize) -> Self {
+        match self {
+            Self::Vla(c) => Self::Vla(c.with_chunk_len(k)),
+            Self::Linear(c) => Self::Linear(c.with_chunk_len(k)),
+        }
+    }
+
+    /// This config with the choices a trained policy keeps from `stored` (its
+    /// architecture's config when it was first trained): the head, its flow width
+    /// and steps, the chunk length, the linear policy's state statistics and the VLA's
+    /// stem activation. What is left must
+    /// equal `stored` for training to continue from it. Of another architecture,
+    /// `self` is returned unchanged (and differs from `stored`).
+    pub fn keeping_choices_of(self, stored: &Self) -> Self {
+        match (self, stored) {
+            (Self::Vla(c), Self::Vla(s)) => Self::Vla(
+                c.with_stem_activation(s.stem_activation)
+                    .with_head(s.head)
+                    .with_flow_width(s.flow_width)
+                    .with_flow_steps(s.flow_steps)
+                    .with_chunk_len(s.chunk_len),
+            ),
+            (Self::Linear(c), Self::Linear(s)) => Self::Linear(
+                c.with_state_normalizer(s.state_normalizer.clone())
+                    .with_head(s.head)
+                    .with_flow_width(s.flow_width)
+                    .with_flow_steps(s.flow_steps)
+                    .with_chunk_len(s.chunk_len),
+            ),
+            (config, _) => config,
+        }
+    }
+
+    /// The same architecture at a small width (a 32-wide summary; the VLA with one
+    /// layer, a 64-wide feed-forward block): what device checks and tests train when
+    /// the model's size is not the point.
+    pub fn compact(self) -> Self {
+        match self {
+            Self::Vla(c) => Self::Vla(c.with_d_model(32).with_d_ff(64).with_n_layers(1)),
+            Self::Linear(c) => Self::Linear(c.with_width(32)),
+        }
+    }
+
+    /// This config fitted to the training data whose proprioception vectors are
+    /// `states`: an architecture that normalises its state (the linear policy, by mean
+    /// and standard deviation) takes their statistics, which its checkpoint then keeps.
+    /// The VLA reads proprioception as the robot reports it and is unchanged.
+    pub fn fitted_to<'a>(self, states: impl IntoIterator<Item = &'a [f32]>) -> Self {
+        match self {
+            Self::Linear(c) => {
+                let rows: Vec<Vec<f32>> = states
+                    .into_iter()
+                    .map(|s| c.proprio_inputs.iter().map(|&i| s[i]).collect())
+                    .collect();
+                let normalizer =
+                    Normalizer::of_rows(rows.iter().map(Vec::as_slice), NormalizationMode::MeanStd);
+                Self::Linear(c.with_state_normalizer(normalizer))
+            }
+            vla => vla,
+        }
+    }
+
+    /// Parameters the policy has, from the config alone.
+    pub fn parameter_count(&self) -> usize {
+        match self {
+            Self::Vla(c) => c.parameter_count(),
+            Self::Linear(c) => c.parameter_count(),
+        }
+    }
+
+    /// A freshly initialised policy. Call [`Self::validate`] first on untrusted configs.
+    pub fn init<B: Backend>(&self, device: &B::Device) -> Policy<B> {
+        match self {
+            Self::Vla(c) => Policy::Vla(c.init(device)),
+            Self::Linear(c) => Policy::Linear(c.init(device)),
+        }
+    }
+}
+
+/// Any policy architecture; see the module documentation. Every architecture reads a
+/// [`PolicyInput`] built by its [`InputSpec`] into a summary that one
+/// [`ActionHead`] turns into chunks of actions.
+#[derive(Module, Debug)]
+#[allow(clippy::large_enum_variant)]
+pub enum Policy<B: Backend> {
+    /// See [`VlaPolicy`].
+    Vla(VlaPolicy<B>),
+    /// See [`LinearPolicy`].
+    Linear(LinearPolicy<B>),
+}
+
+impl<B: Backend> Policy<B> {
+    /// Which architecture this is.
+    pub fn architecture(&self) -> Architecture {
+        match self {
+            Self::Vla(_) => Architecture::Vla,
+            Self::Linear(_) => Architecture::Linear,
+        }
+    }
+
+    /// Chunk length `K` and action width `A` of the chunks this policy predicts.
+    pub fn chunk_shape(&self) -> (usize, usize) {
+        match self {
+            Self::Vla(p) => p.chunk_shape(),
+            Self::Linear(p) => (p.chunk_len, p.action_dim),
+        }
+    }
+
+    /// The action-chunk head.
+    pub fn head(&self) -> &ActionHead<B> {
+        match self {
+            Self::Vla(p) => p.head(),
+            Self::Linear(p) => &p.head,
+        }
+    }
+
+    /// The summary `[batch, d]` the head reads.
+    pub fn summary(&self, input: PolicyInput<B>) -> Tensor<B, 2> {
+        match self {
+            Self::Vla(p) => p.summary(input),
+            Self::Linear(p) => p.summary(input),
+        }
+    }
+
+    /// The chunk distribution of a Gaussian head, its means measured from the input's
+    /// action origin; `None` for a flow head.
+    pub fn gaussian(&self, input: PolicyInput<B>) -> Option<GaussianChunk<B>> {
+        match self {
+            Self::Vla(p) => p.gaussian(input),
+            Self::Linear(p) => p.gaussian(input),
+        }
+    }
+
+    /// Action chunks `[batch, K, A]` in units of the action limit, as `f32`: the
+    /// deterministic chunk without `noise`, a sample with it ([`ActionHead::act`]).
+    pub fn act(&self, input: PolicyInput<B>, noise: Option<Tensor<B, 3>>) -> Tensor<B, 3> {
+        match self {
+            Self::Vla(p) => p.act(input, noise),
+            Self::Linear(p) => p.act(input, noise),
+        }
+    }
+
+    /// The float precision this policy computes in.
+    pub fn precision(&self) -> Precision {
+        match self {
+            Self::Vla(p) => p.precision(),
+            Self::Linear(p) => p.precision,
+        }
+    }
+
+    /// The same policy computing in `precision` (ask [`Precision::supported_on`]).
+    pub fn with_precision(self, precision: Precision) -> Self {
+        match self {
+            Self::Vla(p) => Self::Vla(p.with_precision(precision)),
+            Self::Linear(p) => Self::Linear(p.with_precision(precision)),
+        }
+    }
+
+    /// Euler steps of the flow head's sampler.
+    pub fn flow_steps(&self) -> usize {
+        match self {
+            Self::Vla(p) => p.flow_steps(),
+            Self::Linear(p) => p.flow_steps,
+        }
+    }
+
+    /// The same policy sampling its flow head in `steps` Euler steps (at least 1).
+    pub fn with_flow_steps(self, steps: usize) -> Self {
+        match self {
+            Self::Vla(p) => Self::Vla(p.with_flow_steps(steps)),
+            Self::Linear(mut p) => {
+                p.flow_steps = steps.max(1);
+                Self::Linear(p)
+            }
+        }
+    }
+
+    /// The same policy with its per-pixel work on `path`; a policy without pixels is
+    /// unchanged.
+    pub fn with_compute_path(self, path: ComputePath) -> Self {
+        match self {
+            Self::Vla(p) => Self::Vla(p.with_compute_path(path)),
+            linear => linear,
+        }
+    }
+
+    /// The VLA when imago's hand-written CPU forward and backward run it instead of
+    /// burn's: a Gaussian head on a CPU backend (`ComputePath::Auto`), or a compute
+    /// path forced to the host. The one place this is decided: sampling, the
+    /// imitation loss and log-densities all ask here.
+    pub fn host_path(&self) -> Option<&VlaPolicy<B>> {
+        match self {
+            Self::Vla(p)
+                if matches!(p.head(), ActionHead::Gaussian(_))
+                    && p.compute_path
+                        .on_host::<B>(&p.keypoint_sharpness.val().device()) =>
+            {
+                Some(p)
+            }
+            _ => None,
+        }
+    }
+
+    /// The host copy of the weights that [`Self::host_path`] runs, taken once per
+    /// published version; `None` where burn runs the policy.
+    pub fn host_copy(&self) -> Option<HostPolicy> {
+        self.host_path().and_then(HostPolicy::of)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use burn::backend::{Autodiff, Flex};
+    use burn::optim::{AdamConfig, GradientsParams, Optimizer};
+    use imago_robots::reacher2d::Reacher2d;
+    use imago_robots::{Action, Robot};
+
+    use super::*;
+    use crate::input::PolicyBatch;
+    use crate::loss::{ImitationTargets, imitation_loss};
+
+    type B = Autodiff<Flex>;
+
+    #[test]
+    fn architectures_round_trip_through_names_kinds_and_stored_configs() {
+        let spec = Reacher2d::default().spec().clone();
+        for architecture in Architecture::ALL {
+            assert_eq!(
+                architecture.name().parse::<Architecture>(),
+                Ok(architecture)
+            );
+            assert_eq!(
+                Architecture::of_checkpoint_kind(architecture.checkpoint_kind()),
+                Some(architecture)
+            );
+            let config = PolicyConfig::for_robot(architecture, &spec)
+                .unwrap()
+                .with_chunk_len(3)
+                .with_head(ActionHeadKind::Flow);
+            assert_eq!(config.architecture(), architecture);
+            let stored = PolicyConfig::from_stored(architecture, config.to_stored()).unwrap();
+            assert_eq!(stored, config);
+            let wire: PolicyConfig =
+                serde_json::from_str(&serde_json::to_string(&config).unwrap()).unwrap();
+            assert_eq!(wire, config);
+            assert_eq!(
+                (config.chunk_len(), config.head()),
+                (3, ActionHeadKind::Flow)
+            );
+            assert_eq!(config.input_spec().validate(), Ok(()));
+        }
+        assert!(
+            "transformer"
+                .parse::<Architecture>()
+                .unwrap_err()
+                .contains("vla, linear")
+        );
+        // The state-only policy reads no camera and no words; the VLA reads both.
+        let linear = PolicyConfig::for_robot(Architecture::Linear, &spec).unwrap();
+        let vla = PolicyConfig::for_robot(Architecture::Vla, &spec).unwrap();
+        assert!(linear.input_spec().cameras.is_empty());
+        assert_eq!(linear.input_spec().instruction_words, None);
+        assert_eq!(vla.input_spec().cameras.len(), 1);
+        // Fitted to its training states, the linear policy keeps their statistics of
+        // the entries it reads (reacher2d's 8 entries, of which velocities 4 and 5 are
+        // not read); the VLA reads raw proprioception.
+        let states: Vec<Vec<f32>> = (0..3)
+            .map(|i| (0..8).map(|j| (i * j) as f32).collect())
+            .collect();
+        let fitted = linear.clone().fitted_to(states.iter().map(Vec::as_slice));
+        let PolicyConfig::Linear(fitted_linear) = &fitted else {
+            unreachable!("fitted_to keeps the architecture")
+        };
+        let normalizer = fitted_linear.state_normalizer.as_ref().expect("statistics");
+        assert_eq!(normalizer.mean, vec![0.0, 1.0, 2.0, 3.0, 6.0, 7.0]);
+        assert_eq!(fitted.validate(), Ok(()));
+        assert_eq!(vla.clone().fitted_to(states.iter().map(Vec::as_slice)), vla);
+        // A continued policy keeps its own choices, but not another architecture's.
+        let kept = linear
+            .clone()
+            .keeping_choices_of(&linear.clone().with_chunk_len(9));
+        assert_eq!(kept.chunk_len(), 9);
+        assert_eq!(vla.clone().keeping_choices_of(&linear), vla);
+    }
+
+    /// The linear policy trained through the seam's imitation loss with burn's
+    /// autodiff (nothing hand-written) fits a linear map of its state: the
+    /// expert's command here is `0.5 * (ee_x, -ee_y)` of reacher2d's end effector.
+    #[test]
+    fn a_linear_policy_learns_a_linear_expert_through_burns_autodiff() {
+        let _serial = crate::AUTODIFF_TESTS
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let device = Default::default();
+        B::seed(&device, 5);
+        let mut robot = Reacher2d::default();
+        let spec = robot.spec().clone();
+        let config = PolicyConfig::for_robot(Architecture::Linear, &spec)
+            .unwrap()
+            .with_chunk_len(1);
+        let mut batch = PolicyBatch::new(&config.input_spec());
+        let mut actions = Vec::new();
+        let mut observation = robot.reset(0);
+        for tick in 0..64u32 {
+            // No frame needed: the state-only policy reads proprioception alone.
+            let mut state_only = observation.clone();
+            state_only.image = None;
+            batch.push(&state_only).unwrap();
+            let (x, y) = (observation.proprio[6], observation.proprio[7]);
+            actions.extend([0.5 * x, -0.5 * y]);
+            let wiggle = (tick as f32 * 0.7).sin();
+            let limit = spec.action_limit[0];
+            observation = robot
+                .step(&Action(vec![wiggle * limit, -wiggle * limit]))
+                .observation;
+        }
+        let targets = ImitationTargets {
+            actions: Tensor::<B, 3>::from_data(
+                TensorData::new(actions.clone(), [64, 1, 2]),
+                &device,
+            ),
+            mask: Tensor::ones([64, 1], &device),
+            weights: None,
+        };
+        let mut policy = config.init::<B>(&device);
+        assert!(
+            policy.host_path().is_none(),
+            "burn runs every architecture but the VLA"
+        );
+        let mut optim = AdamConfig::new().init();
+        let mut losses = Vec::new();
+        for _ in 0..400 {
+            let loss = imitation_loss(&policy, batch.to_input(&device), &targets, None);
+            losses.push(loss.clone().into_scalar());
+            let grads = GradientsParams::from_grads(loss.backward(), &policy);
+            policy = optim.step(3e-3, policy, grads);
+        }
+        let mean: Vec<f32> = policy
+            .act(batch.to_input(&device), None)
+            .into_data()
+            .to_vec()
+            .unwrap();
+        let worst = mean
+            .iter()
+            .zip(&actions)
+            .map(|(m, a)| (m - a).abs())
+            .fold(0.0f32, f32::max);
+        assert!(
+            losses[399] < losses[0] - 1.0,
+            "loss {} -> {}",
+            losses[0],
+            losses[399]
+        );
+        assert!(worst < 0.1, "largest error of the mean chunk: {worst}");
+    }
+}
