@@ -455,8 +455,14 @@ impl<B: Backend> VlaPolicy<B> {
     /// The readout summary `[batch, d]` the head reads: what the transformer made of
     /// the image, the instruction and the proprioception.
     pub fn summary(&self, input: PolicyInput<B>) -> Tensor<B, 2> {
-        let input = input.cast(self.precision.dtype());
-        let (images, said) = (input.frames(), input.words());
+        let PolicyInput {
+            images,
+            instruction,
+            proprio,
+            ..
+        } = input.cast(self.precision.dtype());
+        let images = images.expect("a VLA's spec reads a camera");
+        let said = instruction.expect("a VLA's spec reads the instruction");
         let device = images.device();
         let [batch, pixels, _] = images.dims();
         let size = self.image_size;
@@ -501,10 +507,7 @@ impl<B: Backend> VlaPolicy<B> {
                     (&device, self.precision.dtype()),
                 ));
 
-        let proprio_token = self
-            .proprio_embed
-            .forward(input.proprio)
-            .unsqueeze_dim::<3>(1);
+        let proprio_token = self.proprio_embed.forward(proprio).unsqueeze_dim::<3>(1);
         // The readout token starts as the instruction, the proprioception and the
         // keypoints, so the head sees what was asked, where the arm is and where the
         // instructed target appears without an extra hop.

@@ -318,16 +318,24 @@ pub(crate) fn host_imitation_loss<B: Backend>(
             .into_vec()
             .expect("an int tensor converted to i64 reads as i64")
     };
-    let images = values(input.frames());
-    let instruction = input.words();
+    // Taken apart by value: a tensor read back while another handle still holds it
+    // is copied first.
+    let PolicyInput {
+        images,
+        instruction,
+        proprio,
+        action_origin,
+    } = input;
+    let images = values(images.expect("a VLA's spec reads a camera"));
+    let instruction = instruction.expect("a VLA's spec reads the instruction");
     let words = ints(instruction.words);
     let word_weights = values(instruction.weights);
     let pad: Vec<bool> = ints(instruction.padding.int())
         .iter()
         .map(|&p| p != 0)
         .collect();
-    let proprio = values(input.proprio);
-    let origin = values(input.action_origin);
+    let proprio = values(proprio);
+    let origin = values(action_origin);
     let actions = values(actions);
     let mut weights = values(step_weights);
     let total = weights.iter().sum::<f32>().max(1e-6);

@@ -26,7 +26,7 @@ use crate::engine::{
     ActorConfig, ControlReport, PolicySnapshot, Recording, ReplayWindow, ReplayWriterConfig,
     SnapshotMailbox, run_control_loop,
 };
-use crate::learn::finetune::{FinetuneConfig, Learner};
+use crate::learn::finetune::{FinetuneConfig, Learner, newest_policy_version};
 use crate::learn::world_model::WorldModelTrainConfig;
 use crate::store::checkpoint::{
     CheckpointMeta, ensure_trained_for, load_policy, load_policy_to_continue, load_world_model,
@@ -484,17 +484,19 @@ pub(crate) fn prepare(
 }
 
 /// Takes in what the actor recorded since the last look; whether the window now holds
-/// enough episodes recorded by a version within the staleness bound of the one the
-/// next learning step produces.
+/// enough episodes fresh enough for the next learning step: recorded by a version
+/// within the staleness bound of the one it produces, or by the newest version that
+/// acted (`FinetuneConfig::fresh_enough`).
 fn enough_fresh(window: &mut ReplayWindow, learner: &Learner, config: &LearnerConfig) -> bool {
     let next = learner.version() + 1;
-    let fresh = window
-        .episodes()
+    let episodes = window.episodes();
+    let newest = newest_policy_version(episodes);
+    let fresh = episodes
         .iter()
         .filter(|e| {
             e.transitions
                 .iter()
-                .any(|t| config.finetune.within_staleness(t.policy_version, next))
+                .any(|t| config.finetune.fresh_enough(t.policy_version, next, newest))
         })
         .count();
     fresh >= config.min_episodes

@@ -217,7 +217,7 @@ impl DemoReport {
             ));
         }
         out.push_str(&format!(
-            "\npolicy latency (batch 1): p50 {:.2} ms, p99 {:.2} ms\n",
+            "\npolicy latency (batch 1, on the path the robot runs it): p50 {:.2} ms, p99 {:.2} ms\n",
             self.policy_latency_ms.p50, self.policy_latency_ms.p99
         ));
         if let (Some(first), Some(last)) = (self.bc_loss.get("first"), self.bc_loss.get("last")) {

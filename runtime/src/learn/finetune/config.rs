@@ -193,6 +193,17 @@ impl FinetuneConfig {
         recorded + self.max_staleness >= next
     }
 
+    /// Whether data recorded by policy version `recorded` may train the version
+    /// `next` when the newest data there is was recorded by version `newest`: within
+    /// the staleness bound, or recorded by that newest version. While the promotion
+    /// gate keeps a champion acting, the learner's versions run ahead of everything
+    /// the actor records; the champion's episodes are then the freshest data there is,
+    /// and refusing them stalled the daemon's learner for good after two rejected
+    /// challengers (found 2026-12-04 by `imago bench --what daemon`).
+    pub fn fresh_enough(&self, recorded: u64, next: u64, newest: u64) -> bool {
+        recorded >= newest || self.within_staleness(recorded, next)
+    }
+
     /// Checks every value against its documented range; the error names the key.
     pub fn validate(&self) -> Result<(), ConfigError> {
         in_range("rounds", self.rounds, 1..=10_000)?;
@@ -240,6 +251,24 @@ pub const MAX_BATCH: usize = 4096;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The learner at version 3 (next: 4) behind a champion, version 1, that the gate
+    /// kept acting: the champion's episodes are the newest there are and stay
+    /// trainable; older ones than the bound allows do not.
+    #[test]
+    fn the_acting_versions_data_is_never_too_stale() {
+        let config = FinetuneConfig::default();
+        assert_eq!(config.max_staleness, 2);
+        assert!(!config.within_staleness(1, 4));
+        assert!(config.fresh_enough(1, 4, 1), "the champion's own episodes");
+        assert!(!config.fresh_enough(0, 4, 1) || config.within_staleness(0, 4));
+        assert!(
+            !config.fresh_enough(1, 4, 2),
+            "an older version than the newest"
+        );
+        assert!(config.fresh_enough(2, 4, 3), "within the bound");
+        assert!(!config.fresh_enough(1, 5, 3));
+    }
 
     #[test]
     fn method_names_round_trip_and_configs_validate() {

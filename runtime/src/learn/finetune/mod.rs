@@ -18,4 +18,4 @@ pub use critic::{CriticLosses, train_critic};
 pub use latents::EncodedEpisodes;
 pub use learner::{LearnReport, Learner};
 pub use run::{FinetuneOutcome, FinetuneStart, ROLLOUT_SEED_BASE, RoundReport, finetune};
-pub use update::{PolicyUpdateReport, update_policy};
+pub use update::{PolicyUpdateReport, newest_policy_version, update_policy};

@@ -17,6 +17,7 @@ use super::config::{FinetuneConfig, FinetuneMethod};
 use crate::device::ResolvedDevice;
 use crate::learn::bc::ImitationDataset;
 use crate::progress;
+use crate::store::replay::Episode;
 
 /// What a round's policy update did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
@@ -55,6 +56,7 @@ pub fn update_policy(
     rng: &mut StdRng,
 ) -> anyhow::Result<(Policy<Dispatch>, PolicyUpdateReport)> {
     let episodes = data.episodes();
+    let newest = newest_policy_version(episodes);
     // Transitions of weight 0 (the policy's own, under DAgger) carry nothing to learn.
     // An intervention's command never goes stale: it does not depend on the policy
     // that reached the state.
@@ -67,7 +69,7 @@ pub fn update_policy(
             let (e, t) = data.sample(i);
             let transition = &episodes[e].transitions[t];
             let v = transition.policy_version;
-            v == 0 || transition.intervention || config.within_staleness(v, version)
+            v == 0 || transition.intervention || config.fresh_enough(v, version, newest)
         });
     anyhow::ensure!(
         !eligible.is_empty(),
@@ -168,4 +170,15 @@ pub fn update_policy(
             truncated_fraction: truncated as f32 / ratios.max(1) as f32,
         },
     ))
+}
+
+/// The newest policy version that recorded any of `episodes` (0 for demonstrations
+/// only): the version whose data is never too stale (`FinetuneConfig::fresh_enough`).
+pub fn newest_policy_version(episodes: &[Episode]) -> u64 {
+    episodes
+        .iter()
+        .flat_map(|e| &e.transitions)
+        .map(|t| t.policy_version)
+        .max()
+        .unwrap_or(0)
 }
