@@ -560,7 +560,11 @@ fn a_broken_learner_never_gets_past_the_promotion_gate() {
         "{status}"
     );
     assert_eq!(status["promotions"], 0, "{status}");
-    assert!(status["rejections"].as_u64().unwrap() >= 1, "{status}");
+    // The learner goes on after rejections: with the champion acting, its episodes are
+    // the freshest there are. Before that rule the learner waited for ever after the
+    // second rejection (its next version 3 ahead of every recorded episode); 13
+    // rejections in these 25 s on the 2-core development machine.
+    assert!(status["rejections"].as_u64().unwrap() >= 3, "{status}");
     assert_eq!(status["champion_version"], 1, "{status}");
     assert_eq!(status["deadline_misses"], 0, "{status}");
     let tests = status["promotion_test_episodes"].as_array().unwrap();
