@@ -10,6 +10,8 @@ use burn::prelude::*;
 use burn::tensor::activation::{gelu, sigmoid};
 use serde::{Deserialize, Serialize};
 
+use imago_robots::bounds::{ConfigError, in_range};
+
 use crate::flow::{euler_sample, time_features};
 use crate::precision::cast_to;
 use crate::vision::ComputePath;
@@ -122,6 +124,65 @@ impl<B: Backend> GaussianHead<B> {
         let log_std =
             sigmoid(raw_log_std) * (self.max_log_std - self.min_log_std) + self.min_log_std;
         GaussianChunk { mean, log_std }
+    }
+}
+
+/// What a policy config says about its action head: every architecture builds,
+/// counts and checks its head through this one description.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct HeadShape {
+    /// Gaussian or flow.
+    pub kind: ActionHeadKind,
+    /// Width of the summary the head reads.
+    pub summary: usize,
+    /// Actions per chunk (`K`).
+    pub chunk_len: usize,
+    /// Length of an action (`A`).
+    pub action_dim: usize,
+    /// The Gaussian head's bounds of log standard deviation.
+    pub log_std_range: (f64, f64),
+    /// The flow head's hidden width.
+    pub flow_width: usize,
+}
+
+impl HeadShape {
+    /// Parameters of the head (weights and biases), from the shape alone.
+    pub fn parameter_count(&self) -> usize {
+        let linear = |i: usize, o: usize| i * o + o;
+        let (d, io, w) = (
+            self.summary,
+            self.chunk_len * self.action_dim,
+            self.flow_width,
+        );
+        match self.kind {
+            ActionHeadKind::Gaussian => linear(d, d) + linear(d, 2 * io),
+            ActionHeadKind::Flow => {
+                linear(d + io + 2 * TIME_OCTAVES + 1, w) + linear(w, w) + linear(w, io)
+            }
+        }
+    }
+
+    /// Checks the log-std bounds and the flow width against their documented ranges;
+    /// the error names the config key. (Each config checks `chunk_len` where its
+    /// other sizes are checked.)
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let (min, max) = self.log_std_range;
+        in_range("min_log_std", min, -20.0..=5.0)?;
+        in_range("max_log_std", max, min..=5.0)?;
+        in_range("flow_width", self.flow_width, 1..=4096)
+    }
+
+    /// A freshly initialised head of this shape.
+    pub fn init<B: Backend>(&self, device: &B::Device) -> ActionHead<B> {
+        let (d, k, a) = (self.summary, self.chunk_len, self.action_dim);
+        match self.kind {
+            ActionHeadKind::Gaussian => {
+                ActionHead::Gaussian(GaussianHead::new(d, k, a, self.log_std_range, device))
+            }
+            ActionHeadKind::Flow => {
+                ActionHead::Flow(FlowHead::new(d, k, a, self.flow_width, device))
+            }
+        }
     }
 }
 

@@ -71,17 +71,7 @@ impl InputSpec {
         entries_of_proprio("state", &self.state, self.proprio_dim)?;
         imago_robots::validate_action_limit(&self.action_limit)?;
         if let Some(origin) = &self.action_origin {
-            if origin.len() != self.action_dim() {
-                return Err(ConfigError::new(
-                    "action_origin",
-                    origin,
-                    format!(
-                        "needs one entry per action dimension ({})",
-                        self.action_dim()
-                    ),
-                ));
-            }
-            entries_of_proprio("action_origin", origin, self.proprio_dim)?;
+            action_origin_fits(origin, self.action_dim(), self.proprio_dim)?;
         }
         if self.cameras.len() > 1 || self.cameras.iter().any(|c| c.name != MAIN_CAMERA) {
             let names: Vec<&str> = self.cameras.iter().map(|c| c.name.as_str()).collect();
@@ -101,6 +91,22 @@ impl InputSpec {
         // Frame stacking is not built: a model reads the current observation.
         in_range("history", self.history, 1..=1)
     }
+}
+
+/// Checks an `action_origin`: one proprioception entry per action dimension.
+pub(crate) fn action_origin_fits(
+    origin: &[usize],
+    action_dim: usize,
+    proprio_dim: usize,
+) -> Result<(), ConfigError> {
+    if origin.len() != action_dim {
+        return Err(ConfigError::new(
+            "action_origin",
+            origin,
+            format!("needs one entry per action dimension ({action_dim})"),
+        ));
+    }
+    entries_of_proprio("action_origin", origin, proprio_dim)
 }
 
 /// Checks that every index in `indices` (the field `key`) names one of the

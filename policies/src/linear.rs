@@ -11,7 +11,7 @@ use burn::tensor::DType;
 use imago_robots::RobotSpec;
 use imago_robots::bounds::{ConfigError, in_range, length_in_range};
 
-use crate::head::{ActionHead, ActionHeadKind, FlowHead, GaussianChunk, GaussianHead};
+use crate::head::{ActionHead, ActionHeadKind, GaussianChunk, HeadShape};
 use crate::input::PolicyInput;
 use crate::input_spec::{InputSpec, entries_of_proprio};
 use crate::model::{MAX_PARAMETERS, MAX_VECTOR};
@@ -92,19 +92,22 @@ impl LinearPolicyConfig {
         }
     }
 
+    /// The action head's shape: it reads the `width`-wide summary.
+    pub fn head_shape(&self) -> HeadShape {
+        HeadShape {
+            kind: self.head,
+            summary: self.width,
+            chunk_len: self.chunk_len,
+            action_dim: self.action_dim(),
+            log_std_range: (self.min_log_std, self.max_log_std),
+            flow_width: self.flow_width,
+        }
+    }
+
     /// Parameters the policy has, from the config alone.
     pub fn parameter_count(&self) -> usize {
-        let linear = |i: usize, o: usize| i * o + o;
-        let (d, io) = (self.width, self.chunk_len * self.action_dim());
-        let head = match self.head {
-            ActionHeadKind::Gaussian => linear(d, d) + linear(d, 2 * io),
-            ActionHeadKind::Flow => {
-                linear(d + io + 2 * crate::head::TIME_OCTAVES + 1, self.flow_width)
-                    + linear(self.flow_width, self.flow_width)
-                    + linear(self.flow_width, io)
-            }
-        };
-        linear(self.proprio_inputs.len(), d) + head
+        let state = self.proprio_inputs.len() * self.width + self.width;
+        state + self.head_shape().parameter_count()
     }
 
     /// Checks every size against its range; the error names the first key that does
@@ -119,35 +122,20 @@ impl LinearPolicyConfig {
         }
         in_range("width", self.width, 1..=4096)?;
         in_range("chunk_len", self.chunk_len, 1..=64)?;
-        in_range("min_log_std", self.min_log_std, -20.0..=5.0)?;
-        in_range("max_log_std", self.max_log_std, self.min_log_std..=5.0)?;
-        in_range("flow_width", self.flow_width, 1..=4096)?;
+        self.head_shape().validate()?;
         in_range("flow_steps", self.flow_steps, 1..=1000)?;
         in_range("parameters", self.parameter_count(), 1..=MAX_PARAMETERS)
     }
 
     /// A freshly initialised policy. Call [`Self::validate`] first on untrusted configs.
     pub fn init<B: Backend>(&self, device: &B::Device) -> LinearPolicy<B> {
-        let (d, k, a) = (self.width, self.chunk_len, self.action_dim());
-        let head = match self.head {
-            ActionHeadKind::Gaussian => ActionHead::Gaussian(GaussianHead::new(
-                d,
-                k,
-                a,
-                (self.min_log_std, self.max_log_std),
-                device,
-            )),
-            ActionHeadKind::Flow => {
-                ActionHead::Flow(FlowHead::new(d, k, a, self.flow_width, device))
-            }
-        };
         LinearPolicy {
-            state: LinearConfig::new(self.proprio_inputs.len(), d).init(device),
+            state: LinearConfig::new(self.proprio_inputs.len(), self.width).init(device),
             state_normalizer: self.state_normalizer.clone(),
-            head,
+            head: self.head_shape().init(device),
             precision: Precision::F32,
-            chunk_len: k,
-            action_dim: a,
+            chunk_len: self.chunk_len,
+            action_dim: self.action_dim(),
             flow_steps: self.flow_steps,
         }
     }

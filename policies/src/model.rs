@@ -14,9 +14,11 @@ use imago_robots::bounds::{ConfigError, in_range, length_in_range};
 use crate::activation::StemActivation;
 use crate::attention::{padding_bias, self_attention, token_padding};
 use crate::gelu::gelu;
-use crate::head::{ActionHead, ActionHeadKind, FlowHead, GaussianChunk, GaussianHead};
+use crate::head::{ActionHead, ActionHeadKind, GaussianChunk, HeadShape};
 use crate::input::PolicyInput;
-use crate::input_spec::{CameraInput, InputSpec, MAIN_CAMERA, entries_of_proprio};
+use crate::input_spec::{
+    CameraInput, InputSpec, MAIN_CAMERA, action_origin_fits, entries_of_proprio,
+};
 use crate::precision::{Precision, cast_parameters, cast_to};
 use crate::tokenizer::VOCABULARY;
 use crate::vision::{ComputePath, StemReading};
@@ -186,6 +188,18 @@ impl VlaPolicyConfig {
         }
     }
 
+    /// The action head's shape: it reads the `d_model`-wide readout.
+    pub fn head_shape(&self) -> HeadShape {
+        HeadShape {
+            kind: self.head,
+            summary: self.d_model,
+            chunk_len: self.chunk_len,
+            action_dim: self.action_dim(),
+            log_std_range: (self.min_log_std, self.max_log_std),
+            flow_width: self.flow_width,
+        }
+    }
+
     /// Number of image patches (tokens) per frame.
     pub fn patch_count(&self) -> usize {
         (self.image_size / self.patch_size).pow(2)
@@ -202,17 +216,7 @@ impl VlaPolicyConfig {
         let (d, c, ff) = (self.d_model, self.stem_channels, self.d_ff);
         let linear = |i: usize, o: usize| i * o + o;
         let layer = 4 * linear(d, d) + linear(d, ff) + linear(ff, d) + 4 * d;
-        let head = match self.head {
-            ActionHeadKind::Gaussian => {
-                linear(d, d) + linear(d, 2 * self.chunk_len * self.action_dim())
-            }
-            ActionHeadKind::Flow => {
-                let io = self.chunk_len * self.action_dim();
-                linear(d + io + 2 * crate::head::TIME_OCTAVES + 1, self.flow_width)
-                    + linear(self.flow_width, self.flow_width)
-                    + linear(self.flow_width, io)
-            }
-        };
+        let head = self.head_shape().parameter_count();
         linear(3, c)
             + linear(2 * c, d)
             + c
@@ -235,17 +239,7 @@ impl VlaPolicyConfig {
         entries_of_proprio("proprio_inputs", &self.proprio_inputs, self.proprio_dim)?;
         validate_action_limit(&self.action_limit)?;
         if let Some(origin) = &self.action_origin {
-            if origin.len() != self.action_dim() {
-                return Err(ConfigError::new(
-                    "action_origin",
-                    origin,
-                    format!(
-                        "needs one entry per action dimension ({})",
-                        self.action_dim()
-                    ),
-                ));
-            }
-            entries_of_proprio("action_origin", origin, self.proprio_dim)?;
+            action_origin_fits(origin, self.action_dim(), self.proprio_dim)?;
         }
         in_range("image_size", self.image_size, 8..=512)?;
         in_range("frame_pool", self.frame_pool, 1..=64)?;
@@ -276,9 +270,7 @@ impl VlaPolicyConfig {
         }
         in_range("n_layers", self.n_layers, 1..=64)?;
         in_range("d_ff", self.d_ff, 1..=16_384)?;
-        in_range("min_log_std", self.min_log_std, -20.0..=5.0)?;
-        in_range("max_log_std", self.max_log_std, self.min_log_std..=5.0)?;
-        in_range("flow_width", self.flow_width, 1..=4096)?;
+        self.head_shape().validate()?;
         in_range("flow_steps", self.flow_steps, 1..=1000)?;
         in_range("parameters", self.parameter_count(), 1..=MAX_PARAMETERS).map_err(|e| {
             ConfigError {
@@ -295,18 +287,7 @@ impl VlaPolicyConfig {
     pub fn init<B: Backend>(&self, device: &B::Device) -> VlaPolicy<B> {
         let d = self.d_model;
         let (k, a) = (self.chunk_len, self.action_dim());
-        let head = match self.head {
-            ActionHeadKind::Gaussian => ActionHead::Gaussian(GaussianHead::new(
-                d,
-                k,
-                a,
-                (self.min_log_std, self.max_log_std),
-                device,
-            )),
-            ActionHeadKind::Flow => {
-                ActionHead::Flow(FlowHead::new(d, k, a, self.flow_width, device))
-            }
-        };
+        let head = self.head_shape().init(device);
         // Position and type tables start small (as in GPT-2) so that they do not drown
         // the content and coordinate signals at initialisation; word embeddings keep
         // unit scale so the instruction drives the FiLM modulation from the start.

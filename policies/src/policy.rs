@@ -509,6 +509,14 @@ mod tests {
         assert_eq!(normalizer.mean, vec![0.0, 1.0, 2.0, 3.0, 6.0, 7.0]);
         assert_eq!(fitted.validate(), Ok(()));
         assert_eq!(vla.clone().fitted_to(states.iter().map(Vec::as_slice)), vla);
+        // Sizes counted from the config are the built policy's, for either head.
+        for config in [vla.clone(), linear.clone()] {
+            for head in [ActionHeadKind::Gaussian, ActionHeadKind::Flow] {
+                let config = config.clone().with_head(head);
+                let policy = config.init::<Flex>(&Default::default());
+                assert_eq!(config.parameter_count(), policy.num_params(), "{head:?}");
+            }
+        }
         // A continued policy keeps its own choices, but not another architecture's.
         let kept = linear
             .clone()

@@ -33,8 +33,14 @@ use thiserror::Error;
 use crate::store::atomic;
 
 /// The `kind`s of policy checkpoints, one per architecture
-/// (`imago_policies::Architecture::checkpoint_kind`), as errors name them.
-pub const POLICY_KINDS: &str = "vla-policy or linear-policy";
+/// (`Architecture::checkpoint_kind`), as errors name them: `vla-policy or ...`.
+pub fn policy_kinds() -> String {
+    let kinds: Vec<&str> = Architecture::ALL
+        .iter()
+        .map(|a| a.checkpoint_kind())
+        .collect();
+    kinds.join(" or ")
+}
 /// The `kind` of a world-model checkpoint.
 pub const WORLD_MODEL_KIND: &str = "world-model";
 /// Version of the checkpoint layout (3: the weights are `model.safetensors`; 2: burn's
@@ -110,8 +116,8 @@ pub enum CheckpointError {
         path: PathBuf,
         /// Its kind.
         found: String,
-        /// The kind asked for.
-        expected: &'static str,
+        /// The kind (or kinds) asked for.
+        expected: String,
     },
     /// The stored config differs from the one the caller needs.
     #[error("checkpoint {path} was trained with a different model config: {differences}")]
@@ -227,7 +233,7 @@ pub fn stored_architecture(dir: &Path) -> Result<Architecture, CheckpointError> 
     Architecture::of_checkpoint_kind(&meta.kind).ok_or(CheckpointError::WrongKind {
         path: dir.to_path_buf(),
         found: meta.kind,
-        expected: POLICY_KINDS,
+        expected: policy_kinds(),
     })
 }
 
@@ -278,7 +284,7 @@ fn ensure_policy_matches(
 fn read_policy_config(dir: &Path) -> Result<(PolicyConfig, CheckpointMeta), CheckpointError> {
     read_config(
         dir,
-        POLICY_KINDS,
+        &policy_kinds(),
         |kind, stored| {
             Architecture::of_checkpoint_kind(kind)
                 .map(|architecture| PolicyConfig::from_stored(architecture, stored))
@@ -493,7 +499,7 @@ pub fn ensure_trained_for(dir: &Path, spec: &RobotSpec) -> Result<CheckpointMeta
 /// spec is refused before a model is built from it.
 fn read_config<C>(
     dir: &Path,
-    kinds: &'static str,
+    kinds: &str,
     parse: impl Fn(&str, serde_json::Value) -> Option<Result<C, serde_json::Error>>,
     validate: impl Fn(&C) -> Result<(), imago_robots::ConfigError>,
     robot_fields: fn(&C) -> (usize, &[f32]),
@@ -508,7 +514,7 @@ fn read_config<C>(
             return Err(CheckpointError::WrongKind {
                 path: dir.to_path_buf(),
                 found: meta.kind,
-                expected: kinds,
+                expected: kinds.to_string(),
             });
         }
         Some(parsed) => parsed.map_err(|e| bad(e.to_string()))?,
