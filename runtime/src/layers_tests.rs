@@ -2,8 +2,9 @@
 //! `crate::` and `super::` paths: imports point down the layers (jobs -> engine ->
 //! learn -> act -> store), the modules beside them (robot, device, telemetry and the
 //! leaves) import no layer but the store (telemetry draws recorded episodes), no two
-//! files import each other, the actor imports no fine-tuning code, and only the robot
-//! registry names a concrete robot type.
+//! files import each other and no longer circle closes, the actor imports no
+//! fine-tuning code, only the robot registry names a concrete robot type, and no
+//! source file of the workspace outside tests is over 1,000 lines.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -68,7 +69,17 @@ fn paths_after(text: &str, prefix: &str) -> Vec<Module> {
         .collect()
 }
 
-/// The imports of every module of the runtime, resolved to modules that have files.
+/// `text` up to its unit-test module: a test may import what the code may not (a
+/// fixture built from a higher layer).
+fn without_tests(mut text: String) -> String {
+    if let Some(at) = text.find("#[cfg(test)]\nmod tests") {
+        text.truncate(at);
+    }
+    text
+}
+
+/// The imports of every module of the runtime (its code, not its unit tests),
+/// resolved to modules that have files.
 fn imports() -> BTreeMap<Module, BTreeSet<Module>> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let mut files = Vec::new();
@@ -76,6 +87,7 @@ fn imports() -> BTreeMap<Module, BTreeSet<Module>> {
     let modules: BTreeMap<Module, String> = files
         .iter()
         .map(|f| (module_of(&root, f), std::fs::read_to_string(f).unwrap()))
+        .map(|(module, text)| (module, without_tests(text)))
         .collect();
     let resolve = |path: &[String]| -> Option<Module> {
         (1..=path.len())
@@ -143,6 +155,80 @@ fn imports_point_down_the_layers_and_no_two_files_import_each_other() {
     assert!(problems.is_empty(), "{problems:#?}");
     // The check sees the imports it is meant to see.
     assert!(imports[&actor].contains(&vec!["act".to_string(), "sampling".to_string()]));
+}
+
+/// A circle of imports through `module`, found by walking `imports` depth first
+/// (edges between a module and its own submodules, re-exports, are left out).
+fn circle_through(
+    imports: &BTreeMap<Module, BTreeSet<Module>>,
+    path: &mut Vec<Module>,
+    done: &mut BTreeSet<Module>,
+) -> Option<Vec<Module>> {
+    let module = path.last()?.clone();
+    for dep in imports.get(&module).into_iter().flatten() {
+        if dep.starts_with(&module) || module.starts_with(dep) || done.contains(dep) {
+            continue;
+        }
+        if let Some(at) = path.iter().position(|m| m == dep) {
+            return Some(path[at..].to_vec());
+        }
+        path.push(dep.clone());
+        if let Some(circle) = circle_through(imports, path, done) {
+            return Some(circle);
+        }
+        path.pop();
+    }
+    done.insert(module);
+    None
+}
+
+#[test]
+fn no_circle_of_imports_of_any_length() {
+    let imports = imports();
+    let mut done = BTreeSet::new();
+    for module in imports.keys() {
+        let circle = circle_through(&imports, &mut vec![module.clone()], &mut done);
+        assert!(circle.is_none(), "an import circle: {circle:?}");
+    }
+    // The walk sees circles: one made up of two files is found.
+    let mut made_up = imports.clone();
+    let (a, b) = (vec!["act".to_string()], vec!["store".to_string()]);
+    made_up.entry(b.clone()).or_default().insert(a.clone());
+    made_up.entry(a.clone()).or_default().insert(b);
+    let found = circle_through(&made_up, &mut vec![a], &mut BTreeSet::new());
+    assert_eq!(found.map(|c| c.len()), Some(2));
+}
+
+#[test]
+fn no_source_file_outside_tests_is_over_1000_lines() {
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut files = Vec::new();
+    for krate in [
+        "src",
+        "runtime",
+        "policies",
+        "worldmodel",
+        "robots",
+        "kernels",
+        "shaders",
+    ] {
+        let dir = workspace.join(krate);
+        let sources = if krate == "src" { dir } else { dir.join("src") };
+        rust_files(&sources, &mut files);
+    }
+    assert!(files.len() > 100, "{} files", files.len());
+    let long: Vec<String> = files
+        .iter()
+        .filter(|f| {
+            let name = f.file_name().unwrap().to_string_lossy();
+            name != "tests.rs" && !name.ends_with("_tests.rs")
+        })
+        .filter_map(|f| {
+            let lines = std::fs::read_to_string(f).unwrap().lines().count();
+            (lines > 1000).then(|| format!("{}: {lines} lines", f.display()))
+        })
+        .collect();
+    assert!(long.is_empty(), "{long:#?}");
 }
 
 #[test]

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use clap::{Args, ValueEnum};
 use imago_kernels::bench::KernelBenchRow;
 use imago_runtime::device::{DeviceSpec, resolve};
-use imago_runtime::engine::daemon::LearnerConfig;
+use imago_runtime::engine::learner_loop::LearnerConfig;
 use imago_runtime::jobs::bench::{
     DaemonBenchRow, RenderBenchRow, WorldModelBenchRow, bench_daemon, bench_kernels, bench_policy,
     bench_render, bench_world_model,

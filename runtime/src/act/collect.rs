@@ -2,17 +2,18 @@
 
 use std::path::Path;
 
+use imago_robots::ExpertConfig;
 use imago_robots::bounds::{ConfigError, in_range};
-use imago_robots::{ExpertConfig, Observation, Robot};
 use serde::{Deserialize, Serialize};
 
+use crate::act::camera::BatchCamera;
+use crate::act::episode::TickCommand;
+use crate::act::lock_step::LockStep;
 use crate::progress;
 use crate::robot::RobotConfig;
 use crate::store::atomic;
 use crate::store::outputs::{OutputKind, check_output};
-use crate::store::replay::{
-    EpisodeEnd, EpisodeStart, ReplayRecord, ReplayWriter, ReplayWriterConfig, Transition,
-};
+use crate::store::replay::{Episode, ReplayWriter, ReplayWriterConfig};
 
 /// What to collect.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -99,7 +100,6 @@ pub fn collect_demonstrations(
 }
 
 fn collect_into(config: &CollectConfig, out: &Path) -> anyhow::Result<CollectSummary> {
-    let mut robot = config.robot.build()?;
     let (mut writer, repaired) = ReplayWriter::open(
         out,
         ReplayWriterConfig::default(),
@@ -116,51 +116,36 @@ fn collect_into(config: &CollectConfig, out: &Path) -> anyhow::Result<CollectSum
     let bar = progress::bar("collect", config.episodes as u64);
     for i in 0..config.episodes {
         let seed = config.first_seed.wrapping_add(i as u64);
-        let mut observation: Observation = robot.reset(seed);
-        robot.start_expert(&config.expert, seed);
-        let episode = writer.next_episode_id()?;
-        writer.append(&ReplayRecord::EpisodeStart(EpisodeStart {
-            episode,
-            robot: config.robot.name().to_string(),
-            seed,
-            instruction: observation.instruction.clone(),
-        }))?;
-        for step in 0.. {
-            let action = robot
-                .expert_action()
-                .ok_or_else(|| anyhow::anyhow!("the expert stopped"))?;
-            let outcome = robot.step(&action);
-            writer.append(&ReplayRecord::Transition(Box::new(Transition {
-                episode,
-                step,
-                observation,
-                action,
-                executed: outcome.info.executed.clone(),
-                reward: outcome.reward,
-                done: outcome.done,
-                success: outcome.success,
-                policy_version: 0,
-                intervention: false,
-                behaviour_log_prob: None,
-            })))?;
-            summary.transitions += 1;
-            observation = outcome.observation;
-            if outcome.done {
-                writer.append(&ReplayRecord::EpisodeEnd(Box::new(EpisodeEnd {
-                    episode,
-                    steps: step + 1,
-                    success: outcome.success,
-                    final_observation: observation,
-                })))?;
-                summary.successes += outcome.success as usize;
-                break;
-            }
-        }
-        writer.flush()?;
+        let episode = demonstration(config, seed, writer.next_episode_id()?)?;
+        writer.append_episode(&episode)?;
+        summary.transitions += episode.transitions.len();
+        summary.successes += episode.end.success as usize;
         summary.episodes += 1;
         bar.inc(1);
     }
     bar.finish_and_clear();
     writer.close()?;
     Ok(summary)
+}
+
+/// One episode of the scripted expert from `seed`, recorded as episode `id`.
+fn demonstration(config: &CollectConfig, seed: u64, id: u64) -> anyhow::Result<Episode> {
+    let camera = BatchCamera::PerRobot;
+    let mut run = LockStep::start(&config.robot, &[seed], &camera, None)?;
+    let lane = &mut run.lanes_mut()[0];
+    anyhow::ensure!(
+        lane.robot.start_expert(&config.expert, seed),
+        "robot {} has no scripted expert",
+        config.robot.name()
+    );
+    let mut transitions = Vec::new();
+    while run.any_running() {
+        let action = run.lanes_mut()[0].expert_action()?;
+        let tick = run.step(vec![Some(TickCommand::demonstration(action))])?;
+        transitions.extend(tick.into_iter().map(|(_, transition)| transition));
+    }
+    run.lanes()[0]
+        .episode
+        .finished(id, transitions)
+        .ok_or_else(|| anyhow::anyhow!("episode {id} ended without an end"))
 }

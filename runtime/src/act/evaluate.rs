@@ -6,16 +6,18 @@ use std::collections::VecDeque;
 use std::time::Instant;
 
 use burn::prelude::*;
-use imago_policies::{Policy, PolicyConfig};
+use imago_policies::{HostPolicy, Policy, PolicyConfig};
 use imago_robots::{Action, ExpertConfig, Observation, Robot};
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 use serde::{Deserialize, Serialize};
 
 use crate::act::camera::BatchCamera;
+use crate::act::episode::TickCommand;
+use crate::act::lock_step::LockStep;
 use crate::act::sampling::{plan, plan_on_host};
 use crate::progress;
-use crate::robot::{RobotConfig, SimRobot};
+use crate::robot::RobotConfig;
 use crate::stats::{MeanInterval, mean_interval, quantile, wilson_interval};
 use crate::store::checkpoint::{ensure_trained_for, load_policy};
 
@@ -119,7 +121,7 @@ where
 /// without an expert is an error.
 pub fn evaluate_with_camera<B: Backend>(
     controller: &Controller<'_, B>,
-    robot_config: &RobotConfig,
+    robot: &RobotConfig,
     seeds: &[u64],
     label: &str,
     camera: &BatchCamera,
@@ -127,8 +129,7 @@ pub fn evaluate_with_camera<B: Backend>(
 where
     B::Device: 'static,
 {
-    let n = seeds.len();
-    let spec = robot_config.spec();
+    let spec = robot.spec();
     if let Controller::Policy { config, .. } = controller {
         anyhow::ensure!(
             config.action_limit() == spec.action_limit,
@@ -138,126 +139,125 @@ where
             spec.action_limit
         );
     }
-    let mut robots: Vec<SimRobot> = (0..n)
-        .map(|_| {
-            let mut robot = robot_config.build()?;
-            robot.set_frame_source(camera.frame_source());
-            Ok(robot)
-        })
-        .collect::<anyhow::Result<_>>()?;
-    let mut observations: Vec<Observation> = robots
-        .iter_mut()
-        .zip(seeds)
-        .map(|(r, &s)| r.reset(s))
-        .collect();
-    camera.fill(robots.iter().zip(observations.iter_mut()))?;
-    if let Controller::Expert(config) = controller {
-        for (robot, &seed) in robots.iter_mut().zip(seeds) {
-            anyhow::ensure!(
-                robot.start_expert(config, seed),
-                "robot {} has no scripted expert",
-                robot_config.name()
-            );
-        }
+    let mut run = LockStep::start(robot, seeds, camera, None)?;
+    let mut commands = EvalCommands::new(controller, &mut run, robot)?;
+    let bar = progress::bar(label, spec.max_steps as u64);
+    while run.any_running() {
+        let tick = commands.next(&mut run)?;
+        run.step(tick)?;
+        bar.inc(1);
     }
-    if let Controller::Policy {
-        wrong_instruction: true,
-        ..
-    } = controller
-    {
-        for ((robot, obs), &seed) in robots.iter().zip(observations.iter_mut()).zip(seeds) {
-            let alternatives = robot.alternative_instructions();
-            if !alternatives.is_empty() {
-                obs.instruction = alternatives[seed as usize % alternatives.len()].clone();
+    bar.finish_and_clear();
+    let lanes = run.lanes();
+    let max_coverage: Option<Vec<f64>> = lanes.iter().map(|l| l.episode.max_coverage()).collect();
+    Ok(EvalOutcome {
+        success: lanes.iter().map(|l| l.episode.succeeded()).collect(),
+        length: lanes.iter().map(|l| l.episode.steps()).collect(),
+        max_coverage: max_coverage.unwrap_or_default(),
+    })
+}
+
+/// Each tick's commands of an evaluation's controller: a policy's planned chunks
+/// (executed `execute_steps` at a time), uniform random actions, or the expert's.
+struct EvalCommands<'c, 'a, B: Backend> {
+    controller: &'c Controller<'a, B>,
+    /// On a CPU, the host forward plans (the same chunks within 1e-5, without tensors).
+    host: Option<HostPolicy>,
+    queues: Vec<VecDeque<Action>>,
+    rngs: Vec<StdRng>,
+    action_limit: Vec<f32>,
+}
+
+impl<'c, 'a, B: Backend> EvalCommands<'c, 'a, B> {
+    /// Starts the robots' experts for an expert controller (an error on a robot
+    /// without one) and gives a policy the wrong instruction when asked.
+    fn new(
+        controller: &'c Controller<'a, B>,
+        run: &mut LockStep<'_>,
+        robot: &RobotConfig,
+    ) -> anyhow::Result<Self> {
+        for lane in run.lanes_mut() {
+            let seed = lane.seed();
+            match controller {
+                Controller::Expert(config) => anyhow::ensure!(
+                    lane.robot.start_expert(config, seed),
+                    "robot {} has no scripted expert",
+                    robot.name()
+                ),
+                Controller::Policy {
+                    wrong_instruction: true,
+                    ..
+                } => {
+                    let alternatives = lane.robot.alternative_instructions();
+                    if !alternatives.is_empty() {
+                        let wrong = alternatives[seed as usize % alternatives.len()].clone();
+                        lane.episode.override_instruction(wrong);
+                    }
+                }
+                _ => {}
             }
         }
+        let seeds = run.lanes().iter().map(|lane| lane.seed());
+        Ok(Self {
+            controller,
+            host: match controller {
+                Controller::Policy { policy, .. } => policy.host_copy(),
+                _ => None,
+            },
+            queues: vec![VecDeque::new(); run.lanes().len()],
+            rngs: seeds.map(|s| StdRng::seed_from_u64(s ^ 0x5eed)).collect(),
+            action_limit: robot.spec().action_limit,
+        })
     }
-    let mut rngs: Vec<StdRng> = seeds
-        .iter()
-        .map(|&s| StdRng::seed_from_u64(s ^ 0x5eed))
-        .collect();
-    let mut queues: Vec<VecDeque<Action>> = vec![VecDeque::new(); n];
-    let mut outcome = EvalOutcome {
-        success: vec![false; n],
-        length: vec![0; n],
-        max_coverage: Vec::new(),
-    };
-    let mut max_coverage: Vec<Option<f64>> = vec![None; n];
-    let mut active: Vec<bool> = vec![true; n];
-    // On a CPU, the host forward plans (the same chunks within 1e-5, without tensors).
-    let host = match controller {
-        Controller::Policy { policy, .. } => policy.host_copy(),
-        _ => None,
-    };
-    let bar = progress::bar(label, spec.max_steps as u64);
-    while active.iter().any(|&a| a) {
+
+    /// A command for every running lane.
+    fn next(&mut self, run: &mut LockStep<'_>) -> anyhow::Result<Vec<Option<TickCommand>>> {
+        let running = run.running();
         if let Controller::Policy {
             policy,
             config,
             device,
             execute_steps,
             ..
-        } = controller
+        } = self.controller
         {
-            let planning: Vec<usize> = (0..n)
-                .filter(|&i| active[i] && queues[i].is_empty())
+            let planning: Vec<usize> = running
+                .iter()
+                .copied()
+                .filter(|&i| self.queues[i].is_empty())
                 .collect();
             if !planning.is_empty() {
-                let planned = planning.iter().map(|&i| &observations[i]);
-                let chunks = match &host {
+                let planned = planning
+                    .iter()
+                    .map(|&i| run.lanes()[i].episode.observation());
+                let chunks = match &self.host {
                     Some(host) => plan_on_host(host, config, planned)?,
                     None => plan(policy, config, device, planned)?,
                 };
+                let executed = (*execute_steps).clamp(1, config.chunk_len());
                 for (&i, chunk) in planning.iter().zip(chunks) {
-                    queues[i].extend(
-                        chunk
-                            .into_iter()
-                            .take((*execute_steps).clamp(1, config.chunk_len())),
-                    );
+                    self.queues[i].extend(chunk.into_iter().take(executed));
                 }
             }
         }
-        let stepping: Vec<usize> = (0..n).filter(|&i| active[i]).collect();
-        for i in stepping {
-            let action = match controller {
-                Controller::Policy { .. } => queues[i].pop_front().expect("planned"),
+        let mut commands = vec![None; run.lanes().len()];
+        for i in running {
+            let action = match self.controller {
+                Controller::Policy { .. } => self.queues[i]
+                    .pop_front()
+                    .ok_or_else(|| anyhow::anyhow!("the policy planned no action"))?,
                 Controller::Random => Action(
-                    spec.action_limit
+                    self.action_limit
                         .iter()
-                        .map(|&limit| rngs[i].random_range(-limit..=limit))
+                        .map(|&limit| self.rngs[i].random_range(-limit..=limit))
                         .collect(),
                 ),
-                Controller::Expert(_) => robots[i].expert_action().expect("started above"),
+                Controller::Expert(_) => run.lanes_mut()[i].expert_action()?,
             };
-            let step = robots[i].step(&action);
-            if let Some(coverage) = step.info.coverage {
-                let best = max_coverage[i].get_or_insert(0.0);
-                *best = best.max(coverage as f64);
-            }
-            let instruction = std::mem::take(&mut observations[i].instruction);
-            observations[i] = step.observation;
-            observations[i].instruction = instruction;
-            if step.done {
-                active[i] = false;
-                outcome.success[i] = step.success;
-                outcome.length[i] = robots[i].steps();
-            }
+            commands[i] = Some(TickCommand::demonstration(action));
         }
-        camera.fill(
-            robots
-                .iter()
-                .zip(observations.iter_mut())
-                .zip(&active)
-                .filter(|(_, running)| **running)
-                .map(|(pair, _)| pair),
-        )?;
-        bar.inc(1);
+        Ok(commands)
     }
-    bar.finish_and_clear();
-    if max_coverage.iter().all(Option::is_some) {
-        outcome.max_coverage = max_coverage.into_iter().flatten().collect();
-    }
-    Ok(outcome)
 }
 
 /// Policy latency at batch 1 (observation to action chunk on the host), in milliseconds.

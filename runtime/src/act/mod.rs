@@ -1,14 +1,18 @@
-//! Running controllers on robots: scripted demonstrations ([`collect`]), closed-loop
-//! evaluation ([`evaluate`], [`paired`]), policy rollouts that record what they did
-//! ([`rollout`]), the action sampling rollouts and the daemon's actor share
-//! ([`sampling`]), camera frames of many robots at once ([`camera`]), and the
-//! action queue of real-time chunking ([`chunk_queue`]).
+//! Running controllers on robots: one episode as every loop records it ([`episode`]),
+//! simulated robots stepped in lock-step ([`lock_step`]), scripted demonstrations
+//! ([`collect`]), closed-loop evaluation ([`evaluate`], [`paired`]), policy rollouts
+//! that record what they did ([`rollout`]), the action sampling rollouts and the
+//! daemon's actor share ([`sampling`]), camera frames of many robots at once
+//! ([`camera`]), and the action queue of real-time chunking ([`chunk_queue`]).
 
 pub mod camera;
 pub mod chunk_queue;
 pub mod collect;
+pub mod episode;
 pub mod evaluate;
+pub mod lock_step;
 pub mod paired;
 pub mod promotion_run;
 pub mod rollout;
 pub mod sampling;
+pub mod takeover;

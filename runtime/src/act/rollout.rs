@@ -5,47 +5,21 @@
 //! coaching short stretches at random ticks (DAgger's mixture of expert and learner).
 
 use burn::prelude::*;
-use imago_policies::{HostScratch, Policy, PolicyBatch, PolicyConfig};
+use imago_policies::{HostPolicy, HostScratch, Policy, PolicyBatch, PolicyConfig};
+use imago_robots::ExpertConfig;
 use imago_robots::bounds::{ConfigError, in_range};
-use imago_robots::{ExpertConfig, Observation, Robot};
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 use serde::{Deserialize, Serialize};
 
 use crate::act::camera::BatchCamera;
-use crate::act::sampling::{SampledCommand, exploration_rng, sample_first_actions, to_robot_units};
+use crate::act::episode::TickCommand;
+use crate::act::lock_step::LockStep;
+use crate::act::sampling::{exploration_rng, sample_first_actions, to_robot_units};
+use crate::act::takeover::TakeoverConfig;
 use crate::progress;
-use crate::robot::{RobotConfig, SimRobot};
-use crate::store::replay::{Episode, EpisodeEnd, EpisodeStart, ReplayWriter, Transition};
-
-/// When the scripted expert takes over from a stalled policy.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct TakeoverConfig {
-    /// Ticks over which the robot's progress (its tracked point: reacher2d's end
-    /// effector) is measured. Range: [1, 100000].
-    pub window: u32,
-    /// The policy has stalled when the tracked point moved less than this (world
-    /// units: metres for reacher2d) over the last `window` ticks. Range: [0, 100].
-    pub min_progress: f32,
-}
-
-impl TakeoverConfig {
-    /// Checks both values against their documented ranges.
-    pub fn validate(&self) -> Result<(), ConfigError> {
-        in_range("window", self.window, 1..=100_000)?;
-        in_range("min_progress", self.min_progress, 0.0..=100.0)
-    }
-}
-
-impl Default for TakeoverConfig {
-    fn default() -> Self {
-        Self {
-            window: 10,
-            min_progress: 0.03,
-        }
-    }
-}
+use crate::robot::RobotConfig;
+use crate::store::replay::{Episode, ReplayWriter, Transition};
 
 /// When the scripted expert coaches: stretches of its commands among the policy's,
 /// starting at random ticks. The states the policy's own mistakes lead to then get the
@@ -125,28 +99,24 @@ impl Default for RolloutConfig {
     }
 }
 
-/// One robot's episode in progress.
-struct Running {
-    robot: SimRobot,
-    observation: Observation,
-    start: EpisodeStart,
-    transitions: Vec<Transition>,
-    takeover: TakeoverWatch,
-    coach: CoachStretches,
-    seed: u64,
-    done: bool,
+/// A policy version as it acts in rollouts: its weights, config and device.
+pub struct ActingPolicy<'a, B: Backend> {
+    /// The policy.
+    pub policy: &'a Policy<B>,
+    /// Its config.
+    pub config: &'a PolicyConfig,
+    /// Where it runs.
+    pub device: &'a B::Device,
+    /// The version its transitions are stamped with.
+    pub version: u64,
 }
 
-/// Runs one episode per seed with `policy` (version `version`), sampling its action
-/// chunks and executing the first action of each, and appends every finished episode
-/// whole to `writer` (flushed as it ends). Returns the episodes in seed order.
-#[allow(clippy::too_many_arguments)]
+/// Runs one episode per seed with `acting`, sampling its action chunks and executing
+/// the first action of each, and appends every finished episode whole to `writer`
+/// (flushed as it ends). Returns the episodes in seed order.
 pub fn collect_policy_episodes<B: Backend>(
-    policy: &Policy<B>,
-    policy_config: &PolicyConfig,
-    device: &B::Device,
-    version: u64,
-    robot_config: &RobotConfig,
+    acting: &ActingPolicy<'_, B>,
+    robot: &RobotConfig,
     seeds: &[u64],
     rollout: &RolloutConfig,
     writer: &mut ReplayWriter,
@@ -154,152 +124,126 @@ pub fn collect_policy_episodes<B: Backend>(
 where
     B::Device: 'static,
 {
-    let camera = BatchCamera::for_device::<B>(device, robot_config, seeds.len());
-    let max_steps = robot_config.spec().max_steps;
-    let mut running: Vec<Running> = seeds
-        .iter()
-        .map(|&seed| {
-            let mut robot = robot_config.build()?;
-            robot.set_frame_source(camera.frame_source());
-            let observation = robot.reset(seed);
+    let camera = BatchCamera::for_device::<B>(acting.device, robot, seeds.len());
+    let mut run = LockStep::start(robot, seeds, &camera, rollout.takeover.as_ref())?;
+    let mut coaches: Vec<CoachStretches> = run
+        .lanes_mut()
+        .iter_mut()
+        .map(|lane| {
             // Coaching starts the robot's noiseless expert; a robot without one is not
             // coached.
+            let seed = lane.seed();
             let coaching = rollout
                 .coaching
                 .as_ref()
-                .filter(|_| robot.start_expert(&ExpertConfig::noiseless(), seed));
-            let coach = CoachStretches::new(coaching, seed, version);
-            Ok(Running {
-                start: EpisodeStart {
-                    episode: 0,
-                    robot: robot_config.name().to_string(),
-                    seed,
-                    instruction: observation.instruction.clone(),
-                },
-                takeover: TakeoverWatch::new(rollout.takeover.as_ref(), &robot),
-                coach,
-                robot,
-                observation,
-                transitions: Vec::new(),
-                seed,
-                done: false,
-            })
+                .filter(|_| lane.robot.start_expert(&ExpertConfig::noiseless(), seed));
+            CoachStretches::new(coaching, seed, acting.version)
         })
-        .collect::<anyhow::Result<_>>()?;
-    camera.fill(running.iter_mut().map(|r| (&r.robot, &mut r.observation)))?;
-    let mut rngs: Vec<StdRng> = seeds
-        .iter()
-        .map(|&seed| exploration_rng(seed, version))
         .collect();
-    let limits = &policy_config.action_limit();
-    let a = limits.len();
-    let mut batch = PolicyBatch::new(&policy_config.input_spec());
-    // On a CPU, the host forward samples (the same distribution within 1e-5).
-    let host = policy.host_copy();
-    let mut scratch = HostScratch::default();
+    let mut sampler = RolloutSampler::new(acting, seeds, rollout.exploration);
+    let mut transitions: Vec<Vec<Transition>> = vec![Vec::new(); seeds.len()];
     let mut episodes: Vec<Option<Episode>> = vec![None; seeds.len()];
-    let bar = progress::bar("collect policy episodes", max_steps as u64);
-    while running.iter().any(|r| !r.done) {
+    let bar = progress::bar("collect policy episodes", robot.spec().max_steps as u64);
+    while run.any_running() {
+        let running = run.running();
         // Who commands this tick: the expert (taken over, or coaching) or the policy.
-        let expert_commands: Vec<bool> = running
-            .iter_mut()
-            .map(|r| !r.done && (r.takeover.is_active() || r.coach.coaches_this_tick()))
+        let expert_commands: Vec<usize> = running
+            .iter()
+            .copied()
+            .filter(|&i| run.lanes()[i].takeover.is_active() || coaches[i].coaches_this_tick())
             .collect();
-        let acting: Vec<usize> = (0..running.len())
-            .filter(|&i| !running[i].done && !expert_commands[i])
+        let policy_lanes: Vec<usize> = running
+            .iter()
+            .copied()
+            .filter(|i| !expert_commands.contains(i))
             .collect();
-        let mut commands: Vec<Option<SampledCommand>> = vec![None; running.len()];
-        if !acting.is_empty() {
-            batch.clear();
-            for &i in &acting {
-                batch.push(&running[i].observation)?;
-            }
-            let sampled = sample_first_actions(
-                policy,
-                host.as_ref().map(|host| (host, &mut scratch)),
-                &batch,
-                device,
-                &mut rngs,
-                &acting,
-                rollout.exploration,
-            )?;
-            for (&i, command) in acting.iter().zip(sampled) {
-                commands[i] = Some(command);
-            }
+        let mut commands = sampler.commands(&run, &policy_lanes)?;
+        for &i in &expert_commands {
+            let action = run.lanes_mut()[i].expert_action()?;
+            commands[i] = Some(TickCommand::intervention(action, acting.version));
         }
-        let mut stepped = vec![false; running.len()];
-        for (i, run) in running.iter_mut().enumerate() {
-            if run.done {
+        for (i, transition) in run.step(commands)? {
+            transitions[i].push(transition);
+        }
+        for i in running {
+            let lane = &run.lanes()[i].episode;
+            if !lane.is_done() {
                 continue;
             }
-            let (action, log_prob, intervention) = if expert_commands[i] {
-                let expert = run.robot.expert_action();
-                (expert.expect("a started expert commands"), None, true)
-            } else {
-                let command = commands[i]
-                    .take()
-                    .expect("every acting robot got a command");
-                (
-                    to_robot_units(&command.action, limits),
-                    command.log_prob,
-                    false,
-                )
-            };
-            debug_assert_eq!(action.0.len(), a);
-            let outcome = run.robot.step(&action);
-            let observation = std::mem::replace(&mut run.observation, outcome.observation);
-            run.transitions.push(Transition {
-                episode: 0,
-                step: run.transitions.len() as u32,
-                observation,
-                action,
-                executed: outcome.info.executed.clone(),
-                reward: outcome.reward,
-                done: outcome.done,
-                success: outcome.success,
-                policy_version: version,
-                intervention,
-                behaviour_log_prob: log_prob,
-            });
-            run.takeover.observe(&mut run.robot, run.seed, outcome.done);
-            stepped[i] = true;
-            run.done = outcome.done;
-        }
-        // The new observations' frames (one dispatch on a wgpu GPU) before any is
-        // recorded or read by the policy.
-        camera.fill(
-            running
-                .iter_mut()
-                .zip(&stepped)
-                .filter(|(_, stepped)| **stepped)
-                .map(|(r, _)| (&r.robot, &mut r.observation)),
-        )?;
-        for (i, run) in running.iter_mut().enumerate() {
-            if stepped[i] && run.done {
-                let success = run.transitions.last().is_some_and(|t| t.success);
-                let id = writer.next_episode_id()?;
-                let mut episode = Episode {
-                    start: EpisodeStart {
-                        episode: id,
-                        ..run.start.clone()
-                    },
-                    transitions: std::mem::take(&mut run.transitions),
-                    end: EpisodeEnd {
-                        episode: id,
-                        steps: run.robot.steps(),
-                        success,
-                        final_observation: run.observation.clone(),
-                    },
-                };
-                episode.transitions.iter_mut().for_each(|t| t.episode = id);
-                writer.append_episode(&episode)?;
-                episodes[i] = Some(episode);
-            }
+            let id = writer.next_episode_id()?;
+            let episode = lane
+                .finished(id, std::mem::take(&mut transitions[i]))
+                .ok_or_else(|| anyhow::anyhow!("episode {id} ended without an end"))?;
+            writer.append_episode(&episode)?;
+            episodes[i] = Some(episode);
         }
         bar.inc(1);
     }
     bar.finish_and_clear();
     Ok(episodes.into_iter().flatten().collect())
+}
+
+/// The policy's sampled commands for a tick's lanes: one batch through the host
+/// forward on a CPU (the same distribution within 1e-5), else burn's; each lane draws
+/// its exploration noise from its own generator.
+struct RolloutSampler<'a, B: Backend> {
+    acting: &'a ActingPolicy<'a, B>,
+    host: Option<HostPolicy>,
+    scratch: HostScratch,
+    batch: PolicyBatch,
+    rngs: Vec<StdRng>,
+    exploration: f32,
+}
+
+impl<'a, B: Backend> RolloutSampler<'a, B> {
+    fn new(acting: &'a ActingPolicy<'a, B>, seeds: &[u64], exploration: f32) -> Self {
+        Self {
+            acting,
+            host: acting.policy.host_copy(),
+            scratch: HostScratch::default(),
+            batch: PolicyBatch::new(&acting.config.input_spec()),
+            rngs: seeds
+                .iter()
+                .map(|&seed| exploration_rng(seed, acting.version))
+                .collect(),
+            exploration,
+        }
+    }
+
+    /// A command for each of `lanes` (none for the others).
+    fn commands(
+        &mut self,
+        run: &LockStep<'_>,
+        lanes: &[usize],
+    ) -> anyhow::Result<Vec<Option<TickCommand>>> {
+        let mut commands = vec![None; run.lanes().len()];
+        if lanes.is_empty() {
+            return Ok(commands);
+        }
+        self.batch.clear();
+        for &i in lanes {
+            self.batch.push(run.lanes()[i].episode.observation())?;
+        }
+        let sampled = sample_first_actions(
+            self.acting.policy,
+            self.host.as_ref().map(|host| (host, &mut self.scratch)),
+            &self.batch,
+            self.acting.device,
+            &mut self.rngs,
+            lanes,
+            self.exploration,
+        )?;
+        let limits = self.acting.config.action_limit();
+        for (&i, command) in lanes.iter().zip(sampled) {
+            commands[i] = Some(TickCommand {
+                action: to_robot_units(&command.action, limits),
+                behaviour_log_prob: command.log_prob,
+                intervention: false,
+                policy_version: self.acting.version,
+            });
+        }
+        Ok(commands)
+    }
 }
 
 /// One episode's coaching: where the expert's stretches start (drawn from the
@@ -337,60 +281,14 @@ impl CoachStretches {
     }
 }
 
-/// One episode's takeover: the tracked point's path, and whether the robot's
-/// noiseless scripted expert has taken over (the tracked point moved less than
-/// `min_progress` over `window` ticks while the episode went on). Without a config, or
-/// on a robot without a tracked point or an expert, it never takes over.
-pub(crate) struct TakeoverWatch {
-    config: Option<TakeoverConfig>,
-    path: Vec<[f32; 2]>,
-    active: bool,
-}
-
-impl TakeoverWatch {
-    /// A watch over the episode `robot` was just reset to.
-    pub(crate) fn new(config: Option<&TakeoverConfig>, robot: &SimRobot) -> Self {
-        Self {
-            config: config.cloned(),
-            path: robot.tracked_point().into_iter().collect(),
-            active: false,
-        }
-    }
-
-    /// Whether the expert has taken over.
-    pub(crate) fn is_active(&self) -> bool {
-        self.active
-    }
-
-    /// Records the tracked point after a tick and starts `robot`'s noiseless expert
-    /// (towards the instructed goal) if the policy stalled and the episode goes on;
-    /// from then on `robot.expert_action()` gives the commands.
-    pub(crate) fn observe(&mut self, robot: &mut SimRobot, seed: u64, done: bool) {
-        let Some(point) = robot.tracked_point() else {
-            return;
-        };
-        self.path.push(point);
-        let Some(config) = &self.config else { return };
-        let window = config.window as usize;
-        if done || self.active || self.path.len() <= window {
-            return;
-        }
-        let (now, then) = (
-            self.path[self.path.len() - 1],
-            self.path[self.path.len() - 1 - window],
-        );
-        if (now[0] - then[0]).hypot(now[1] - then[1]) < config.min_progress {
-            self.active = robot.start_expert(&ExpertConfig::noiseless(), seed);
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use burn::Dispatch;
     use burn::DispatchDevice;
     use burn::backend::ndarray::NdArrayDevice;
     use imago_policies::{ActionHeadKind, PolicyConfig};
+
+    use imago_robots::Robot;
 
     use super::*;
     use crate::store::replay::{ReplayWriterConfig, read_replay};
@@ -427,17 +325,15 @@ mod tests {
                 .unwrap()
                 .with_head(head);
             let policy = config.init::<Dispatch>(&device);
-            let episodes = collect_policy_episodes(
-                &policy,
-                &config,
-                &device,
-                7,
-                &robot,
-                &[11, 12, 13],
-                &rollout,
-                &mut writer,
-            )
-            .unwrap();
+            let acting = ActingPolicy {
+                policy: &policy,
+                config: &config,
+                device: &device,
+                version: 7,
+            };
+            let episodes =
+                collect_policy_episodes(&acting, &robot, &[11, 12, 13], &rollout, &mut writer)
+                    .unwrap();
             assert_eq!(episodes.len(), 3);
             for episode in &episodes {
                 for t in &episode.transitions {
@@ -478,10 +374,12 @@ mod tests {
         let policy = config.init::<Dispatch>(&device);
         let seeds = [21, 22, 23, 24];
         let episodes = collect_policy_episodes(
-            &policy,
-            &config,
-            &device,
-            3,
+            &ActingPolicy {
+                policy: &policy,
+                config: &config,
+                device: &device,
+                version: 3,
+            },
             &robot,
             &seeds,
             &rollout,
@@ -548,10 +446,12 @@ mod tests {
         let policy = config.init::<Dispatch>(&device);
         let seeds: Vec<u64> = (0..BatchCamera::MIN_BATCH as u64).collect();
         let episodes = collect_policy_episodes(
-            &policy,
-            &config,
-            &device,
-            1,
+            &ActingPolicy {
+                policy: &policy,
+                config: &config,
+                device: &device,
+                version: 1,
+            },
             &robot,
             &seeds,
             &RolloutConfig::default(),

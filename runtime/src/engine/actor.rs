@@ -25,13 +25,12 @@ use super::driven::DrivenRobot;
 use super::snapshot::{PolicySnapshot, SnapshotMailbox};
 use super::stats::ControlStats;
 use super::status::LiveCounters;
-use crate::act::rollout::{TakeoverConfig, TakeoverWatch};
+use crate::act::episode::{EpisodeInProgress, TickCommand};
 use crate::act::sampling::to_robot_units;
+use crate::act::takeover::{TakeoverConfig, TakeoverWatch};
 use crate::bridge::Interruption;
 use crate::robot::RobotConfig;
-use crate::store::replay::{
-    EpisodeAbandoned, EpisodeEnd, EpisodeStart, ReplayRecord, Transition, ensure_episode_id,
-};
+use crate::store::replay::{EpisodeAbandoned, EpisodeStart, ReplayRecord, ensure_episode_id};
 use crate::telemetry::{
     EpisodeEndEvent, Telemetry, TelemetryEvent, TickTiming, control_step_event, episode_start_event,
 };
@@ -133,231 +132,320 @@ impl<'a> EpisodeRecords<'a> {
     }
 }
 
-/// Runs the control loop until `stop` is set (checked at every tick boundary), starting
-/// with `initial` and switching to each snapshot `mailbox` receives. Episode ids start
-/// at `first_episode`. Logged episodes' ticks are offered to `telemetry`, which never
-/// waits.
-#[allow(clippy::too_many_arguments)]
+/// What the actor shares with the rest of the daemon.
+pub struct ActorLinks<'a> {
+    /// Where new policy versions (and challengers) arrive.
+    pub mailbox: &'a SnapshotMailbox,
+    /// Where records go to the writer.
+    pub records: &'a Sender<ReplayRecord>,
+    /// The counters the status line reads.
+    pub live: &'a LiveCounters,
+    /// Where logged episodes' ticks are offered (never waiting).
+    pub telemetry: &'a Telemetry,
+    /// Set to stop at the next tick boundary.
+    pub stop: &'a AtomicBool,
+}
+
+/// Runs the control loop until `links.stop` is set (checked at every tick boundary),
+/// starting with `initial` and switching to each snapshot the mailbox receives.
+/// Episode ids start at `first_episode`.
 pub fn run_actor(
     config: &ActorConfig,
     policy_config: &PolicyConfig,
     initial: Arc<PolicySnapshot>,
     device: &burn::tensor::Device<Dispatch>,
-    mailbox: &SnapshotMailbox,
-    records: &Sender<ReplayRecord>,
     first_episode: u64,
-    live: &LiveCounters,
-    telemetry: &Telemetry,
-    stop: &AtomicBool,
+    links: &ActorLinks<'_>,
 ) -> anyhow::Result<ControlStats> {
-    let frame_downsample = telemetry.config().frame_downsample;
-    let mut robot = DrivenRobot::open(&config.robot)?;
-    let limits = policy_config.action_limit().to_vec();
-    let mut clock = DeadlineClock::new(Duration::from_secs_f64(
-        1.0 / robot.spec().control_hz as f64,
-    ));
-    let mut stats = ControlStats::default();
-    let mut current = initial;
-    let mut source = CommandSource::new(
-        &CommandSettings {
-            chunking: &config.chunking,
-            exploration: config.exploration,
-            added_latency: Duration::from_secs_f32(config.policy_delay_ms / 1e3),
-        },
-        policy_config,
-        device,
-    )?;
-    let mut assignment = EpisodeAssignment::default();
+    let mut control = ControlLoop::open(config, policy_config, initial, device, links)?;
     let (mut episode, mut seed) = (first_episode, config.first_seed);
-    'episodes: while !stop.load(Ordering::Relaxed) {
+    while !links.stop.load(Ordering::Relaxed) {
         ensure_episode_id(episode)?;
-        let Some(mut observation) = robot.reset(seed, episode, stop)? else {
+        if control.run_episode(episode, seed)? == EpisodeExit::Stopped {
             break;
+        }
+        links
+            .live
+            .queue_drops
+            .store(control.stats.queue_drops, Ordering::Relaxed);
+        episode += 1;
+        seed = seed.wrapping_add(1);
+    }
+    control.stats.starved_ticks = control.source.starved_ticks();
+    // A late observation is a missed deadline too.
+    control.stats.deadline_misses = control.clock.misses() + control.stats.late_observations;
+    Ok(control.stats)
+}
+
+/// How an episode of the control loop ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum EpisodeExit {
+    /// It ended (done, or abandoned after an interruption); the next one may start.
+    Ended,
+    /// The daemon is stopping.
+    Stopped,
+}
+
+/// The actor's state across episodes: the robot, the deadline clock, the policy
+/// acting and where its commands come from.
+struct ControlLoop<'a> {
+    config: &'a ActorConfig,
+    links: &'a ActorLinks<'a>,
+    robot: DrivenRobot,
+    limits: Vec<f32>,
+    clock: DeadlineClock,
+    stats: ControlStats,
+    current: Arc<PolicySnapshot>,
+    source: CommandSource,
+    assignment: EpisodeAssignment,
+}
+
+/// One episode's telemetry and records on their way out.
+struct EpisodeOutlets<'a> {
+    logged: bool,
+    records: EpisodeRecords<'a>,
+    takeover: Option<TakeoverWatch>,
+}
+
+impl<'a> ControlLoop<'a> {
+    fn open(
+        config: &'a ActorConfig,
+        policy_config: &PolicyConfig,
+        initial: Arc<PolicySnapshot>,
+        device: &burn::tensor::Device<Dispatch>,
+        links: &'a ActorLinks<'a>,
+    ) -> anyhow::Result<Self> {
+        let robot = DrivenRobot::open(&config.robot)?;
+        let period = Duration::from_secs_f64(1.0 / robot.spec().control_hz as f64);
+        let source = CommandSource::new(
+            &CommandSettings {
+                chunking: &config.chunking,
+                exploration: config.exploration,
+                added_latency: Duration::from_secs_f32(config.policy_delay_ms / 1e3),
+            },
+            policy_config,
+            device,
+        )?;
+        Ok(Self {
+            config,
+            links,
+            robot,
+            limits: policy_config.action_limit().to_vec(),
+            clock: DeadlineClock::new(period),
+            stats: ControlStats::default(),
+            current: initial,
+            source,
+            assignment: EpisodeAssignment::default(),
+        })
+    }
+
+    /// Runs episode `episode` from `seed` until it ends or the daemon stops.
+    fn run_episode(&mut self, episode: u64, seed: u64) -> anyhow::Result<EpisodeExit> {
+        let (links, stop) = (self.links, self.links.stop);
+        let Some(observation) = self.robot.reset(seed, episode, stop)? else {
+            return Ok(EpisodeExit::Stopped);
         };
-        let challenger_acts = assignment.start_episode(mailbox.challenger());
-        let acting = assignment.acting(mailbox.challenger(), &current).clone();
+        let challenger_acts = self.assignment.start_episode(links.mailbox.challenger());
+        let acting = self
+            .assignment
+            .acting(links.mailbox.challenger(), &self.current)
+            .clone();
         if challenger_acts {
-            telemetry.offer(TelemetryEvent::Note(format!(
+            links.telemetry.offer(TelemetryEvent::Note(format!(
                 "episode {episode}: challenger version {} acts (live promotion test)",
                 acting.version
             )));
         }
-        if !source.start_episode((episode, seed), &observation, &acting, stop)? {
-            break;
+        if !self
+            .source
+            .start_episode((episode, seed), &observation, &acting, stop)?
+        {
+            return Ok(EpisodeExit::Stopped);
         }
         // Waiting for a remote robot to come up or to reset, or for the first chunk
         // of a real-time plan, is not a missed tick.
-        clock.restart_after_wait();
-        stats.jerk.restart();
-        let mut takeover = robot
-            .simulated()
-            .map(|sim| TakeoverWatch::new(config.takeover.as_ref(), sim));
-        let logged = telemetry.wants_episode(episode);
-        let mut episode_return = 0.0f32;
-        let mut sent = EpisodeRecords::new(records);
-        if logged {
-            telemetry.offer(episode_start_event(
-                robot.drawing(),
+        self.clock.restart_after_wait();
+        self.stats.jerk.restart();
+        let start = EpisodeStart {
+            episode,
+            robot: self.robot.spec().name.clone(),
+            seed,
+            instruction: observation.instruction.clone(),
+        };
+        let mut out = EpisodeOutlets {
+            logged: links.telemetry.wants_episode(episode),
+            records: EpisodeRecords::new(links.records),
+            takeover: self
+                .robot
+                .simulated()
+                .map(|sim| TakeoverWatch::new(self.config.takeover.as_ref(), sim)),
+        };
+        if out.logged {
+            links.telemetry.offer(episode_start_event(
+                self.robot.drawing(),
                 episode,
                 &observation.instruction,
             ));
         }
-        sent.offer(
-            ReplayRecord::EpisodeStart(EpisodeStart {
-                episode,
-                robot: robot.spec().name.clone(),
-                seed,
-                instruction: observation.instruction.clone(),
-            }),
-            &mut stats,
-        );
-        for step in 0u32.. {
+        out.records
+            .offer(ReplayRecord::EpisodeStart(start.clone()), &mut self.stats);
+        let mut run = EpisodeInProgress::new(start, observation);
+        loop {
             if stop.load(Ordering::Relaxed) {
-                break 'episodes;
+                return Ok(EpisodeExit::Stopped);
             }
-            let due = clock.wait();
-            stats.jerk.hold(clock.late_periods());
-            if let Some(snapshot) = mailbox.take() {
-                current = snapshot;
-            }
-            let acting = assignment.acting(mailbox.challenger(), &current);
-            live.policy_version.store(acting.version, Ordering::Relaxed);
-            live.deadline_misses
-                .store(clock.misses(), Ordering::Relaxed);
-            let (action, log_prob, chunk, intervention, version) = match robot.expert_action() {
-                Some(action) => {
-                    source.expert_took_over();
-                    let chunk = action.0.clone();
-                    (action, None, chunk, true, acting.version)
-                }
-                None => {
-                    let command = source.command(step, &observation, acting)?;
-                    stats.policy_versions.insert(command.version);
-                    (
-                        to_robot_units(&command.action, &limits),
-                        command.log_prob,
-                        to_robot_units(&command.plan, &limits).0,
-                        false,
-                        command.version,
-                    )
-                }
-            };
-            let latency_ms = due.elapsed().as_secs_f64() * 1e3;
-            stats.tick_latency_ms.push(latency_ms);
-            let path = match robot.drawing() {
-                Some(drawing) if logged => drawing.intended_path(&chunk),
-                _ => Vec::new(),
-            };
-            let outcome = match robot.step(episode, version, &action, &chunk)? {
-                Ok(outcome) => outcome,
-                Err(interruption) => {
-                    robot.hold(episode);
-                    let reason = match interruption {
-                        Interruption::Late => {
-                            stats.late_observations += 1;
-                            "late observation"
-                        }
-                        Interruption::LinkLost => {
-                            stats.link_losses += 1;
-                            eprintln!("lost the robot: holding until it comes back");
-                            "link lost"
-                        }
-                    };
-                    stats.episodes_abandoned += 1;
-                    live.link_losses.store(stats.link_losses, Ordering::Relaxed);
-                    sent.offer(
-                        ReplayRecord::EpisodeAbandoned(EpisodeAbandoned {
-                            episode,
-                            steps: step,
-                            reason: reason.into(),
-                        }),
-                        &mut stats,
-                    );
-                    break;
-                }
-            };
-            if logged {
-                telemetry.offer(control_step_event(
-                    robot.drawing(),
-                    &observation.proprio,
-                    &path,
-                    episode,
-                    step,
-                    &chunk,
-                    &outcome.info.executed.0,
-                    observation
-                        .image
-                        .as_ref()
-                        .filter(|_| telemetry.wants_frame(step)),
-                    frame_downsample,
-                    version,
-                    intervention,
-                    outcome.reward,
-                    TickTiming {
-                        latency_ms,
-                        deadline_misses: clock.misses(),
-                    },
-                ));
-            }
-            stats.ticks += 1;
-            stats
-                .jerk
-                .push(&normalised(&outcome.info.executed.0, &limits));
-            episode_return += outcome.reward;
-            stats.transitions += 1;
-            live.ticks.fetch_add(1, Ordering::Relaxed);
-            let next = outcome.observation;
-            sent.offer(
-                ReplayRecord::Transition(Box::new(Transition {
-                    episode,
-                    step,
-                    observation: std::mem::replace(&mut observation, next),
-                    action,
-                    executed: outcome.info.executed.clone(),
-                    reward: outcome.reward,
-                    done: outcome.done,
-                    success: outcome.success,
-                    policy_version: version,
-                    intervention,
-                    behaviour_log_prob: log_prob,
-                })),
-                &mut stats,
-            );
-            if let (Some(takeover), Some(sim)) = (takeover.as_mut(), robot.simulated()) {
-                takeover.observe(sim, seed, outcome.done);
-            }
-            if outcome.done {
-                sent.offer(
-                    ReplayRecord::EpisodeEnd(Box::new(EpisodeEnd {
-                        episode,
-                        steps: step + 1,
-                        success: outcome.success,
-                        final_observation: observation.clone(),
-                    })),
-                    &mut stats,
-                );
-                live.episodes.fetch_add(1, Ordering::Relaxed);
-                stats.episodes_finished += 1;
-                stats.episodes_succeeded += u64::from(outcome.success);
-                if logged {
-                    telemetry.offer(TelemetryEvent::EpisodeEnd(EpisodeEndEvent {
-                        episode,
-                        steps: step + 1,
-                        success: outcome.success,
-                        episode_return,
-                    }));
-                }
-                break;
+            if self.tick(&mut run, &mut out)? {
+                return Ok(EpisodeExit::Ended);
             }
         }
-        live.queue_drops.store(stats.queue_drops, Ordering::Relaxed);
-        episode += 1;
-        seed = seed.wrapping_add(1);
     }
-    stats.starved_ticks = source.starved_ticks();
-    // A late observation is a missed deadline too.
-    stats.deadline_misses = clock.misses() + stats.late_observations;
-    Ok(stats)
+
+    /// One tick of `run`: waits for its deadline, commands the robot and records the
+    /// transition; `true` when the episode ended (done, or abandoned).
+    fn tick(
+        &mut self,
+        run: &mut EpisodeInProgress,
+        out: &mut EpisodeOutlets<'_>,
+    ) -> anyhow::Result<bool> {
+        let links = self.links;
+        let (episode, step) = (run.start().episode, run.steps());
+        let due = self.clock.wait();
+        self.stats.jerk.hold(self.clock.late_periods());
+        if let Some(snapshot) = links.mailbox.take() {
+            self.current = snapshot;
+        }
+        let acting = self
+            .assignment
+            .acting(links.mailbox.challenger(), &self.current);
+        links
+            .live
+            .policy_version
+            .store(acting.version, Ordering::Relaxed);
+        links
+            .live
+            .deadline_misses
+            .store(self.clock.misses(), Ordering::Relaxed);
+        let (command, plan) = match self.robot.expert_action() {
+            Some(action) => {
+                self.source.expert_took_over();
+                let plan = action.0.clone();
+                (TickCommand::intervention(action, acting.version), plan)
+            }
+            None => {
+                let command = self.source.command(step, run.observation(), acting)?;
+                self.stats.policy_versions.insert(command.version);
+                let tick = TickCommand {
+                    action: to_robot_units(&command.action, &self.limits),
+                    behaviour_log_prob: command.log_prob,
+                    intervention: false,
+                    policy_version: command.version,
+                };
+                (tick, to_robot_units(&command.plan, &self.limits).0)
+            }
+        };
+        let latency_ms = due.elapsed().as_secs_f64() * 1e3;
+        self.stats.tick_latency_ms.push(latency_ms);
+        let path = match self.robot.drawing() {
+            Some(drawing) if out.logged => drawing.intended_path(&plan),
+            _ => Vec::new(),
+        };
+        let version = command.policy_version;
+        let outcome = match self.robot.step(episode, version, &command.action, &plan)? {
+            Ok(outcome) => outcome,
+            Err(interruption) => {
+                self.abandon(episode, step, interruption, &mut out.records);
+                return Ok(true);
+            }
+        };
+        let transition = run.advance(command, outcome);
+        if out.logged {
+            let telemetry = links.telemetry;
+            let frame = telemetry
+                .wants_frame(step)
+                .then_some(telemetry.config().frame_downsample);
+            let timing = TickTiming {
+                latency_ms,
+                deadline_misses: self.clock.misses(),
+            };
+            telemetry.offer(control_step_event(
+                self.robot.drawing(),
+                &transition,
+                &plan,
+                path,
+                frame,
+                Some(timing),
+            ));
+        }
+        self.stats.ticks += 1;
+        self.stats
+            .jerk
+            .push(&normalised(&transition.executed.0, &self.limits));
+        self.stats.transitions += 1;
+        links.live.ticks.fetch_add(1, Ordering::Relaxed);
+        out.records.offer(
+            ReplayRecord::Transition(Box::new(transition)),
+            &mut self.stats,
+        );
+        if let (Some(takeover), Some(sim)) = (out.takeover.as_mut(), self.robot.simulated()) {
+            takeover.observe(sim, run.start().seed, run.is_done());
+        }
+        let Some(end) = run.end() else {
+            return Ok(false);
+        };
+        let (steps, success) = (end.steps, end.success);
+        out.records
+            .offer(ReplayRecord::EpisodeEnd(Box::new(end)), &mut self.stats);
+        links.live.episodes.fetch_add(1, Ordering::Relaxed);
+        self.stats.episodes_finished += 1;
+        self.stats.episodes_succeeded += u64::from(success);
+        if out.logged {
+            links
+                .telemetry
+                .offer(TelemetryEvent::EpisodeEnd(EpisodeEndEvent {
+                    episode,
+                    steps,
+                    success,
+                    episode_return: run.episode_return(),
+                }));
+        }
+        Ok(true)
+    }
+
+    /// The robot answered late or was lost at `step`: it is told to hold, and the
+    /// episode is recorded as abandoned (nothing invented for the missing tick).
+    fn abandon(
+        &mut self,
+        episode: u64,
+        step: u32,
+        interruption: Interruption,
+        records: &mut EpisodeRecords<'_>,
+    ) {
+        self.robot.hold(episode);
+        let reason = match interruption {
+            Interruption::Late => {
+                self.stats.late_observations += 1;
+                "late observation"
+            }
+            Interruption::LinkLost => {
+                self.stats.link_losses += 1;
+                eprintln!("lost the robot: holding until it comes back");
+                "link lost"
+            }
+        };
+        self.stats.episodes_abandoned += 1;
+        self.links
+            .live
+            .link_losses
+            .store(self.stats.link_losses, Ordering::Relaxed);
+        records.offer(
+            ReplayRecord::EpisodeAbandoned(EpisodeAbandoned {
+                episode,
+                steps: step,
+                reason: reason.into(),
+            }),
+            &mut self.stats,
+        );
+    }
 }
 
 /// `action` (robot units) in units of the action limits.
@@ -400,12 +488,14 @@ mod tests {
                     &policy_config,
                     initial,
                     &device,
-                    &SnapshotMailbox::default(),
-                    &sender,
                     0,
-                    &LiveCounters::default(),
-                    &Telemetry::off(),
-                    &stop,
+                    &ActorLinks {
+                        mailbox: &SnapshotMailbox::default(),
+                        records: &sender,
+                        live: &LiveCounters::default(),
+                        telemetry: &Telemetry::off(),
+                        stop: &stop,
+                    },
                 )
             });
             std::thread::sleep(Duration::from_millis(1500));

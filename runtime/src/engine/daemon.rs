@@ -1,9 +1,10 @@
 //! `imago daemon`: the robot-side process. The actor runs the control loop and the
 //! replay writer records every transition (see [`crate::engine`]); on the calling
-//! thread the learner fine-tunes the policy on the replay and publishes each new
-//! version to the actor; checkpoints are written on a schedule and at shutdown.
-//! The fleet's learner (`engine::fleet::learner`) starts as this one does
-//! ([`prepare`]) and learns the same way.
+//! thread the learner fine-tunes the policy on the replay
+//! ([`crate::engine::learner_loop`]) and hands each new version to the actor through
+//! the promotion gate ([`crate::engine::actor_feed`]); checkpoints are written on a
+//! schedule and at shutdown. The fleet's learner (`engine::fleet::learner`) starts as
+//! this one does ([`prepare`]) and learns the same way.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -19,65 +20,25 @@ use imago_worldmodel::{TransitionFamily, WorldModelConfig};
 use serde::{Deserialize, Serialize};
 
 use crate::device::{DeviceSpec, ResolvedDevice};
-use crate::engine::champion::{
-    ChallengerChange, ChampionGate, PromotionConfig, PromotionMode, PromotionSummary,
-};
+use crate::engine::actor_feed::{ActorFeed, ChampionCheckpoint, save_champion};
+use crate::engine::champion::{ChampionGate, PromotionConfig, PromotionMode, PromotionSummary};
+use crate::engine::learner_loop::{Checkpointing, LearnerConfig, LearnerLoop, enough_fresh, save};
 use crate::engine::{
     ActorConfig, ControlReport, PolicySnapshot, Recording, ReplayWindow, ReplayWriterConfig,
     SnapshotMailbox, run_control_loop,
 };
-use crate::learn::finetune::{FinetuneConfig, Learner, newest_policy_version};
+use crate::learn::finetune::Learner;
 use crate::learn::world_model::WorldModelTrainConfig;
 use crate::store::checkpoint::{
-    CheckpointMeta, ensure_trained_for, load_policy, load_policy_to_continue, load_world_model,
-    read_meta, recover_checkpoint, save_policy, stored_architecture,
+    ensure_trained_for, load_policy, load_policy_to_continue, load_world_model, read_meta,
+    recover_checkpoint, stored_architecture,
 };
 use crate::store::lock::DirLock;
 use crate::store::outputs::{
     Holding, Input, OutputKind, check_output, holding, mark_run_directory,
 };
-use crate::store::replay::Episode;
 use crate::telemetry::{Telemetry, TelemetryConfig};
 use crate::toml_file::parse_toml;
-
-/// The learner thread's settings.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct LearnerConfig {
-    /// Train at all (off: the daemon only runs and records).
-    pub enabled: bool,
-    /// Complete episodes recorded within the staleness bound that a learning step
-    /// waits for. Range: [1, 100000], and at most `window_episodes`.
-    pub min_episodes: usize,
-    /// The newest whole episodes a learning step trains on, kept in memory
-    /// ([`ReplayWindow`]): the step's time and the learner's memory stop growing once
-    /// the window is full. Range: [min_episodes, 100000].
-    pub window_episodes: usize,
-    /// The learning step's settings (rollout and round fields are not used: the actor
-    /// collects).
-    pub finetune: FinetuneConfig,
-    /// For testing the promotion gate only: after every learning step the learner's
-    /// policy is replaced by freshly initialised weights (a learner gone wrong), which
-    /// it then publishes.
-    pub publish_fresh_weights: bool,
-}
-
-impl Default for LearnerConfig {
-    fn default() -> Self {
-        Self {
-            enabled: true,
-            min_episodes: 8,
-            window_episodes: 100,
-            finetune: FinetuneConfig {
-                policy_steps: 100,
-                world_model_steps: 50,
-                critic_steps: 50,
-                ..FinetuneConfig::default()
-            },
-            publish_fresh_weights: false,
-        }
-    }
-}
 
 /// `robot.toml`: everything the daemon needs; every field but the robot has a default.
 /// `A` is the actor's settings: resolved ([`ActorConfig`], the default) once loaded,
@@ -204,35 +165,12 @@ impl DaemonConfig {
         self.telemetry
             .validate()
             .map_err(|e| e.within("telemetry"))?;
-        in_range(
-            "learner.min_episodes",
-            self.learner.min_episodes,
-            1..=100_000,
-        )?;
-        in_range(
-            "learner.window_episodes",
-            self.learner.window_episodes,
-            1..=100_000,
-        )?;
-        if self.learner.window_episodes < self.learner.min_episodes {
-            return Err(ConfigError::new(
-                "learner.window_episodes",
-                self.learner.window_episodes,
-                format!(
-                    "must be at least learner.min_episodes ({}): a learning step waits for that many episodes in the window; raise window_episodes or lower min_episodes",
-                    self.learner.min_episodes
-                ),
-            ));
-        }
         if self.learner.enabled {
             self.promotion
                 .validate(&self.actor.robot)
                 .map_err(|e| e.within("promotion"))?;
         }
-        self.learner
-            .finetune
-            .validate()
-            .map_err(|e| e.within("learner.finetune"))
+        self.learner.validate().map_err(|e| e.within("learner"))
     }
 }
 
@@ -483,89 +421,42 @@ pub(crate) fn prepare(
     })
 }
 
-/// Takes in what the actor recorded since the last look; whether the window now holds
-/// enough episodes fresh enough for the next learning step: recorded by a version
-/// within the staleness bound of the one it produces, or by the newest version that
-/// acted (`FinetuneConfig::fresh_enough`).
-fn enough_fresh(window: &mut ReplayWindow, learner: &Learner, config: &LearnerConfig) -> bool {
-    let next = learner.version() + 1;
-    let episodes = window.episodes();
-    let newest = newest_policy_version(episodes);
-    let fresh = episodes
-        .iter()
-        .filter(|e| {
-            e.transitions
-                .iter()
-                .any(|t| config.finetune.fresh_enough(t.policy_version, next, newest))
-        })
-        .count();
-    fresh >= config.min_episodes
+/// When a daemon's run ends: a signal (`stop`), its duration, or its learning steps
+/// done.
+struct RunEnd<'a> {
+    stop: &'a AtomicBool,
+    deadline: Option<Instant>,
+    max_learning_steps: Option<u64>,
 }
 
-/// What the learning side reports to its caller.
-pub(crate) enum LearnerEvent<'a> {
-    /// Episodes the replay recorded since the last look (the promotion guard watches
-    /// them).
-    Recorded(&'a [Episode]),
-    /// The learner has a new version (to test and publish).
-    NewVersion(&'a Learner),
-}
-
-/// The learning side of a daemon or of a fleet's learner: while `keep_going(steps
-/// so far)`, a learning step on the learner's lower-priority `pool` whenever the
-/// window holds enough fresh episodes, newly recorded episodes and each new version
-/// handed to `publish` ([`LearnerEvent`]), and checkpoints on the config's schedule (a failed one is a warning). Returns the
-/// steps taken, and the error that ended them early.
-pub(crate) fn learn_until(
-    config: &DaemonConfig,
-    (learner, window): (&mut Learner, &mut ReplayWindow),
-    checkpoint: &Path,
-    device: &ResolvedDevice,
-    pool: &rayon::ThreadPool,
-    keep_going: impl Fn(u64) -> bool,
-    mut publish: impl FnMut(LearnerEvent<'_>) -> anyhow::Result<()> + Send,
-) -> (u64, anyhow::Result<()>) {
-    let mut steps = 0u64;
-    let mut last_checkpoint = Instant::now();
-    while keep_going(steps) {
-        if !config.learner.enabled {
-            std::thread::sleep(Duration::from_millis(50));
-            continue;
-        }
-        let step = pool.install(|| -> anyhow::Result<bool> {
-            let recorded = window.refresh()?;
-            if recorded > 0 {
-                let episodes = window.episodes();
-                let newest = &episodes[episodes.len().saturating_sub(recorded)..];
-                publish(LearnerEvent::Recorded(newest))?;
-            }
-            if !enough_fresh(window, learner, &config.learner) {
-                return Ok(false);
-            }
-            learner.learn(window.episodes(), &config.learner.finetune, device)?;
-            if config.learner.publish_fresh_weights {
-                learner.replace_with_fresh_weights(device);
-            }
-            publish(LearnerEvent::NewVersion(learner))?;
-            Ok(true)
-        });
-        match step {
-            Ok(true) => steps += 1,
-            Ok(false) => std::thread::sleep(Duration::from_millis(200)),
-            Err(error) => return (steps, Err(error)),
-        }
-        if last_checkpoint.elapsed().as_secs_f64() >= config.checkpoint_every_seconds {
-            if let Err(error) = save(learner, &config.spec(), checkpoint) {
-                eprintln!("warning: scheduled checkpoint failed: {error:#}");
-            }
-            last_checkpoint = Instant::now();
-        }
+impl RunEnd<'_> {
+    /// Whether the run is over after `learning_steps`.
+    fn reached(&self, learning_steps: u64) -> bool {
+        self.stop.load(Ordering::Relaxed)
+            || self.deadline.is_some_and(|d| Instant::now() >= d)
+            || self
+                .max_learning_steps
+                .is_some_and(|max| learning_steps >= max)
     }
-    (steps, Ok(()))
+}
+
+/// The actor's mailbox: with promotion mode `live`, with a slot where challengers are
+/// offered beside the champion.
+fn actor_mailbox(config: &DaemonConfig) -> SnapshotMailbox {
+    let live_tests = config.learner.enabled
+        && config.promotion.enabled
+        && config.promotion.mode == PromotionMode::Live;
+    if live_tests {
+        SnapshotMailbox::with_challenger_slot(config.promotion.explore_fraction)
+    } else {
+        SnapshotMailbox::default()
+    }
 }
 
 /// Runs the daemon until `stop` is set (by a signal), `options.duration` passes or
-/// `options.max_learning_steps` are done: the actor and the learner overlap.
+/// `options.max_learning_steps` are done: the actor's control loop on its threads,
+/// and on this one the learner ([`LearnerLoop`]) feeding the actor through the
+/// promotion gate ([`ActorFeed`]).
 pub fn run_daemon(
     config: &DaemonConfig,
     options: &DaemonOptions,
@@ -573,39 +464,35 @@ pub fn run_daemon(
     stop: &AtomicBool,
 ) -> anyhow::Result<DaemonReport> {
     let Prepared {
-        mut learner,
+        learner,
         replay,
-        mut window,
+        window,
         checkpoint,
         _lock,
     } = prepare(config, options, device)?;
-    // Promotion mode `live` offers challengers to the actor beside the champion.
-    let live_tests = config.learner.enabled
-        && config.promotion.enabled
-        && config.promotion.mode == PromotionMode::Live;
-    let mailbox = if live_tests {
-        SnapshotMailbox::with_challenger_slot(config.promotion.explore_fraction)
-    } else {
-        SnapshotMailbox::default()
+    let mailbox = actor_mailbox(config);
+    let champion = ChampionCheckpoint {
+        dir: champion_checkpoint(&checkpoint),
+        policy_config: learner.policy_config().clone(),
+        spec: config.spec(),
     };
-    // The learner computes on lower-priority threads so that the actor keeps its
-    // deadlines on the same cores (engine/priority.rs).
-    let learner_pool = super::priority::learner_pool()?;
-    let started = Instant::now();
-    let deadline = options.duration.map(|d| started + d);
-    let mut learning_steps = 0u64;
-    let mut learner_error: Option<anyhow::Error> = None;
-    let champion_dir = champion_checkpoint(&checkpoint);
-    let mut gate = start_gate(config, options, &learner, &champion_dir, device)?;
-    let initial = match &gate {
-        Some(gate) => {
-            let (champion, version) = gate.champion();
-            PolicySnapshot::new(version, champion.clone())
-        }
-        None => snapshot(&learner),
-    };
+    let gate = start_gate(config, options, &learner, &champion.dir, device)?;
+    let mut feed = ActorFeed::new(gate, &mailbox, champion, device);
+    let initial = feed.initial(&learner);
     let policy_config = learner.policy_config().clone();
-    let out_of_time = || deadline.is_some_and(|d| Instant::now() >= d);
+    let checkpointing = Checkpointing {
+        dir: &checkpoint,
+        spec: config.spec(),
+        every: Duration::from_secs_f64(config.checkpoint_every_seconds),
+    };
+    let mut learning = LearnerLoop::new(&config.learner, (learner, window), checkpointing, device)?;
+    let started = Instant::now();
+    let end = RunEnd {
+        stop,
+        deadline: options.duration.map(|d| started + d),
+        max_learning_steps: options.max_learning_steps,
+    };
+    let mut learner_error = None;
     let control = run_control_loop(
         &config.actor,
         &policy_config,
@@ -621,56 +508,9 @@ pub fn run_daemon(
         &mailbox,
         stop,
         || {
-            let learnt_enough =
-                |steps: u64| options.max_learning_steps.is_some_and(|max| steps >= max);
-            let policy_config = learner.policy_config().clone();
-            let learnt = learn_until(
-                config,
-                (&mut learner, &mut window),
-                &checkpoint,
-                device,
-                &learner_pool,
-                |steps| !stop.load(Ordering::Relaxed) && !out_of_time() && !learnt_enough(steps),
-                |event| {
-                    let Some(gate) = gate.as_mut() else {
-                        if let LearnerEvent::NewVersion(learner) = event {
-                            mailbox.publish(snapshot(learner));
-                        }
-                        return Ok(());
-                    };
-                    let change = match event {
-                        LearnerEvent::Recorded(episodes) => gate.watch_live(episodes),
-                        LearnerEvent::NewVersion(learner) => {
-                            let challenger =
-                                (learner.policy(), learner.policy_config(), learner.version());
-                            gate.consider(challenger, device)?
-                        }
-                    };
-                    if change.champion {
-                        let (champion, version) = gate.champion();
-                        mailbox.publish(PolicySnapshot::new(version, champion.clone()));
-                        if let Err(error) =
-                            save_champion(gate, &policy_config, &config.spec(), &champion_dir)
-                        {
-                            eprintln!("warning: the champion's checkpoint failed: {error:#}");
-                        }
-                    }
-                    if let Some(slot) = mailbox.challenger() {
-                        match (change.challenger, gate.challenger()) {
-                            (ChallengerChange::Offer, Some((challenger, version))) => {
-                                slot.offer(PolicySnapshot::new(version, challenger.clone()))
-                            }
-                            (ChallengerChange::Withdraw, _) => slot.withdraw(),
-                            _ => {}
-                        }
-                    }
-                    Ok(())
-                },
-            );
-            learning_steps = learnt.0;
-            learner_error = learnt.1.err();
-            while !stop.load(Ordering::Relaxed) && !out_of_time() && !learnt_enough(learning_steps)
-            {
+            learner_error = learning.run(|steps| !end.reached(steps), &mut feed).err();
+            // A learner that failed leaves the actor running until the run ends.
+            while !end.reached(learning.steps()) {
                 std::thread::sleep(Duration::from_millis(20));
             }
             stop.store(true, Ordering::Relaxed);
@@ -678,10 +518,8 @@ pub fn run_daemon(
     );
     // Whatever stopped the control loop, the learner's weights are whole: keep them,
     // and the champion's.
-    let saved = save(&learner, &config.spec(), &checkpoint).and_then(|()| match &gate {
-        Some(gate) => save_champion(gate, learner.policy_config(), &config.spec(), &champion_dir),
-        None => Ok(()),
-    });
+    let saved = learning.save().and_then(|()| feed.save_champion());
+    let learner = learning.learner();
     let control = match (control, saved) {
         (Ok(control), Ok(())) => control,
         (Ok(_), Err(error)) => return Err(error.context("the final checkpoint failed")),
@@ -701,20 +539,13 @@ pub fn run_daemon(
     if let Some(error) = learner_error {
         eprintln!("warning: the learner stopped: {error:#}");
     }
-    let promotion = match &gate {
-        Some(gate) => gate.summary().clone(),
-        None => PromotionSummary {
-            champion_version: learner.version(),
-            ..PromotionSummary::default()
-        },
-    };
     Ok(DaemonReport {
         control,
-        learning_steps,
+        learning_steps: learning.steps(),
         final_policy_version: learner.version(),
         seconds: started.elapsed().as_secs_f64(),
         checkpoint: checkpoint.display().to_string(),
-        promotion,
+        promotion: feed.summary(learner),
     })
 }
 
@@ -749,23 +580,6 @@ pub(crate) fn start_gate(
     Ok(Some(gate))
 }
 
-/// Writes the gate's champion to `dir`.
-pub(crate) fn save_champion(
-    gate: &ChampionGate,
-    policy_config: &PolicyConfig,
-    spec: &RobotSpec,
-    dir: &Path,
-) -> anyhow::Result<()> {
-    let (champion, version) = gate.champion();
-    save_policy(
-        champion,
-        policy_config,
-        CheckpointMeta::new(spec, version, None),
-        dir,
-    )?;
-    Ok(())
-}
-
 /// The same work as [`run_daemon`] with `max_learning_steps`, done in turns instead
 /// of overlapped: the actor records until enough fresh episodes exist, stops, the
 /// learner takes one step, and so on. The baseline of the daemon benchmark.
@@ -791,7 +605,7 @@ pub fn run_in_turns(
         let turn = run_control_loop(
             &config.actor,
             &policy_config,
-            snapshot(&learner),
+            PolicySnapshot::new(learner.version(), learner.policy()),
             &device.inference,
             Recording {
                 dir: &replay,
@@ -835,22 +649,6 @@ pub fn run_in_turns(
             ..PromotionSummary::default()
         },
     })
-}
-
-/// The learner's current policy, ready for the actor (inference runs on the device the
-/// learner trains on, without autodiff).
-fn snapshot(learner: &Learner) -> PolicySnapshot {
-    PolicySnapshot::new(learner.version(), learner.policy())
-}
-
-pub(crate) fn save(learner: &Learner, spec: &RobotSpec, dir: &Path) -> anyhow::Result<()> {
-    save_policy(
-        &learner.policy(),
-        learner.policy_config(),
-        CheckpointMeta::new(spec, learner.version(), None),
-        dir,
-    )?;
-    Ok(())
 }
 
 #[cfg(test)]

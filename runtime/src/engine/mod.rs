@@ -5,6 +5,7 @@
 //! in another process for a fleet of actors ([`crate::engine::fleet`]).
 
 mod actor;
+mod actor_feed;
 mod challenger;
 pub mod champion;
 mod clock;
@@ -12,6 +13,7 @@ mod commands;
 pub mod daemon;
 mod driven;
 pub mod fleet;
+pub mod learner_loop;
 mod planner;
 mod priority;
 mod replay_window;
@@ -27,7 +29,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use burn::Dispatch;
 use imago_policies::PolicyConfig;
 
-pub use actor::{ActorConfig, run_actor};
+pub use actor::{ActorConfig, ActorLinks, run_actor};
 pub use clock::DeadlineClock;
 pub use commands::{ChunkMode, ChunkingConfig};
 pub use replay_window::ReplayWindow;
@@ -108,12 +110,14 @@ pub fn run_control_loop(
                         policy_config,
                         Arc::new(initial),
                         device,
-                        mailbox,
-                        &sender,
                         first_episode,
-                        live,
-                        telemetry,
-                        stop,
+                        &ActorLinks {
+                            mailbox,
+                            records: &sender,
+                            live,
+                            telemetry,
+                            stop,
+                        },
                     )
                 })
             });

@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use crate::act::collect::{CollectConfig, collect_demonstrations};
 use crate::device::ResolvedDevice;
 use crate::engine::ReplayWindow;
-use crate::engine::daemon::LearnerConfig;
+use crate::engine::learner_loop::LearnerConfig;
 use crate::learn::finetune::Learner;
 use crate::learn::world_model::WorldModelTrainConfig;
 use crate::robot::RobotConfig;

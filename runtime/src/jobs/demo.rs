@@ -10,29 +10,31 @@ use std::time::Instant;
 use burn::Dispatch;
 use burn::module::AutodiffModule;
 use burn::prelude::Backend;
-use imago_policies::PolicyConfig;
+use imago_policies::{Architecture, Policy, PolicyConfig};
 use imago_robots::{ExpertConfig, Robot};
 use imago_worldmodel::{TransitionFamily, WorldModelConfig};
 
-use crate::act::collect::{CollectConfig, collect_demonstrations};
+use crate::act::collect::{CollectConfig, CollectSummary, collect_demonstrations};
 use crate::act::evaluate::{Controller, EvalOutcome, evaluate, measure_latency};
 use crate::act::paired::{PairedCounts, coverage_difference};
 use crate::act::rollout::{CoachingConfig, RolloutConfig};
-use crate::device::{DeviceSpec, resolve};
+use crate::device::{DeviceSpec, ResolvedDevice, resolve};
 use crate::jobs::report::{ControllerRow, DemoReport};
-use crate::jobs::train_world_model::train_and_save_world_model;
+use crate::jobs::train_world_model::{TrainedWorldModel, train_and_save_world_model};
 use crate::learn::bc::{BcConfig, ImitationDataset, train_bc};
-use crate::learn::finetune::{FinetuneConfig, FinetuneMethod, FinetuneStart, finetune};
+use crate::learn::finetune::{
+    FinetuneConfig, FinetuneMethod, FinetuneOutcome, FinetuneStart, finetune,
+};
 use crate::learn::world_model::{
-    WorldModelTrainConfig, evaluate_world_model, log_imagined_windows, log_world_model_losses,
-    split_episodes,
+    WorldModelEvalReport, WorldModelTrainConfig, evaluate_world_model, log_imagined_windows,
+    log_world_model_losses, split_episodes,
 };
 use crate::robot::RobotConfig;
 use crate::store::atomic;
 use crate::store::checkpoint::{CheckpointMeta, save_policy};
 use crate::store::lock::DirLock;
 use crate::store::outputs::{OutputKind, check_output, mark_run_directory};
-use crate::store::replay::{ReplayWriter, ReplayWriterConfig, read_replay};
+use crate::store::replay::{Episode, ReplayWriter, ReplayWriterConfig, read_replay};
 use crate::telemetry::{Telemetry, TelemetryEvent, log_replay_episodes};
 
 /// Seeds of evaluation episodes start here, far from the demonstrations' seeds.
@@ -241,318 +243,412 @@ pub fn run_demo(options: &DemoOptions) -> anyhow::Result<DemoReport> {
     report
 }
 
-/// The demo, writing its replay and checkpoints into `work`.
+/// The demo, writing its replay and checkpoints into `work`: one phase after another,
+/// each timed.
 fn run_demo_in(options: &DemoOptions, work: &Path) -> anyhow::Result<DemoReport> {
-    let plan = DemoPlan::for_robot(&options.robot, options.quick);
-    let device = resolve(options.device)?;
-    let mut phases = BTreeMap::new();
-    let robot_config = options.robot.clone();
-    let replay_dir = work.join("replay");
-
-    eprintln!("collecting {} scripted demonstrations", plan.demonstrations);
-    let start = Instant::now();
-    let collected = collect_demonstrations(
-        &CollectConfig {
-            robot: robot_config.clone(),
-            expert: plan.expert.clone(),
-            episodes: plan.demonstrations,
-            first_seed: options.seed.wrapping_mul(10_000_000),
-        },
-        &replay_dir,
-        false,
-    )?;
-    let contents = read_replay(&replay_dir)?;
-    phases.insert("collect".to_string(), start.elapsed().as_secs_f64());
-    let telemetry = &options.telemetry;
-    telemetry.send(TelemetryEvent::Note(format!(
-        "collected {} scripted demonstrations ({:.1}% successful)",
-        collected.episodes,
-        100.0 * collected.success_rate()
-    )));
-    log_replay_episodes(telemetry, &contents.episodes, Some(&robot_config));
-
-    let spec = robot_config.spec();
-    let policy_config = PolicyConfig::for_robot(imago_policies::Architecture::Vla, &spec)?;
-    eprintln!(
-        "training the VLA policy by behaviour cloning on {} transitions ({} steps, {})",
-        contents
-            .episodes
-            .iter()
-            .map(|e| e.transitions.len())
-            .sum::<usize>(),
-        plan.bc.steps,
-        device.description
-    );
-    let start = Instant::now();
-    Dispatch::seed(&device.training, options.seed);
-    let bc = BcConfig {
-        seed: options.seed,
-        ..plan.bc.clone()
+    let mut run = DemoRun {
+        options,
+        plan: DemoPlan::for_robot(&options.robot, options.quick),
+        device: resolve(options.device)?,
+        work,
+        phases: BTreeMap::new(),
     };
-    let dataset = ImitationDataset::new(&contents.episodes, &policy_config);
-    let (policy, losses) = train_bc::<Dispatch>(
-        policy_config.init(&device.training),
-        &policy_config,
-        &dataset,
-        &bc,
-        &device.training,
-    )?;
-    let bc_training = policy;
-    let policy = bc_training.valid();
-    telemetry.send(TelemetryEvent::LossCurve {
-        run: "bc".into(),
-        term: "loss".into(),
-        values: losses.clone(),
-    });
-    phases.insert("train_bc".to_string(), start.elapsed().as_secs_f64());
-
-    let checkpoint_dir = work.join("bc-policy");
-    let mut meta = CheckpointMeta::new(&spec, 1, None);
-    meta.metrics
-        .insert("bc_loss".into(), *losses.last().unwrap_or(&f32::NAN) as f64);
-    save_policy(&policy, &policy_config, meta, &checkpoint_dir)?;
-
-    let (training, held_out) = split_episodes(&contents.episodes);
-    let wm_config = WorldModelConfig::for_robot(&spec, plan.world_model_family)?;
-    eprintln!(
-        "training a {} world model on {} episodes ({} steps), scoring it on {} held-out ones",
-        plan.world_model_family,
-        training.len(),
-        plan.world_model.steps,
-        held_out.len()
-    );
-    let start = Instant::now();
-    let wm_train = WorldModelTrainConfig {
-        seed: options.seed,
-        ..plan.world_model.clone()
-    };
-    let trained_world_model = train_and_save_world_model(
-        wm_config.init(&device.training),
-        &wm_config,
-        &training,
-        &wm_train,
-        CheckpointMeta::new(&spec, 1, None),
-        &work.join("world-model"),
-        &device,
-    )?;
-    let world_model = trained_world_model.model;
-    log_world_model_losses(telemetry, &trained_world_model.history);
-    phases.insert(
-        "train_world_model".to_string(),
-        start.elapsed().as_secs_f64(),
-    );
-    let start = Instant::now();
-    let world_model_report = evaluate_world_model(
-        &world_model,
-        &wm_config,
-        &held_out,
-        wm_train.horizon,
-        &device.inference,
-    )?;
-    telemetry.send(TelemetryEvent::WorldModelEvaluation {
-        horizon_error: world_model_report.horizon_error.clone(),
-        copy_last_error: world_model_report.copy_last_error.clone(),
-        coverage_2sigma: world_model_report.coverage_2sigma.calibrated.clone(),
-    });
-    phases.insert(
-        "eval_world_model".to_string(),
-        start.elapsed().as_secs_f64(),
-    );
-
-    let finetune_config = FinetuneConfig {
-        seed: options.seed,
-        ..plan.finetune.clone()
-    };
-    eprintln!(
-        "fine-tuning the policy ({}, {} rounds of {} episodes)",
-        finetune_config.method, finetune_config.rounds, finetune_config.episodes_per_round
-    );
-    let start = Instant::now();
-    let (mut writer, _) = ReplayWriter::open(
-        &replay_dir,
-        ReplayWriterConfig::default(),
-        &robot_config,
-        "imago demo",
-    )?;
-    let finetuned = finetune(
-        FinetuneStart {
-            policy: (bc_training, &policy_config),
-            version: 1,
-            world_model: (trained_world_model.training, &wm_config),
-            world_model_training: wm_train.clone(),
-            episodes: training.clone(),
-        },
-        &finetune_config,
-        &robot_config,
-        &mut writer,
-        &device,
-        telemetry,
-    )?;
-    writer.close()?;
-    let mut meta = CheckpointMeta::new(&spec, finetuned.version, Some("bc-policy".into()));
-    meta.metrics.insert(
-        "rollout_success_rate".into(),
-        finetuned
-            .rounds
-            .last()
-            .map_or(f64::NAN, |r| r.rollout_success_rate),
-    );
-    save_policy(
-        &finetuned.policy,
-        &policy_config,
-        meta,
-        &work.join("finetuned-policy"),
-    )?;
-    phases.insert("finetune".to_string(), start.elapsed().as_secs_f64());
-
-    eprintln!("evaluating on {} paired seeds", plan.eval_episodes);
-    let start = Instant::now();
-    let seeds: Vec<u64> = (0..plan.eval_episodes as u64)
-        .map(|i| {
-            EVAL_SEED_BASE
-                .wrapping_add(options.seed.wrapping_mul(10_000_000))
-                .wrapping_add(i)
-        })
-        .collect();
-    let policy_controller = |policy, wrong_instruction| Controller::Policy {
-        policy,
-        config: &policy_config,
-        device: &device.inference,
-        wrong_instruction,
-        execute_steps: 1,
-    };
-    let bc_outcome = evaluate(
-        &policy_controller(&policy, false),
-        &robot_config,
-        &seeds,
-        "eval bc",
-    )?;
-    let finetuned_outcome = evaluate(
-        &policy_controller(&finetuned.policy, false),
-        &robot_config,
-        &seeds,
-        "eval fine-tuned",
-    )?;
-    // A robot with a single task (pusht) has no other instruction to give.
-    let has_alternatives = !robot_config.build()?.alternative_instructions().is_empty();
-    let (wrong_outcome, finetuned_wrong_outcome) = if has_alternatives {
-        (
-            Some(evaluate(
-                &policy_controller(&policy, true),
-                &robot_config,
-                &seeds,
-                "eval wrong",
-            )?),
-            Some(evaluate(
-                &policy_controller(&finetuned.policy, true),
-                &robot_config,
-                &seeds,
-                "eval fine-tuned wrong",
-            )?),
-        )
-    } else {
-        (None, None)
-    };
-    let random_outcome = evaluate(
-        &Controller::<Dispatch>::Random,
-        &robot_config,
-        &seeds,
-        "eval random",
-    )?;
-    let expert_outcome = evaluate(
-        &Controller::<Dispatch>::Expert(plan.expert.clone()),
-        &robot_config,
-        &seeds,
-        "eval expert",
-    )?;
-    phases.insert("evaluate".to_string(), start.elapsed().as_secs_f64());
-    let rows: Vec<(&str, &str, &EvalOutcome)> = [
-        ("bc", "bc policy", Some(&bc_outcome)),
-        ("finetuned", "fine-tuned policy", Some(&finetuned_outcome)),
-        (
-            "bc_wrong_instruction",
-            "bc policy, wrong instruction",
-            wrong_outcome.as_ref(),
-        ),
-        (
-            "finetuned_wrong_instruction",
-            "fine-tuned, wrong instruction",
-            finetuned_wrong_outcome.as_ref(),
-        ),
-        ("random", "random actions", Some(&random_outcome)),
-        (
-            "demonstrator",
-            "demonstrator (scripted)",
-            Some(&expert_outcome),
-        ),
-    ]
-    .into_iter()
-    .filter_map(|(name, row, outcome)| outcome.map(|o| (name, row, o)))
-    .collect();
+    let (collected, episodes) = run.timed("collect", DemoRun::collect)?;
+    let policy_config = PolicyConfig::for_robot(Architecture::Vla, &options.robot.spec())?;
+    let (bc_training, losses) = run.timed("train_bc", |run| {
+        run.clone_policy(&episodes, &policy_config)
+    })?;
+    let bc_policy = bc_training.valid();
+    run.save_bc_policy(&bc_policy, &policy_config, &losses)?;
+    let (training, held_out) = split_episodes(&episodes);
+    let world_model = run.world_model(&training, &held_out)?;
+    let finetuned = run.timed("finetune", |run| {
+        run.finetune(bc_training, &policy_config, &world_model, &training)
+    })?;
+    let outcomes = run.timed("evaluate", |run| {
+        run.evaluate([&bc_policy, &finetuned.policy], &policy_config)
+    })?;
+    let rows = outcomes.rows();
     for &(name, _, outcome) in &rows {
-        telemetry.send(TelemetryEvent::EvalSuccess {
+        options.telemetry.send(TelemetryEvent::EvalSuccess {
             name: name.into(),
             rate: outcome.success_rate(),
         });
     }
-
     // Last in the recording (a saved one opens at its end): the world model's imagined
     // rollouts on held-out episodes beside what really followed.
     log_imagined_windows(
-        telemetry,
-        &world_model,
-        &wm_config,
-        &held_out,
-        &training,
-        &world_model_report.calibration_scale,
-        Some(&robot_config),
-        &device.inference,
+        &options.telemetry,
+        &world_model.trained.model,
+        &world_model.config,
+        (&held_out, &training),
+        &world_model.report.calibration_scale,
+        Some(&options.robot),
+        &run.device.inference,
     )?;
-
-    let start = Instant::now();
-    let sample = robot_config.build()?.reset(EVAL_SEED_BASE);
-    let latency = measure_latency(
-        &policy,
-        &policy_config,
-        &device.inference,
-        &sample,
-        plan.latency_repeats,
-    )?;
-    phases.insert("latency".to_string(), start.elapsed().as_secs_f64());
-
-    let paired = PairedCounts::count(&bc_outcome, &finetuned_outcome)?;
-    let mut bc_loss = BTreeMap::new();
-    bc_loss.insert(
-        "first".to_string(),
-        *losses.first().unwrap_or(&f32::NAN) as f64,
-    );
-    bc_loss.insert(
-        "last".to_string(),
-        *losses.last().unwrap_or(&f32::NAN) as f64,
-    );
+    let latency = run.timed("latency", |run| {
+        let sample = options.robot.build()?.reset(EVAL_SEED_BASE);
+        let device = &run.device.inference;
+        measure_latency(
+            &bc_policy,
+            &policy_config,
+            device,
+            &sample,
+            run.plan.latency_repeats,
+        )
+    })?;
+    let paired = PairedCounts::count(&outcomes.bc, &outcomes.finetuned)?;
+    let bc_loss = BTreeMap::from([
+        (
+            "first".to_string(),
+            *losses.first().unwrap_or(&f32::NAN) as f64,
+        ),
+        (
+            "last".to_string(),
+            *losses.last().unwrap_or(&f32::NAN) as f64,
+        ),
+    ]);
     Ok(DemoReport {
-        device: device.description,
+        device: run.device.description,
         quick: options.quick,
-        episodes: plan.eval_episodes,
+        episodes: run.plan.eval_episodes,
         demonstrations: collected.episodes,
         demonstration_success_rate: collected.success_rate(),
-        bc_success_rate: bc_outcome.success_rate(),
-        wrong_instruction_success_rate: wrong_outcome.as_ref().map(EvalOutcome::success_rate),
-        random_success_rate: random_outcome.success_rate(),
-        finetuned_success_rate: finetuned_outcome.success_rate(),
+        bc_success_rate: outcomes.bc.success_rate(),
+        wrong_instruction_success_rate: outcomes.bc_wrong.as_ref().map(EvalOutcome::success_rate),
+        random_success_rate: outcomes.random.success_rate(),
+        finetuned_success_rate: outcomes.finetuned.success_rate(),
         paired: paired.into(),
         improvement: paired.into(),
-        coverage_improvement: coverage_difference(&bc_outcome, &finetuned_outcome).map(Into::into),
-        finetune_method: finetune_config.method.to_string(),
+        coverage_improvement: coverage_difference(&outcomes.bc, &outcomes.finetuned)
+            .map(Into::into),
+        finetune_method: run.plan.finetune.method.to_string(),
         finetune_rounds: finetuned.rounds,
         controllers: rows
             .iter()
             .map(|&(_, row, outcome)| ControllerRow::new(row, outcome))
             .collect(),
         bc_loss,
-        phases,
+        phases: run.phases,
         policy_latency_ms: latency,
-        world_model: world_model_report,
+        world_model: world_model.report,
         run_dir: options.run_dir.display().to_string(),
     })
 }
+
+/// One demo run: its options, plan, device, work directory and each phase's wall
+/// time.
+struct DemoRun<'a> {
+    options: &'a DemoOptions,
+    plan: DemoPlan,
+    device: ResolvedDevice,
+    work: &'a Path,
+    phases: BTreeMap<String, f64>,
+}
+
+/// The demo's world model: trained, scored on held-out episodes, and how.
+struct DemoWorldModel {
+    trained: TrainedWorldModel,
+    config: WorldModelConfig,
+    training: WorldModelTrainConfig,
+    report: WorldModelEvalReport,
+}
+
+/// The demo's evaluations, on the same seeds.
+struct DemoOutcomes {
+    bc: EvalOutcome,
+    finetuned: EvalOutcome,
+    /// With another instruction than the robot's (`None` for a robot with one task).
+    bc_wrong: Option<EvalOutcome>,
+    finetuned_wrong: Option<EvalOutcome>,
+    random: EvalOutcome,
+    demonstrator: EvalOutcome,
+}
+
+impl DemoOutcomes {
+    /// (telemetry name, table row, outcome) of every evaluation that ran.
+    fn rows(&self) -> Vec<(&'static str, &'static str, &EvalOutcome)> {
+        [
+            ("bc", "bc policy", Some(&self.bc)),
+            ("finetuned", "fine-tuned policy", Some(&self.finetuned)),
+            (
+                "bc_wrong_instruction",
+                "bc policy, wrong instruction",
+                self.bc_wrong.as_ref(),
+            ),
+            (
+                "finetuned_wrong_instruction",
+                "fine-tuned, wrong instruction",
+                self.finetuned_wrong.as_ref(),
+            ),
+            ("random", "random actions", Some(&self.random)),
+            (
+                "demonstrator",
+                "demonstrator (scripted)",
+                Some(&self.demonstrator),
+            ),
+        ]
+        .into_iter()
+        .filter_map(|(name, row, outcome)| outcome.map(|o| (name, row, o)))
+        .collect()
+    }
+}
+
+impl DemoRun<'_> {
+    /// Runs `phase` and records its wall time under `name`.
+    fn timed<T>(
+        &mut self,
+        name: &str,
+        phase: impl FnOnce(&Self) -> anyhow::Result<T>,
+    ) -> anyhow::Result<T> {
+        let start = Instant::now();
+        let result = phase(self)?;
+        self.phases
+            .insert(name.to_string(), start.elapsed().as_secs_f64());
+        Ok(result)
+    }
+
+    fn replay_dir(&self) -> PathBuf {
+        self.work.join("replay")
+    }
+
+    /// Records the scripted demonstrations and reads them back.
+    fn collect(&self) -> anyhow::Result<(CollectSummary, Vec<Episode>)> {
+        eprintln!(
+            "collecting {} scripted demonstrations",
+            self.plan.demonstrations
+        );
+        let collected = collect_demonstrations(
+            &CollectConfig {
+                robot: self.options.robot.clone(),
+                expert: self.plan.expert.clone(),
+                episodes: self.plan.demonstrations,
+                first_seed: self.options.seed.wrapping_mul(10_000_000),
+            },
+            &self.replay_dir(),
+            false,
+        )?;
+        let episodes = read_replay(&self.replay_dir())?.episodes;
+        let telemetry = &self.options.telemetry;
+        telemetry.send(TelemetryEvent::Note(format!(
+            "collected {} scripted demonstrations ({:.1}% successful)",
+            collected.episodes,
+            100.0 * collected.success_rate()
+        )));
+        log_replay_episodes(telemetry, &episodes, Some(&self.options.robot));
+        Ok((collected, episodes))
+    }
+
+    /// A new VLA cloned from `episodes`, on the training device, and its losses.
+    fn clone_policy(
+        &self,
+        episodes: &[Episode],
+        policy_config: &PolicyConfig,
+    ) -> anyhow::Result<(TrainingPolicy, Vec<f32>)> {
+        let transitions: usize = episodes.iter().map(|e| e.transitions.len()).sum();
+        eprintln!(
+            "training the VLA policy by behaviour cloning on {transitions} transitions ({} steps, {})",
+            self.plan.bc.steps, self.device.description
+        );
+        let device = &self.device.training;
+        Dispatch::seed(device, self.options.seed);
+        let bc = BcConfig {
+            seed: self.options.seed,
+            ..self.plan.bc.clone()
+        };
+        let dataset = ImitationDataset::new(episodes, policy_config);
+        let (policy, losses) = train_bc::<Dispatch>(
+            policy_config.init(device),
+            policy_config,
+            &dataset,
+            &bc,
+            device,
+        )?;
+        self.options.telemetry.send(TelemetryEvent::LossCurve {
+            run: "bc".into(),
+            term: "loss".into(),
+            values: losses.clone(),
+        });
+        Ok((policy, losses))
+    }
+
+    /// Writes the cloned policy as version 1, with its last loss.
+    fn save_bc_policy(
+        &self,
+        policy: &Policy<Dispatch>,
+        policy_config: &PolicyConfig,
+        losses: &[f32],
+    ) -> anyhow::Result<()> {
+        let mut meta = CheckpointMeta::new(&self.options.robot.spec(), 1, None);
+        meta.metrics
+            .insert("bc_loss".into(), *losses.last().unwrap_or(&f32::NAN) as f64);
+        save_policy(policy, policy_config, meta, &self.work.join("bc-policy"))?;
+        Ok(())
+    }
+
+    /// Trains the world model on `training` (phase `train_world_model`) and scores it
+    /// on `held_out` (phase `eval_world_model`).
+    fn world_model(
+        &mut self,
+        training: &[Episode],
+        held_out: &[Episode],
+    ) -> anyhow::Result<DemoWorldModel> {
+        let spec = self.options.robot.spec();
+        let config = WorldModelConfig::for_robot(&spec, self.plan.world_model_family)?;
+        eprintln!(
+            "training a {} world model on {} episodes ({} steps), scoring it on {} held-out ones",
+            self.plan.world_model_family,
+            training.len(),
+            self.plan.world_model.steps,
+            held_out.len()
+        );
+        let train = WorldModelTrainConfig {
+            seed: self.options.seed,
+            ..self.plan.world_model.clone()
+        };
+        let trained = self.timed("train_world_model", |run| {
+            let trained = train_and_save_world_model(
+                config.init(&run.device.training),
+                &config,
+                training,
+                &train,
+                CheckpointMeta::new(&spec, 1, None),
+                &run.work.join("world-model"),
+                &run.device,
+            )?;
+            log_world_model_losses(&run.options.telemetry, &trained.history);
+            Ok(trained)
+        })?;
+        let report = self.timed("eval_world_model", |run| {
+            evaluate_world_model(
+                &trained.model,
+                &config,
+                held_out,
+                train.horizon,
+                &run.device.inference,
+            )
+        })?;
+        self.options
+            .telemetry
+            .send(TelemetryEvent::WorldModelEvaluation {
+                horizon_error: report.horizon_error.clone(),
+                copy_last_error: report.copy_last_error.clone(),
+                coverage_2sigma: report.coverage_2sigma.calibrated.clone(),
+            });
+        Ok(DemoWorldModel {
+            trained,
+            config,
+            training: train,
+            report,
+        })
+    }
+
+    /// Fine-tunes the cloned policy (its rollouts appended to the replay) and writes
+    /// it beside the cloned one.
+    fn finetune(
+        &self,
+        bc_training: TrainingPolicy,
+        policy_config: &PolicyConfig,
+        world_model: &DemoWorldModel,
+        training: &[Episode],
+    ) -> anyhow::Result<FinetuneOutcome> {
+        let config = FinetuneConfig {
+            seed: self.options.seed,
+            ..self.plan.finetune.clone()
+        };
+        eprintln!(
+            "fine-tuning the policy ({}, {} rounds of {} episodes)",
+            config.method, config.rounds, config.episodes_per_round
+        );
+        let robot = &self.options.robot;
+        let (mut writer, _) = ReplayWriter::open(
+            &self.replay_dir(),
+            ReplayWriterConfig::default(),
+            robot,
+            "imago demo",
+        )?;
+        let finetuned = finetune(
+            FinetuneStart {
+                policy: (bc_training, policy_config),
+                version: 1,
+                world_model: (world_model.trained.training.clone(), &world_model.config),
+                world_model_training: world_model.training.clone(),
+                episodes: training.to_vec(),
+            },
+            &config,
+            robot,
+            &mut writer,
+            &self.device,
+            &self.options.telemetry,
+        )?;
+        writer.close()?;
+        let mut meta =
+            CheckpointMeta::new(&robot.spec(), finetuned.version, Some("bc-policy".into()));
+        let last_success = finetuned.rounds.last().map(|r| r.rollout_success_rate);
+        meta.metrics.insert(
+            "rollout_success_rate".into(),
+            last_success.unwrap_or(f64::NAN),
+        );
+        let dir = self.work.join("finetuned-policy");
+        save_policy(&finetuned.policy, policy_config, meta, &dir)?;
+        Ok(finetuned)
+    }
+
+    /// Evaluates the cloned and the fine-tuned policy (also with the wrong
+    /// instruction, where the robot has another), random actions and the demonstrator
+    /// on the same seeds.
+    fn evaluate(
+        &self,
+        [bc, finetuned]: [&Policy<Dispatch>; 2],
+        policy_config: &PolicyConfig,
+    ) -> anyhow::Result<DemoOutcomes> {
+        eprintln!("evaluating on {} paired seeds", self.plan.eval_episodes);
+        let robot = &self.options.robot;
+        let seeds: Vec<u64> = (0..self.plan.eval_episodes as u64)
+            .map(|i| {
+                EVAL_SEED_BASE
+                    .wrapping_add(self.options.seed.wrapping_mul(10_000_000))
+                    .wrapping_add(i)
+            })
+            .collect();
+        let policy = |policy, wrong_instruction, label| {
+            let controller = Controller::Policy {
+                policy,
+                config: policy_config,
+                device: &self.device.inference,
+                wrong_instruction,
+                execute_steps: 1,
+            };
+            evaluate(&controller, robot, &seeds, label)
+        };
+        let bc_outcome = policy(bc, false, "eval bc")?;
+        let finetuned_outcome = policy(finetuned, false, "eval fine-tuned")?;
+        // A robot with a single task (pusht) has no other instruction to give.
+        let has_alternatives = !robot.build()?.alternative_instructions().is_empty();
+        let (bc_wrong, finetuned_wrong) = if has_alternatives {
+            (
+                Some(policy(bc, true, "eval wrong")?),
+                Some(policy(finetuned, true, "eval fine-tuned wrong")?),
+            )
+        } else {
+            (None, None)
+        };
+        let expert = Controller::<Dispatch>::Expert(self.plan.expert.clone());
+        Ok(DemoOutcomes {
+            bc: bc_outcome,
+            finetuned: finetuned_outcome,
+            bc_wrong,
+            finetuned_wrong,
+            random: evaluate(
+                &Controller::<Dispatch>::Random,
+                robot,
+                &seeds,
+                "eval random",
+            )?,
+            demonstrator: evaluate(&expert, robot, &seeds, "eval expert")?,
+        })
+    }
+}
+
+/// The policy as behaviour cloning leaves it: on the training device, autodiff on.
+type TrainingPolicy = Policy<Dispatch>;

@@ -10,7 +10,7 @@ use super::event::{
     ControlStepEvent, EpisodeEndEvent, EpisodeStartEvent, TelemetryEvent, TickTiming,
 };
 use crate::robot::{RobotConfig, SimRobot};
-use crate::store::replay::Episode;
+use crate::store::replay::{Episode, Transition};
 
 /// `image` shrunk by `factor` in each direction, averaging each block.
 fn downsample(image: &Image, factor: u32) -> Image {
@@ -50,39 +50,38 @@ pub fn episode_start_event(
     }))
 }
 
-/// A live control step of `robot` from the observation's `proprio` (before the
-/// action is applied): the body, the path `intended_path` the intended chunk `chunk`
-/// would take the tracked point along ([`Robot::intended_path`]), and `frame`
-/// downsampled when given. Without a robot to draw, the body is left out.
-#[allow(clippy::too_many_arguments)]
+/// The control step `transition` of `robot` (taken live or recorded): the body drawn
+/// from the observation's proprioception (before the action), the first action of the
+/// intended `plan` and the path `intended_path` it would take the tracked point along
+/// ([`Robot::intended_path`]), and the observation's frame downsampled by
+/// `frame_downsample` when given. Without a robot to draw, the body is left out.
 pub fn control_step_event(
     robot: Option<&dyn Robot>,
-    proprio: &[f32],
-    intended_path: &[[f32; 2]],
-    episode: u64,
-    step: u32,
-    chunk: &[f32],
-    executed: &[f32],
-    frame: Option<&Image>,
-    downsample_by: u32,
-    policy_version: u64,
-    intervention: bool,
-    reward: f32,
-    tick: TickTiming,
+    transition: &Transition,
+    plan: &[f32],
+    intended_path: Vec<[f32; 2]>,
+    frame_downsample: Option<u32>,
+    tick: Option<TickTiming>,
 ) -> TelemetryEvent {
-    let action_dim = executed.len().max(1);
+    let t = transition;
+    let action_dim = t.executed.0.len().max(1);
     TelemetryEvent::ControlStep(Box::new(ControlStepEvent {
-        episode,
-        step,
-        arm: robot.map_or_else(Vec::new, |robot| robot.body_from_proprio(proprio)),
-        intended_path: intended_path.to_vec(),
-        intended: chunk.iter().take(action_dim).copied().collect(),
-        executed: executed.to_vec(),
-        frame: frame.map(|f| downsample(f, downsample_by)),
-        policy_version,
-        intervention,
-        reward,
-        tick: Some(tick),
+        episode: t.episode,
+        step: t.step,
+        arm: robot.map_or_else(Vec::new, |robot| {
+            robot.body_from_proprio(&t.observation.proprio)
+        }),
+        intended_path,
+        intended: plan.iter().take(action_dim).copied().collect(),
+        executed: t.executed.0.clone(),
+        frame: frame_downsample.and_then(|factor| {
+            let frame = t.observation.image.as_ref()?;
+            Some(downsample(frame, factor))
+        }),
+        policy_version: t.policy_version,
+        intervention: t.intervention,
+        reward: t.reward,
+        tick,
     }))
 }
 
@@ -137,26 +136,19 @@ pub fn log_episode(telemetry: &Telemetry, episode: &Episode, mut robot: Option<&
         targets,
     })));
     for t in &episode.transitions {
-        telemetry.send(TelemetryEvent::ControlStep(Box::new(ControlStepEvent {
-            episode: t.episode,
-            step: t.step,
-            arm: robot
-                .as_deref()
-                .map_or_else(Vec::new, |r| r.body_from_proprio(&t.observation.proprio)),
-            intended_path: Vec::new(),
-            intended: t.action.0.clone(),
-            executed: t.executed.0.clone(),
-            frame: t
-                .observation
-                .image
-                .as_ref()
-                .filter(|_| t.step.is_multiple_of(config.frame_every))
-                .map(|f| downsample(f, config.frame_downsample)),
-            policy_version: t.policy_version,
-            intervention: t.intervention,
-            reward: t.reward,
-            tick: None,
-        })));
+        let drawing = robot.as_deref().map(|r| r as &dyn Robot);
+        let frame = t
+            .step
+            .is_multiple_of(config.frame_every)
+            .then_some(config.frame_downsample);
+        telemetry.send(control_step_event(
+            drawing,
+            t,
+            &t.action.0,
+            Vec::new(),
+            frame,
+            None,
+        ));
     }
     telemetry.send(TelemetryEvent::EpisodeEnd(EpisodeEndEvent {
         episode: episode.start.episode,

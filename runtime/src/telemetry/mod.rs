@@ -235,6 +235,7 @@ mod tests {
 
     use super::*;
     use crate::robot::RobotConfig;
+    use crate::store::replay::Transition;
 
     /// One event of every kind, as producers build them.
     fn every_event() -> Vec<TelemetryEvent> {
@@ -246,21 +247,26 @@ mod tests {
             episode_start_event(Some(&robot), 0, &observation.instruction),
             control_step_event(
                 Some(&robot),
-                &observation.proprio,
-                &robot.intended_path(&chunk),
-                0,
-                0,
+                &Transition {
+                    episode: 0,
+                    step: 0,
+                    observation: observation.clone(),
+                    action: imago_robots::Action(chunk[..2].to_vec()),
+                    executed: imago_robots::Action(vec![0.1, 0.2]),
+                    reward: -0.1,
+                    done: false,
+                    success: false,
+                    policy_version: 1,
+                    intervention: false,
+                    behaviour_log_prob: None,
+                },
                 &chunk,
-                &[0.1, 0.2],
-                observation.image.as_ref(),
-                2,
-                1,
-                false,
-                -0.1,
-                TickTiming {
+                robot.intended_path(&chunk),
+                Some(2),
+                Some(TickTiming {
                     latency_ms: 2.0,
                     deadline_misses: 0,
-                },
+                }),
             ),
             TelemetryEvent::Imagined(Box::new(ImaginedWindowEvent {
                 episode: 0,

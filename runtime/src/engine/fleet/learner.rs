@@ -4,16 +4,15 @@
 //! each new version.
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::RecvTimeoutError;
-use imago_policies::PolicyConfig;
 use imago_robots::RobotSpec;
 use serde::{Deserialize, Serialize};
 use zenoh::Wait;
+use zenoh::pubsub::Publisher;
 use zenoh::qos::CongestionControl;
 use zenoh::query::Query;
 
@@ -24,11 +23,13 @@ use crate::bridge::LinkConfig;
 use crate::bridge::link::alive_token;
 use crate::bridge::protocol::{decode, encode};
 use crate::device::ResolvedDevice;
+use crate::engine::actor_feed::ChampionCheckpoint;
 use crate::engine::champion::{ChampionGate, PromotionMode, PromotionSummary};
 use crate::engine::daemon::{
-    DaemonConfig, DaemonOptions, LearnerEvent, champion_checkpoint, learn_until, prepare, save,
-    save_champion, start_gate,
+    DaemonConfig, DaemonOptions, champion_checkpoint, prepare, start_gate,
 };
+use crate::engine::learner_loop::{Checkpointing, LearnerListener, LearnerLoop};
+use crate::learn::finetune::Learner;
 use crate::store::replay::{Episode, EpisodeOrigin, ReplayWriter, Transition, read_replay};
 
 /// Uploads waiting for the ingest thread; more are refused until it catches up (the
@@ -82,8 +83,7 @@ pub fn run_fleet_learner(
     // the run directory is touched.
     let session = link.open()?;
     let prepared = prepare(config, options, device)?;
-    let (mut learner, mut window, checkpoint) =
-        (prepared.learner, prepared.window, prepared.checkpoint);
+    let (learner, window, checkpoint) = (prepared.learner, prepared.window, prepared.checkpoint);
     let spec = config.spec();
     let (writer, repaired) = ReplayWriter::open(
         &prepared.replay,
@@ -102,15 +102,22 @@ pub fn run_fleet_learner(
         .map(|o| ((o.actor, o.actor_episode), o.episode))
         .collect();
     // With the promotion gate on, actors only ever receive champions.
-    let champion_dir = champion_checkpoint(&checkpoint);
-    let mut gate = start_gate(config, options, &learner, &champion_dir, device)?;
-    let policy_config = learner.policy_config().clone();
+    let champion = ChampionCheckpoint {
+        dir: champion_checkpoint(&checkpoint),
+        policy_config: learner.policy_config().clone(),
+        spec: spec.clone(),
+    };
+    let gate = start_gate(config, options, &learner, &champion.dir, device)?;
     let acting = match &gate {
         Some(gate) => {
-            let (champion, version) = gate.champion();
-            PolicyMessage::new(version, champion, &policy_config)?
+            let (champion_policy, version) = gate.champion();
+            PolicyMessage::new(version, champion_policy, &champion.policy_config)?
         }
-        None => PolicyMessage::new(learner.version(), &learner.policy(), &policy_config)?,
+        None => PolicyMessage::new(
+            learner.version(),
+            &learner.policy(),
+            learner.policy_config(),
+        )?,
     };
     let latest = Arc::new(Mutex::new(encode(&acting)));
     let answer = latest.clone();
@@ -128,6 +135,13 @@ pub fn run_fleet_learner(
         .congestion_control(CongestionControl::Block)
         .wait()
         .map_err(|e| anyhow::anyhow!("declaring {}: {e}", keys.policy))?;
+    let mut feed = FleetFeed {
+        gate,
+        champion,
+        device,
+        latest,
+        publisher,
+    };
     let (sender, uploads) = crossbeam_channel::bounded::<(Query, Instant)>(INGEST_QUEUE);
     let _ingest_queryable = session
         .declare_queryable(keys.ingest.clone())
@@ -142,7 +156,12 @@ pub fn run_fleet_learner(
     let deadline = options.duration.map(|d| started + d);
     let out_of_time = || deadline.is_some_and(|d| Instant::now() >= d);
     let ingest_stop = AtomicBool::new(false);
-    let learner_pool = super::super::priority::learner_pool()?;
+    let checkpointing = Checkpointing {
+        dir: &checkpoint,
+        spec: spec.clone(),
+        every: Duration::from_secs_f64(config.checkpoint_every_seconds),
+    };
+    let mut learning = LearnerLoop::new(&config.learner, (learner, window), checkpointing, device)?;
     let (ingested, learned) = std::thread::scope(|scope| {
         let ingest = scope.spawn(|| {
             let mut store = EpisodeStore {
@@ -162,59 +181,25 @@ pub fn run_fleet_learner(
             }
             store.close()
         });
-        let learned = learn_until(
-            config,
-            (&mut learner, &mut window),
-            &checkpoint,
-            device,
-            &learner_pool,
+        let learned = learning.run(
             |_| !stop.load(Ordering::Relaxed) && !out_of_time(),
-            |event| {
-                let message = match (event, gate.as_mut()) {
-                    (LearnerEvent::Recorded(_), None) => return Ok(()),
-                    (LearnerEvent::Recorded(episodes), Some(gate)) => {
-                        if !gate.watch_live(episodes).champion {
-                            return Ok(());
-                        }
-                        champion_message(gate, &policy_config, &spec, &champion_dir)?
-                    }
-                    (LearnerEvent::NewVersion(learner), Some(gate)) => {
-                        let challenger =
-                            (learner.policy(), learner.policy_config(), learner.version());
-                        if !gate.consider(challenger, device)?.champion {
-                            return Ok(());
-                        }
-                        champion_message(gate, &policy_config, &spec, &champion_dir)?
-                    }
-                    (LearnerEvent::NewVersion(learner), None) => PolicyMessage::new(
-                        learner.version(),
-                        &learner.policy(),
-                        learner.policy_config(),
-                    )?,
-                };
-                let message = encode(&message);
-                *latest.lock().unwrap_or_else(|p| p.into_inner()) = message.clone();
-                publisher
-                    .put(message)
-                    .wait()
-                    .map_err(|e| anyhow::anyhow!("publishing a policy: {e}"))
-            },
+            &mut feed,
         );
         ingest_stop.store(true, Ordering::Relaxed);
         (ingest.join(), learned)
     });
-    save(&learner, &spec, &checkpoint)?;
-    if let Some(gate) = &gate {
-        save_champion(gate, learner.policy_config(), &spec, &champion_dir)?;
+    learning.save()?;
+    if let Some(gate) = &feed.gate {
+        feed.champion.save(gate)?;
     }
     let mut report = ingested
         .map_err(|_| anyhow::anyhow!("the ingest thread panicked"))?
         .map_err(|e| e.context("recording uploads"))?;
-    let (learning_steps, learned) = learned;
     learned?;
-    report.learning_steps = learning_steps;
+    let learner = learning.learner();
+    report.learning_steps = learning.steps();
     report.final_policy_version = learner.version();
-    report.promotion = match &gate {
+    report.promotion = match &feed.gate {
         Some(gate) => gate.summary().clone(),
         None => PromotionSummary {
             champion_version: learner.version(),
@@ -336,22 +321,73 @@ impl EpisodeStore<'_> {
     }
 }
 
-/// Whether `upload` is a whole episode of `spec`'s robot; the error says what is not.
-/// The champion's message to the actors, after checkpointing it (a failed checkpoint
-/// is a warning: the actors still get the champion).
-fn champion_message(
-    gate: &ChampionGate,
-    policy_config: &PolicyConfig,
-    spec: &RobotSpec,
-    champion_dir: &Path,
-) -> anyhow::Result<PolicyMessage> {
-    if let Err(error) = save_champion(gate, policy_config, spec, champion_dir) {
-        eprintln!("warning: the champion's checkpoint failed: {error:#}");
-    }
-    let (champion, version) = gate.champion();
-    PolicyMessage::new(version, champion, policy_config)
+/// The fleet learner's [`LearnerListener`]: champions (without a gate, every version)
+/// published to the actors and kept as the latest for actors that ask.
+struct FleetFeed<'a> {
+    gate: Option<ChampionGate>,
+    champion: ChampionCheckpoint,
+    device: &'a ResolvedDevice,
+    latest: Arc<Mutex<Vec<u8>>>,
+    publisher: Publisher<'a>,
 }
 
+impl FleetFeed<'_> {
+    /// The champion's message to the actors, after checkpointing it (a failed
+    /// checkpoint is a warning: the actors still get the champion).
+    fn champion_message(
+        gate: &ChampionGate,
+        champion: &ChampionCheckpoint,
+    ) -> anyhow::Result<PolicyMessage> {
+        if let Err(error) = champion.save(gate) {
+            eprintln!("warning: the champion's checkpoint failed: {error:#}");
+        }
+        let (policy, version) = gate.champion();
+        PolicyMessage::new(version, policy, &champion.policy_config)
+    }
+
+    /// Sends `message` to every actor and keeps it for those that ask later.
+    fn publish(&self, message: &PolicyMessage) -> anyhow::Result<()> {
+        let message = encode(message);
+        *self.latest.lock().unwrap_or_else(|p| p.into_inner()) = message.clone();
+        self.publisher
+            .put(message)
+            .wait()
+            .map_err(|e| anyhow::anyhow!("publishing a policy: {e}"))
+    }
+}
+
+impl LearnerListener for FleetFeed<'_> {
+    fn recorded(&mut self, episodes: &[Episode]) -> anyhow::Result<()> {
+        let Some(gate) = self.gate.as_mut() else {
+            return Ok(());
+        };
+        if !gate.watch_live(episodes).champion {
+            return Ok(());
+        }
+        let message = Self::champion_message(gate, &self.champion)?;
+        self.publish(&message)
+    }
+
+    fn new_version(&mut self, learner: &Learner) -> anyhow::Result<()> {
+        let message = match self.gate.as_mut() {
+            None => PolicyMessage::new(
+                learner.version(),
+                &learner.policy(),
+                learner.policy_config(),
+            )?,
+            Some(gate) => {
+                let challenger = (learner.policy(), learner.policy_config(), learner.version());
+                if !gate.consider(challenger, self.device)?.champion {
+                    return Ok(());
+                }
+                Self::champion_message(gate, &self.champion)?
+            }
+        };
+        self.publish(&message)
+    }
+}
+
+/// Whether `upload` is a whole episode of `spec`'s robot; the error says what is not.
 fn fits(spec: &RobotSpec, upload: &EpisodeUpload) -> Result<(), String> {
     let id = upload.start.episode;
     if upload.transitions.is_empty() || upload.end.steps as usize != upload.transitions.len() {

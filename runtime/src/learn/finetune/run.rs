@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use super::config::FinetuneConfig;
 use super::learner::{LearnReport, Learner};
-use crate::act::rollout::collect_policy_episodes;
+use crate::act::rollout::{ActingPolicy, collect_policy_episodes};
 use crate::device::ResolvedDevice;
 use crate::learn::world_model::WorldModelTrainConfig;
 use crate::robot::RobotConfig;
@@ -112,10 +112,12 @@ pub fn finetune(
             seeds.len()
         );
         let collected = collect_policy_episodes(
-            &learner.policy(),
-            policy_config,
-            &device.inference,
-            version,
+            &ActingPolicy {
+                policy: &learner.policy(),
+                config: policy_config,
+                device: &device.inference,
+                version,
+            },
             robot,
             &seeds,
             &config.rollout,

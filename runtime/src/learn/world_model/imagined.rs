@@ -86,13 +86,11 @@ fn fit_probe<B: Backend>(
 /// calibrated 2-sigma bound (`calibration_scale[h] * 2 * mean member std * sqrt(D)`)
 /// per horizon. Waits for room in the queue. Without the recorded robot's settings
 /// (`robot`: nothing to decode latents to) nothing is drawn.
-#[allow(clippy::too_many_arguments)]
 pub fn log_imagined_windows<B: Backend>(
     telemetry: &Telemetry,
     model: &WorldModel<B>,
     config: &WorldModelConfig,
-    episodes: &[Episode],
-    probe_episodes: &[Episode],
+    (episodes, probe_episodes): (&[Episode], &[Episode]),
     calibration_scale: &[f64],
     robot: Option<&RobotConfig>,
     device: &B::Device,
