@@ -12,12 +12,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use burn::Dispatch;
 use crossbeam_channel::{Sender, TrySendError};
-use imago_policies::PolicyConfig;
 use imago_robots::bounds::{ConfigError, in_range};
 use serde::{Deserialize, Serialize};
 
+use super::ActorStart;
 use super::challenger::EpisodeAssignment;
 use super::clock::DeadlineClock;
 use super::commands::{ChunkingConfig, CommandSettings, CommandSource};
@@ -147,17 +146,15 @@ pub struct ActorLinks<'a> {
 }
 
 /// Runs the control loop until `links.stop` is set (checked at every tick boundary),
-/// starting with `initial` and switching to each snapshot the mailbox receives.
+/// starting with `start.initial` and switching to each snapshot the mailbox receives.
 /// Episode ids start at `first_episode`.
 pub fn run_actor(
-    config: &ActorConfig,
-    policy_config: &PolicyConfig,
-    initial: Arc<PolicySnapshot>,
-    device: &burn::tensor::Device<Dispatch>,
+    start: ActorStart<'_>,
     first_episode: u64,
     links: &ActorLinks<'_>,
 ) -> anyhow::Result<ControlStats> {
-    let mut control = ControlLoop::open(config, policy_config, initial, device, links)?;
+    let config = start.config;
+    let mut control = ControlLoop::open(start, links)?;
     let (mut episode, mut seed) = (first_episode, config.first_seed);
     while !links.stop.load(Ordering::Relaxed) {
         ensure_episode_id(episode)?;
@@ -208,13 +205,13 @@ struct EpisodeOutlets<'a> {
 }
 
 impl<'a> ControlLoop<'a> {
-    fn open(
-        config: &'a ActorConfig,
-        policy_config: &PolicyConfig,
-        initial: Arc<PolicySnapshot>,
-        device: &burn::tensor::Device<Dispatch>,
-        links: &'a ActorLinks<'a>,
-    ) -> anyhow::Result<Self> {
+    fn open(start: ActorStart<'a>, links: &'a ActorLinks<'a>) -> anyhow::Result<Self> {
+        let ActorStart {
+            config,
+            policy_config,
+            initial,
+            device,
+        } = start;
         let robot = DrivenRobot::open(&config.robot)?;
         let period = Duration::from_secs_f64(1.0 / robot.spec().control_hz as f64);
         let source = CommandSource::new(
@@ -233,7 +230,7 @@ impl<'a> ControlLoop<'a> {
             limits: policy_config.action_limit().to_vec(),
             clock: DeadlineClock::new(period),
             stats: ControlStats::default(),
-            current: initial,
+            current: Arc::new(initial),
             source,
             assignment: EpisodeAssignment::default(),
         })
@@ -459,8 +456,9 @@ fn normalised(action: &[f32], limits: &[f32]) -> Vec<f32> {
 
 #[cfg(test)]
 mod tests {
-    use burn::DispatchDevice;
     use burn::backend::ndarray::NdArrayDevice;
+    use burn::{Dispatch, DispatchDevice};
+    use imago_policies::PolicyConfig;
 
     use super::*;
 
@@ -474,20 +472,19 @@ mod tests {
         let policy_config =
             PolicyConfig::for_robot(imago_policies::Architecture::Vla, &config.robot.spec())
                 .unwrap();
-        let initial = Arc::new(PolicySnapshot::new(
-            1,
-            policy_config.init::<Dispatch>(&device),
-        ));
+        let initial = PolicySnapshot::new(1, policy_config.init::<Dispatch>(&device));
         // A writer that has stalled: the queue holds 8 records and is never drained.
         let (sender, receiver) = crossbeam_channel::bounded(8);
         let stop = AtomicBool::new(false);
         let stats = std::thread::scope(|scope| {
             let actor = scope.spawn(|| {
                 run_actor(
-                    &config,
-                    &policy_config,
-                    initial,
-                    &device,
+                    ActorStart {
+                        config: &config,
+                        policy_config: &policy_config,
+                        initial,
+                        device: &device,
+                    },
                     0,
                     &ActorLinks {
                         mailbox: &SnapshotMailbox::default(),

@@ -24,8 +24,8 @@ use crate::engine::actor_feed::{ActorFeed, ChampionCheckpoint, save_champion};
 use crate::engine::champion::{ChampionGate, PromotionConfig, PromotionMode, PromotionSummary};
 use crate::engine::learner_loop::{Checkpointing, LearnerConfig, LearnerLoop, enough_fresh, save};
 use crate::engine::{
-    ActorConfig, ControlReport, PolicySnapshot, Recording, ReplayWindow, ReplayWriterConfig,
-    SnapshotMailbox, run_control_loop,
+    ActorConfig, ActorStart, ControlReport, PolicySnapshot, Recording, ReplayWindow,
+    ReplayWriterConfig, SnapshotMailbox, run_control_loop,
 };
 use crate::learn::finetune::Learner;
 use crate::learn::world_model::WorldModelTrainConfig;
@@ -494,10 +494,12 @@ pub fn run_daemon(
     };
     let mut learner_error = None;
     let control = run_control_loop(
-        &config.actor,
-        &policy_config,
-        initial,
-        &device.inference,
+        ActorStart {
+            config: &config.actor,
+            policy_config: &policy_config,
+            initial,
+            device: &device.inference,
+        },
         Recording {
             dir: &replay,
             config: config.replay.clone(),
@@ -603,10 +605,12 @@ pub fn run_in_turns(
         let mut ready = false;
         let policy_config = learner.policy_config().clone();
         let turn = run_control_loop(
-            &config.actor,
-            &policy_config,
-            PolicySnapshot::new(learner.version(), learner.policy()),
-            &device.inference,
+            ActorStart {
+                config: &config.actor,
+                policy_config: &policy_config,
+                initial: PolicySnapshot::new(learner.version(), learner.policy()),
+                device: &device.inference,
+            },
             Recording {
                 dir: &replay,
                 config: config.replay.clone(),

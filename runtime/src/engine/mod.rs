@@ -23,7 +23,6 @@ mod status;
 mod writer;
 
 use std::path::Path;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use burn::Dispatch;
@@ -61,6 +60,19 @@ pub struct Recording<'a> {
     pub purpose: &'a str,
 }
 
+/// What the actor starts with: its settings, the policy's config and first version,
+/// and the device the policy runs on.
+pub struct ActorStart<'a> {
+    /// The actor's settings (its robot among them).
+    pub config: &'a ActorConfig,
+    /// The policy's config (every version shares it).
+    pub policy_config: &'a PolicyConfig,
+    /// The version acting first.
+    pub initial: PolicySnapshot,
+    /// Where the policy runs.
+    pub device: &'a burn::tensor::Device<Dispatch>,
+}
+
 /// Runs the actor and the replay writer on their own threads until `stop` is set;
 /// `during` runs on the calling thread while they do (a learner, a test publishing
 /// snapshots) and must return once `stop` is set.
@@ -68,24 +80,21 @@ pub struct Recording<'a> {
 /// No thread outlives a dead one: if the actor fails or panics, if recording fails,
 /// or if `during` panics, `stop` is set, every thread ends, and the error names the
 /// cause (the report of what ran is lost with it; the replay holds what was written).
-#[allow(clippy::too_many_arguments)]
 pub fn run_control_loop(
-    config: &ActorConfig,
-    policy_config: &PolicyConfig,
-    initial: PolicySnapshot,
-    device: &burn::tensor::Device<Dispatch>,
+    actor: ActorStart<'_>,
     recording: Recording<'_>,
     mailbox: &SnapshotMailbox,
     stop: &AtomicBool,
     during: impl FnOnce(),
 ) -> anyhow::Result<ControlReport> {
-    config
+    actor
+        .config
         .validate()
         .map_err(|e| anyhow::anyhow!("actor settings: {e}"))?;
     let (mut writer, repaired) = ReplayWriter::open(
         recording.dir,
         recording.config,
-        &config.robot,
+        &actor.config.robot,
         recording.purpose,
     )?;
     repaired.warn();
@@ -106,10 +115,7 @@ pub fn run_control_loop(
             let stats = priority::actor_pool().and_then(|pool| {
                 pool.install(|| {
                     run_actor(
-                        config,
-                        policy_config,
-                        Arc::new(initial),
-                        device,
+                        actor,
                         first_episode,
                         &ActorLinks {
                             mailbox,
@@ -240,10 +246,12 @@ mod tests {
         let mailbox = SnapshotMailbox::default();
         let stop = AtomicBool::new(false);
         let report = run_control_loop(
-            &config,
-            &policy_config,
-            snapshot(1),
-            &device,
+            ActorStart {
+                config: &config,
+                policy_config: &policy_config,
+                initial: snapshot(1),
+                device: &device,
+            },
             quiet_recording(dir.path()),
             &mailbox,
             &stop,
@@ -305,10 +313,12 @@ mod tests {
         let started = Instant::now();
         let mut stopped_by_engine = false;
         let error = run_control_loop(
-            &config,
-            &policy_config,
-            snapshot,
-            &device,
+            ActorStart {
+                config: &config,
+                policy_config: &policy_config,
+                initial: snapshot,
+                device: &device,
+            },
             quiet_recording(dir.path()),
             &SnapshotMailbox::default(),
             &stop,
@@ -344,10 +354,12 @@ mod tests {
         let snapshot = fresh_policy(&policy_config, &device);
         let stop = AtomicBool::new(false);
         let error = run_control_loop(
-            &config,
-            &policy_config,
-            snapshot,
-            &device,
+            ActorStart {
+                config: &config,
+                policy_config: &policy_config,
+                initial: snapshot,
+                device: &device,
+            },
             quiet_recording(dir.path()),
             &SnapshotMailbox::default(),
             &stop,

@@ -12,8 +12,8 @@
 use std::path::Path;
 use std::time::Instant;
 
-use imago_policies::{ActionHeadKind, Policy, Precision};
-use imago_robots::Robot;
+use imago_policies::{ActionHeadKind, Policy, PolicyConfig, Precision};
+use imago_robots::{Observation, Robot};
 use serde::Serialize;
 
 use crate::act::evaluate::{Controller, evaluate, measure_latency};
@@ -123,58 +123,7 @@ pub fn run_accelerate(
     ensure_trained_for(options.ckpt, &options.robot.spec())?;
     let (policy, config, _) = load_policy::<burn::Dispatch>(options.ckpt, None, &device.inference)?;
     let observation = options.robot.build()?.reset(options.first_seed);
-    // The sampler's step counts to try: the checkpoint's, then halved down to 1.
-    let flow_steps: Vec<Option<usize>> = match config.head() {
-        ActionHeadKind::Gaussian => vec![None],
-        ActionHeadKind::Flow => {
-            std::iter::successors(Some(config.flow_steps()), |&s| (s > 1).then_some(s / 2))
-                .map(Some)
-                .collect()
-        }
-    };
-    let precisions: Vec<Precision> = std::iter::once(Precision::F32)
-        .chain(
-            Precision::NARROW
-                .into_iter()
-                .filter(|p| p.supported_on::<burn::Dispatch>(&device.inference)),
-        )
-        .collect();
-    // One copy of the weights per precision; the samplers of a precision share it.
-    let weights: Vec<_> = precisions
-        .iter()
-        .map(|&p| policy.clone().with_precision(p))
-        .collect();
-    let with_steps = |policy: &Policy<burn::Dispatch>, steps: Option<usize>| match steps {
-        Some(steps) => policy.clone().with_flow_steps(steps),
-        None => policy.clone(),
-    };
-    // The reference (f32, the checkpoint's steps) first.
-    let mut samplers: Vec<Sampler> = weights
-        .iter()
-        .flat_map(|weights| {
-            flow_steps.iter().map(|&steps| Sampler {
-                flow_steps: steps,
-                policy: with_steps(weights, steps),
-                latency_ms: f64::INFINITY,
-            })
-        })
-        .collect();
-    // Latency of each sampler, measured on one copy of the weights per precision
-    // (copies alone differed by up to 30% here), in three interleaved rounds of which
-    // the smallest median counts, so that warm-up and drift favour none of them.
-    let mut timed = weights.clone();
-    for _ in 0..3 {
-        for sampler in &mut samplers {
-            let copy = precisions
-                .iter()
-                .position(|&p| p == sampler.policy.precision())
-                .expect("every sampler's precision was measured");
-            timed[copy] = with_steps(&timed[copy], sampler.flow_steps);
-            let latency =
-                measure_latency(&timed[copy], &config, &device.inference, &observation, 50)?;
-            sampler.latency_ms = sampler.latency_ms.min(latency.p50);
-        }
-    }
+    let (precisions, samplers) = timed_samplers(&policy, &config, device, &observation)?;
     let reference_ms = samplers[0].latency_ms;
     let controller = |policy, execute_steps| Controller::Policy {
         policy,
@@ -209,23 +158,12 @@ pub fn run_accelerate(
             latency_ms,
         } = &samplers[sampler];
         let variant = controller(policy, k);
-        let mut counts = FailureCounts::default();
-        let (mut episodes, mut reference_wins, mut variant_wins) = (0, 0usize, 0usize);
-        while episodes < options.max_episodes && counts.evidence_below(options.budget) < threshold {
-            let seeds: Vec<u64> = (0..PROMOTION_BATCH.min(options.max_episodes - episodes) as u64)
-                .map(|i| options.first_seed.wrapping_add(episodes as u64 + i))
-                .collect();
-            let a = evaluate(&reference, options.robot, &seeds, "reference")?;
-            let b = evaluate(&variant, options.robot, &seeds, "variant")?;
-            for (&ra, &vb) in a.success.iter().zip(&b.success) {
-                if ra {
-                    counts.observe(!vb);
-                }
-            }
-            reference_wins += a.successes();
-            variant_wins += b.successes();
-            episodes += seeds.len();
-        }
+        let PairedRun {
+            counts,
+            episodes,
+            reference_wins,
+            variant_wins,
+        } = run_pairs(&reference, &variant, options, threshold)?;
         let certified_bound = counts.certified_bound(options.confidence);
         let certified = counts.evidence_below(options.budget) >= threshold;
         variants.push(VariantReport {
@@ -262,6 +200,112 @@ pub fn run_accelerate(
         variants,
         seconds: started.elapsed().as_secs_f64(),
     })
+}
+
+/// The reference's and a variant's paired episodes, until the variant's failures on
+/// episodes the reference solves are certified below the budget (evidence past
+/// `threshold`) or `options.max_episodes` ran.
+struct PairedRun {
+    counts: FailureCounts,
+    episodes: usize,
+    reference_wins: usize,
+    variant_wins: usize,
+}
+
+fn run_pairs(
+    reference: &Controller<'_, burn::Dispatch>,
+    variant: &Controller<'_, burn::Dispatch>,
+    options: &AccelerateOptions<'_>,
+    threshold: f64,
+) -> anyhow::Result<PairedRun> {
+    let mut run = PairedRun {
+        counts: FailureCounts::default(),
+        episodes: 0,
+        reference_wins: 0,
+        variant_wins: 0,
+    };
+    while run.episodes < options.max_episodes
+        && run.counts.evidence_below(options.budget) < threshold
+    {
+        let batch = PROMOTION_BATCH.min(options.max_episodes - run.episodes) as u64;
+        let seeds: Vec<u64> = (0..batch)
+            .map(|i| options.first_seed.wrapping_add(run.episodes as u64 + i))
+            .collect();
+        let a = evaluate(reference, options.robot, &seeds, "reference")?;
+        let b = evaluate(variant, options.robot, &seeds, "variant")?;
+        for (&ra, &vb) in a.success.iter().zip(&b.success) {
+            if ra {
+                run.counts.observe(!vb);
+            }
+        }
+        run.reference_wins += a.successes();
+        run.variant_wins += b.successes();
+        run.episodes += seeds.len();
+    }
+    Ok(run)
+}
+
+/// Every sampler of `policy` to try (each precision the device supports, each flow
+/// step count from the checkpoint's halved down to 1), the reference (f32, the
+/// checkpoint's steps) first, with its batch-1 latency on `observation`; and the
+/// precisions tried.
+fn timed_samplers(
+    policy: &Policy<burn::Dispatch>,
+    config: &PolicyConfig,
+    device: &ResolvedDevice,
+    observation: &Observation,
+) -> anyhow::Result<(Vec<Precision>, Vec<Sampler>)> {
+    let flow_steps: Vec<Option<usize>> = match config.head() {
+        ActionHeadKind::Gaussian => vec![None],
+        ActionHeadKind::Flow => {
+            std::iter::successors(Some(config.flow_steps()), |&s| (s > 1).then_some(s / 2))
+                .map(Some)
+                .collect()
+        }
+    };
+    let precisions: Vec<Precision> = std::iter::once(Precision::F32)
+        .chain(
+            Precision::NARROW
+                .into_iter()
+                .filter(|p| p.supported_on::<burn::Dispatch>(&device.inference)),
+        )
+        .collect();
+    // One copy of the weights per precision; the samplers of a precision share it.
+    let weights: Vec<_> = precisions
+        .iter()
+        .map(|&p| policy.clone().with_precision(p))
+        .collect();
+    let with_steps = |policy: &Policy<burn::Dispatch>, steps: Option<usize>| match steps {
+        Some(steps) => policy.clone().with_flow_steps(steps),
+        None => policy.clone(),
+    };
+    let mut samplers: Vec<Sampler> = weights
+        .iter()
+        .flat_map(|weights| {
+            flow_steps.iter().map(|&steps| Sampler {
+                flow_steps: steps,
+                policy: with_steps(weights, steps),
+                latency_ms: f64::INFINITY,
+            })
+        })
+        .collect();
+    // Latency of each sampler, measured on one copy of the weights per precision
+    // (copies alone differed by up to 30% here), in three interleaved rounds of which
+    // the smallest median counts, so that warm-up and drift favour none of them.
+    let mut timed = weights.clone();
+    for _ in 0..3 {
+        for sampler in &mut samplers {
+            let copy = precisions
+                .iter()
+                .position(|&p| p == sampler.policy.precision())
+                .ok_or_else(|| anyhow::anyhow!("a sampler of an untried precision"))?;
+            timed[copy] = with_steps(&timed[copy], sampler.flow_steps);
+            let latency =
+                measure_latency(&timed[copy], config, &device.inference, observation, 50)?;
+            sampler.latency_ms = sampler.latency_ms.min(latency.p50);
+        }
+    }
+    Ok((precisions, samplers))
 }
 
 /// One way of computing the policy's chunks: its sampler's steps and its precision (in

@@ -25,7 +25,9 @@ use crate::bridge::protocol::{decode, encode};
 use crate::bridge::{LinkConfig, PROTOCOL_VERSION};
 use crate::device::ResolvedDevice;
 use crate::engine::daemon::DaemonConfig;
-use crate::engine::{ControlReport, PolicySnapshot, Recording, SnapshotMailbox, run_control_loop};
+use crate::engine::{
+    ActorStart, ControlReport, PolicySnapshot, Recording, SnapshotMailbox, run_control_loop,
+};
 use crate::store::atomic::write_file;
 use crate::store::lock::DirLock;
 use crate::store::outputs::{Holding, holding, mark_run_directory};
@@ -120,10 +122,12 @@ pub fn run_fleet_actor(
     let out_of_time = || deadline.is_some_and(|d| Instant::now() >= d);
     let mut forward_error = None;
     let control = run_control_loop(
-        &config.actor,
-        &policy_config,
-        PolicySnapshot::new(version, policy),
-        &device.inference,
+        ActorStart {
+            config: &config.actor,
+            policy_config: &policy_config,
+            initial: PolicySnapshot::new(version, policy),
+            device: &device.inference,
+        },
         Recording {
             dir: &replay,
             config: config.replay.clone(),

@@ -4,6 +4,7 @@
 //! each new version.
 
 use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -11,10 +12,11 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::RecvTimeoutError;
 use imago_robots::RobotSpec;
 use serde::{Deserialize, Serialize};
+use zenoh::Session;
 use zenoh::Wait;
 use zenoh::pubsub::Publisher;
 use zenoh::qos::CongestionControl;
-use zenoh::query::Query;
+use zenoh::query::{Query, Queryable};
 
 use super::{
     EpisodeUpload, FleetKeys, IngestOutcome, IngestReply, PROTOCOL_VERSION, PolicyMessage,
@@ -85,22 +87,7 @@ pub fn run_fleet_learner(
     let prepared = prepare(config, options, device)?;
     let (learner, window, checkpoint) = (prepared.learner, prepared.window, prepared.checkpoint);
     let spec = config.spec();
-    let (writer, repaired) = ReplayWriter::open(
-        &prepared.replay,
-        config.replay.clone(),
-        &config.actor.robot,
-        "imago learner",
-    )?;
-    repaired.warn();
-    let origins = read_replay(&prepared.replay)?.origins;
-    let instances: HashMap<String, u64> = origins
-        .iter()
-        .map(|o| (o.actor.clone(), o.instance))
-        .collect();
-    let seen: HashMap<(String, u64), u64> = origins
-        .into_iter()
-        .map(|o| ((o.actor, o.actor_episode), o.episode))
-        .collect();
+    let store = EpisodeStore::open(&prepared.replay, config, &spec)?;
     // With the promotion gate on, actors only ever receive champions.
     let champion = ChampionCheckpoint {
         dir: champion_checkpoint(&checkpoint),
@@ -108,40 +95,7 @@ pub fn run_fleet_learner(
         spec: spec.clone(),
     };
     let gate = start_gate(config, options, &learner, &champion.dir, device)?;
-    let acting = match &gate {
-        Some(gate) => {
-            let (champion_policy, version) = gate.champion();
-            PolicyMessage::new(version, champion_policy, &champion.policy_config)?
-        }
-        None => PolicyMessage::new(
-            learner.version(),
-            &learner.policy(),
-            learner.policy_config(),
-        )?,
-    };
-    let latest = Arc::new(Mutex::new(encode(&acting)));
-    let answer = latest.clone();
-    let latest_key = keys.latest_policy.clone();
-    let _latest_queryable = session
-        .declare_queryable(keys.latest_policy.clone())
-        .callback(move |query| {
-            let bytes = answer.lock().unwrap_or_else(|p| p.into_inner()).clone();
-            let _ = query.reply(latest_key.clone(), bytes).wait();
-        })
-        .wait()
-        .map_err(|e| anyhow::anyhow!("declaring {}: {e}", keys.latest_policy))?;
-    let publisher = session
-        .declare_publisher(keys.policy.clone())
-        .congestion_control(CongestionControl::Block)
-        .wait()
-        .map_err(|e| anyhow::anyhow!("declaring {}: {e}", keys.policy))?;
-    let mut feed = FleetFeed {
-        gate,
-        champion,
-        device,
-        latest,
-        publisher,
-    };
+    let mut feed = FleetFeed::open(&session, &keys, (gate, champion), &learner, device)?;
     let (sender, uploads) = crossbeam_channel::bounded::<(Query, Instant)>(INGEST_QUEUE);
     let _ingest_queryable = session
         .declare_queryable(keys.ingest.clone())
@@ -164,14 +118,7 @@ pub fn run_fleet_learner(
     let mut learning = LearnerLoop::new(&config.learner, (learner, window), checkpointing, device)?;
     let (ingested, learned) = std::thread::scope(|scope| {
         let ingest = scope.spawn(|| {
-            let mut store = EpisodeStore {
-                writer,
-                seen,
-                instances,
-                spec: &spec,
-                report: FleetLearnerReport::default(),
-                latencies: Vec::new(),
-            };
+            let mut store = store;
             while !ingest_stop.load(Ordering::Relaxed) {
                 match uploads.recv_timeout(Duration::from_millis(50)) {
                     Ok((query, arrived)) => store.answer(&query, arrived),
@@ -223,7 +170,36 @@ struct EpisodeStore<'a> {
     latencies: Vec<f64>,
 }
 
-impl EpisodeStore<'_> {
+impl<'a> EpisodeStore<'a> {
+    /// The store over the learner's replay `dir` (for `spec`'s robot), knowing the
+    /// origin of every episode it already holds.
+    fn open(dir: &Path, config: &DaemonConfig, spec: &'a RobotSpec) -> anyhow::Result<Self> {
+        let (writer, repaired) = ReplayWriter::open(
+            dir,
+            config.replay.clone(),
+            &config.actor.robot,
+            "imago learner",
+        )?;
+        repaired.warn();
+        let origins = read_replay(dir)?.origins;
+        let instances: HashMap<String, u64> = origins
+            .iter()
+            .map(|o| (o.actor.clone(), o.instance))
+            .collect();
+        let seen: HashMap<(String, u64), u64> = origins
+            .into_iter()
+            .map(|o| ((o.actor, o.actor_episode), o.episode))
+            .collect();
+        Ok(Self {
+            writer,
+            seen,
+            instances,
+            spec,
+            report: FleetLearnerReport::default(),
+            latencies: Vec::new(),
+        })
+    }
+
     /// Stores the upload `query` carries and answers it.
     fn answer(&mut self, query: &Query, arrived: Instant) {
         let reply = match query
@@ -329,9 +305,57 @@ struct FleetFeed<'a> {
     device: &'a ResolvedDevice,
     latest: Arc<Mutex<Vec<u8>>>,
     publisher: Publisher<'a>,
+    /// Answers actors that ask for the latest policy (declared while it lives).
+    _latest_queryable: Queryable<()>,
 }
 
-impl FleetFeed<'_> {
+impl<'a> FleetFeed<'a> {
+    /// The feed on `session`: what acts first (the gate's champion, or the learner's
+    /// version) is the latest policy until another is published.
+    fn open(
+        session: &Session,
+        keys: &FleetKeys,
+        (gate, champion): (Option<ChampionGate>, ChampionCheckpoint),
+        learner: &Learner,
+        device: &'a ResolvedDevice,
+    ) -> anyhow::Result<Self> {
+        let acting = match &gate {
+            Some(gate) => {
+                let (policy, version) = gate.champion();
+                PolicyMessage::new(version, policy, &champion.policy_config)?
+            }
+            None => PolicyMessage::new(
+                learner.version(),
+                &learner.policy(),
+                learner.policy_config(),
+            )?,
+        };
+        let latest = Arc::new(Mutex::new(encode(&acting)));
+        let answer = latest.clone();
+        let latest_key = keys.latest_policy.clone();
+        let latest_queryable = session
+            .declare_queryable(keys.latest_policy.clone())
+            .callback(move |query| {
+                let bytes = answer.lock().unwrap_or_else(|p| p.into_inner()).clone();
+                let _ = query.reply(latest_key.clone(), bytes).wait();
+            })
+            .wait()
+            .map_err(|e| anyhow::anyhow!("declaring {}: {e}", keys.latest_policy))?;
+        let publisher = session
+            .declare_publisher(keys.policy.clone())
+            .congestion_control(CongestionControl::Block)
+            .wait()
+            .map_err(|e| anyhow::anyhow!("declaring {}: {e}", keys.policy))?;
+        Ok(Self {
+            gate,
+            champion,
+            device,
+            latest,
+            publisher,
+            _latest_queryable: latest_queryable,
+        })
+    }
+
     /// The champion's message to the actors, after checkpointing it (a failed
     /// checkpoint is a warning: the actors still get the champion).
     fn champion_message(

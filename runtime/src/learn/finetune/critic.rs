@@ -5,6 +5,7 @@ use burn::Dispatch;
 use burn::module::AutodiffModule;
 use burn::optim::{AdamConfig, GradientsParams, Optimizer};
 use burn::prelude::*;
+use burn::tensor::backend::AutodiffBackend;
 use imago_policies::segment_credit;
 use imago_worldmodel::loss::binary_cross_entropy_with_logits;
 use imago_worldmodel::{
@@ -62,6 +63,51 @@ fn outcome_labels(episodes: &[Episode], encoded: &EncodedEpisodes, discount: f32
 }
 
 /// Picks `n` random entries of `from`.
+/// The value head's loss on `start` latents: the squared error to the
+/// lambda-returns of `world_model`'s latent actor imagined from them (on the host copy
+/// when there is one), with the critic's own values as bootstrap.
+fn imagined_value_loss(
+    critic: &LatentCritic<Dispatch>,
+    (world_model, host): (&WorldModel<Dispatch>, Option<&HostWorldModel>),
+    start: Tensor<<Dispatch as AutodiffBackend>::InnerBackend, 2>,
+    config: &FinetuneConfig,
+) -> anyhow::Result<Tensor<Dispatch, 1>> {
+    let (n, h) = (start.dims()[0], config.imagination.horizon);
+    let rollout = match host {
+        Some(host) => {
+            let device = start.device();
+            let start: Vec<f32> = start
+                .into_data()
+                .convert::<f32>()
+                .to_vec()
+                .map_err(|e| anyhow::anyhow!("reading imagination's start latents: {e:?}"))?;
+            host.imagine(&start, HostPlan::LatentActor, &config.imagination)
+                .into_rollout(&device)
+        }
+        None => imagine(
+            world_model,
+            start,
+            &LatentActor(world_model),
+            &config.imagination,
+        ),
+    };
+    let d = rollout.latents.dims()[2];
+    let values = critic
+        .valid()
+        .value(rollout.latents.clone().reshape([n * (h + 1), d]))
+        .reshape([n, h + 1]);
+    let targets = imagined_returns(
+        &rollout,
+        values,
+        config.discount as f64,
+        config.lambda as f64,
+    );
+    let visited = rollout.latents.narrow(1, 0, h).reshape([n * h, d]);
+    let predicted = critic.value(Tensor::from_inner(visited)).reshape([n, h]);
+    let error = (predicted - Tensor::from_inner(targets.returns)).powf_scalar(2.0);
+    Ok((error * Tensor::from_inner(targets.weights)).mean())
+}
+
 fn sample<T: Copy>(from: &[T], n: usize, rng: &mut StdRng) -> Vec<T> {
     (0..n)
         .map(|_| from[rng.random_range(0..from.len())])
@@ -103,7 +149,6 @@ pub fn train_critic(
         .with_grad_clipping(Some(burn::grad_clipping::GradientClippingConfig::Norm(1.0)))
         .init();
     let n = config.critic_batch;
-    let h = config.imagination.horizon;
     // On a CPU device imagination runs on the host, the world model's weights read
     // back once for the round (it does not change while the critic trains).
     let host = config
@@ -117,39 +162,12 @@ pub fn train_critic(
         let mut parts = CriticLosses::default();
         if config.method.uses_imagination() {
             let starts = sample(&transition_rows, n, rng);
-            let start = encoded.select(&starts);
-            let rollout = match &host {
-                Some(host) => {
-                    let device = start.device();
-                    let start: Vec<f32> =
-                        start.into_data().convert::<f32>().to_vec().map_err(|e| {
-                            anyhow::anyhow!("reading imagination's start latents: {e:?}")
-                        })?;
-                    host.imagine(&start, HostPlan::LatentActor, &config.imagination)
-                        .into_rollout(&device)
-                }
-                None => imagine(
-                    world_model,
-                    start,
-                    &LatentActor(world_model),
-                    &config.imagination,
-                ),
-            };
-            let d = rollout.latents.dims()[2];
-            let values = critic
-                .valid()
-                .value(rollout.latents.clone().reshape([n * (h + 1), d]))
-                .reshape([n, h + 1]);
-            let targets = imagined_returns(
-                &rollout,
-                values,
-                config.discount as f64,
-                config.lambda as f64,
-            );
-            let visited = rollout.latents.narrow(1, 0, h).reshape([n * h, d]);
-            let predicted = critic.value(Tensor::from_inner(visited)).reshape([n, h]);
-            let error = (predicted - Tensor::from_inner(targets.returns)).powf_scalar(2.0);
-            let value_loss = (error * Tensor::from_inner(targets.weights)).mean();
+            let value_loss = imagined_value_loss(
+                &critic,
+                (world_model, host.as_ref()),
+                encoded.select(&starts),
+                config,
+            )?;
             parts.value = value_loss.clone().into_scalar().elem();
             terms.push(value_loss);
         }

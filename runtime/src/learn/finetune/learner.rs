@@ -167,10 +167,8 @@ impl Learner {
         let data = ImitationDataset::new(episodes, &self.policy_config);
         let update;
         (self.policy, update) = update_policy(
-            self.policy.clone(),
-            &self.policy_config,
-            &data,
-            &weights.weights,
+            (self.policy.clone(), &self.policy_config),
+            (&data, &weights.weights),
             Some(&behaviour),
             self.version + 1,
             config,

@@ -2,12 +2,12 @@
 //! transitions, corrected by truncated importance weights for data from older policy
 //! versions.
 
-use burn::Dispatch;
 use burn::optim::{AdamConfig, GradientsParams, Optimizer};
 use burn::prelude::*;
+use burn::{Dispatch, DispatchDevice};
 use imago_policies::{
-    ActionHead, BehaviourAnchor, Policy, PolicyBatch, PolicyConfig, effective_sample_size,
-    first_step_log_densities, imitation_loss, truncated_importance_weights,
+    ActionHead, BehaviourAnchor, ImitationTargets, Policy, PolicyBatch, PolicyConfig,
+    effective_sample_size, first_step_log_densities, imitation_loss, truncated_importance_weights,
 };
 use rand::RngExt;
 use rand::rngs::StdRng;
@@ -17,7 +17,7 @@ use super::config::{FinetuneConfig, FinetuneMethod};
 use crate::device::ResolvedDevice;
 use crate::learn::bc::ImitationDataset;
 use crate::progress;
-use crate::store::replay::Episode;
+use crate::store::replay::{Episode, Transition};
 
 /// What a round's policy update did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
@@ -43,12 +43,9 @@ pub struct PolicyUpdateReport {
 /// weight `min(pi(a|s) / pi_behaviour(a|s), max_ratio)` when a behaviour density was
 /// recorded (Gaussian heads; demonstrations and flow-head data get 1). With
 /// AdvantageFlow, `behaviour` anchors the flow head.
-#[allow(clippy::too_many_arguments)]
 pub fn update_policy(
-    mut policy: Policy<Dispatch>,
-    policy_config: &PolicyConfig,
-    data: &ImitationDataset,
-    weights: &[Vec<f32>],
+    (mut policy, policy_config): (Policy<Dispatch>, &PolicyConfig),
+    (data, weights): (&ImitationDataset, &[Vec<f32>]),
     behaviour: Option<&Policy<Dispatch>>,
     version: u64,
     config: &FinetuneConfig,
@@ -56,21 +53,7 @@ pub fn update_policy(
     rng: &mut StdRng,
 ) -> anyhow::Result<(Policy<Dispatch>, PolicyUpdateReport)> {
     let episodes = data.episodes();
-    let newest = newest_policy_version(episodes);
-    // Transitions of weight 0 (the policy's own, under DAgger) carry nothing to learn.
-    // An intervention's command never goes stale: it does not depend on the policy
-    // that reached the state.
-    let (eligible, stale): (Vec<usize>, Vec<usize>) = (0..data.len())
-        .filter(|&i| {
-            let (e, t) = data.sample(i);
-            weights[e][t] > 0.0
-        })
-        .partition(|&i| {
-            let (e, t) = data.sample(i);
-            let transition = &episodes[e].transitions[t];
-            let v = transition.policy_version;
-            v == 0 || transition.intervention || config.fresh_enough(v, version, newest)
-        });
+    let (eligible, stale) = eligible_samples(data, weights, version, config);
     anyhow::ensure!(
         !eligible.is_empty(),
         "no transition fresh enough to train on"
@@ -104,36 +87,24 @@ pub fn update_policy(
             ActionHead::Gaussian(_) => {
                 let mut targets =
                     data.targets::<Dispatch>(&indices, None, &mut batch, &device.training)?;
-                let actions: Vec<f32> = targets
-                    .actions
-                    .clone()
-                    .into_data()
-                    .convert::<f32>()
-                    .to_vec()
-                    .map_err(|e| anyhow::anyhow!("cannot read action targets: {e:?}"))?;
-                let log_probs =
-                    first_step_log_densities(&policy, &batch, &actions, &device.training)
-                        .expect("a Gaussian head has densities");
-                let mut combined = awr.clone();
-                let mut batch_ratios = Vec::new();
-                for (slot, (&i, now)) in indices.iter().zip(&log_probs).enumerate() {
-                    let (e, t) = data.sample(i);
-                    if let Some(behaviour) = episodes[e].transitions[t].behaviour_log_prob {
-                        let ratio = truncated_importance_weights(
-                            &[now - behaviour],
-                            config.max_importance_ratio,
-                        )[0];
-                        truncated += (ratio >= config.max_importance_ratio) as usize;
-                        combined[slot] *= ratio;
-                        batch_ratios.push(ratio);
-                    }
-                }
-                ratios += batch_ratios.len();
-                ess.push(if batch_ratios.is_empty() {
-                    1.0
-                } else {
-                    effective_sample_size(&batch_ratios) / batch_ratios.len() as f32
-                });
+                let importance = importance_weights(
+                    &policy,
+                    (&batch, &targets),
+                    indices.iter().map(|&i| {
+                        let (e, t) = data.sample(i);
+                        &episodes[e].transitions[t]
+                    }),
+                    config.max_importance_ratio,
+                    &device.training,
+                )?;
+                truncated += importance.truncated;
+                ratios += importance.ratios;
+                ess.push(importance.ess_fraction);
+                let combined: Vec<f32> = awr
+                    .iter()
+                    .zip(&importance.weights)
+                    .map(|(a, w)| a * w)
+                    .collect();
                 targets.weights = Some(Tensor::<Dispatch, 1>::from_data(
                     TensorData::new(combined, [n]),
                     &device.training,
@@ -170,6 +141,88 @@ pub fn update_policy(
             truncated_fraction: truncated as f32 / ratios.max(1) as f32,
         },
     ))
+}
+
+/// The samples of `data` with a positive weight, split into those fresh enough to
+/// train the policy's `version` on and the stale ones. Transitions of weight 0 (the
+/// policy's own, under DAgger) carry nothing to learn; an intervention's command never
+/// goes stale (it does not depend on the policy that reached the state), nor does a
+/// demonstration.
+fn eligible_samples(
+    data: &ImitationDataset,
+    weights: &[Vec<f32>],
+    version: u64,
+    config: &FinetuneConfig,
+) -> (Vec<usize>, Vec<usize>) {
+    let episodes = data.episodes();
+    let newest = newest_policy_version(episodes);
+    (0..data.len())
+        .filter(|&i| {
+            let (e, t) = data.sample(i);
+            weights[e][t] > 0.0
+        })
+        .partition(|&i| {
+            let (e, t) = data.sample(i);
+            let transition = &episodes[e].transitions[t];
+            let v = transition.policy_version;
+            v == 0 || transition.intervention || config.fresh_enough(v, version, newest)
+        })
+}
+
+/// A batch's truncated importance weights.
+struct ImportanceWeights {
+    /// Per sample: `min(pi(a|s) / pi_behaviour(a|s), max_ratio)` where the behaviour
+    /// density was recorded, else 1.
+    weights: Vec<f32>,
+    /// Samples that had a behaviour density.
+    ratios: usize,
+    /// Of those, the ones at the truncation bound.
+    truncated: usize,
+    /// Their effective sample size as a fraction (1 when there were none).
+    ess_fraction: f32,
+}
+
+/// The truncated importance weights of the batch `(batch, targets)` whose samples are
+/// `transitions`, under `policy` (a Gaussian head) now.
+fn importance_weights<'t>(
+    policy: &Policy<Dispatch>,
+    (batch, targets): (&PolicyBatch, &ImitationTargets<Dispatch>),
+    transitions: impl Iterator<Item = &'t Transition>,
+    max_ratio: f32,
+    device: &DispatchDevice,
+) -> anyhow::Result<ImportanceWeights> {
+    let actions: Vec<f32> = targets
+        .actions
+        .clone()
+        .into_data()
+        .convert::<f32>()
+        .to_vec()
+        .map_err(|e| anyhow::anyhow!("cannot read action targets: {e:?}"))?;
+    let now = first_step_log_densities(policy, batch, &actions, device)
+        .ok_or_else(|| anyhow::anyhow!("importance weights need a Gaussian head"))?;
+    let mut weights = Vec::with_capacity(now.len());
+    let mut ratios = Vec::new();
+    for (now, transition) in now.iter().zip(transitions) {
+        let weight = match transition.behaviour_log_prob {
+            Some(behaviour) => {
+                let ratio = truncated_importance_weights(&[now - behaviour], max_ratio)[0];
+                ratios.push(ratio);
+                ratio
+            }
+            None => 1.0,
+        };
+        weights.push(weight);
+    }
+    Ok(ImportanceWeights {
+        weights,
+        ratios: ratios.len(),
+        truncated: ratios.iter().filter(|&&r| r >= max_ratio).count(),
+        ess_fraction: if ratios.is_empty() {
+            1.0
+        } else {
+            effective_sample_size(&ratios) / ratios.len() as f32
+        },
+    })
 }
 
 /// The newest policy version that recorded any of `episodes` (0 for demonstrations

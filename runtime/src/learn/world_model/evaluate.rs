@@ -199,6 +199,10 @@ struct Models<'a, B: Backend> {
     host: Option<HostWorldModel>,
 }
 
+/// Scores one episode into `out`: every window rolled out once, and the error,
+/// disagreement and interval measures all read from that one rollout. (Long, about
+/// 140 lines, because the measures share the rollout's buffers; the evaluation is to
+/// be rebuilt by issue 41, with baselines and decoded quantities.)
 fn evaluate_episode<B: Backend>(
     models: &Models<'_, B>,
     config: &WorldModelConfig,

@@ -139,6 +139,10 @@ fn check_out(out: &Path, replay: &Path, force: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Writes the dataset's files in the order LeRobot's layout needs them (the data
+/// files, the episode and task tables, statistics, `info.json` last). About 120
+/// lines: one pass over the episodes gathers the rows and the statistics the later
+/// files are made of.
 fn write_dataset(
     dir: &Path,
     spec: &RobotSpec,

@@ -400,6 +400,8 @@ struct EpisodeReader {
 
 impl EpisodeReader {
     /// The episode `source` as imago's episode `id`; also whether it had outcomes.
+    /// About 120 lines: each frame's columns, image and outcome are read and checked
+    /// in one pass, in the dataset's row order.
     fn episode(
         &mut self,
         source: &DatasetEpisode,
