@@ -134,13 +134,23 @@ const KEYS: &[(&str, Kind, f64, f64)] = &[
         1e6,
     ),
     (
-        "learner.finetune.flow_regulariser",
+        "learner.finetune.advantage_flow.regulariser",
         Kind::Float64,
         0.0,
         1000.0,
     ),
-    ("learner.finetune.gate.threshold", Kind::Float, 0.0, 1.0),
-    ("learner.finetune.gate.sharpness", Kind::Float, 0.0, 1000.0),
+    (
+        "learner.finetune.habc.gate.threshold",
+        Kind::Float,
+        0.0,
+        1.0,
+    ),
+    (
+        "learner.finetune.habc.gate.sharpness",
+        Kind::Float,
+        0.0,
+        1000.0,
+    ),
     (
         "replay.segment_bytes",
         Kind::Integer,
@@ -206,6 +216,21 @@ fn in_documented_range(key: &str, kind: Kind, value: f64, min: f64, max: f64) ->
     whole && multiple && value >= min && value <= max
 }
 
+/// The fine-tuning method a method's own key needs (`learner.finetune.habc.*` is
+/// read with `method = "habc"` only), as a line of TOML; empty for other keys.
+fn method_of(key: &str) -> String {
+    ["advantage_flow", "habc"]
+        .into_iter()
+        .find(|table| key.starts_with(&format!("learner.finetune.{table}.")))
+        .map(|table| {
+            format!(
+                "learner.finetune.method = \"{}\"\n",
+                table.replace('_', "-")
+            )
+        })
+        .unwrap_or_default()
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(600))]
 
@@ -214,7 +239,11 @@ proptest! {
         (index, raw) in (0..KEYS.len()).prop_flat_map(|i| (Just(i), value(KEYS[i].2, KEYS[i].3)))
     ) {
         let (key, kind, min, max) = KEYS[index];
-        let text = format!("robot = \"reacher2d\"\n{key} = {}\n", toml_value(kind, raw));
+        let text = format!(
+            "robot = \"reacher2d\"\n{}{key} = {}\n",
+            method_of(key),
+            toml_value(kind, raw)
+        );
         let loaded = DaemonConfig::parse(&text).map_err(|e| format!("{e:#}"));
         let leaf = key.rsplit('.').next().unwrap();
         match loaded {

@@ -77,7 +77,7 @@ fn read(values: Tensor<Dispatch, 1>) -> anyhow::Result<Vec<f32>> {
 /// - `awr-returns`: each episode's return over `max_steps` ticks (a success held to
 ///   the limit, `held_return`), for every one of its transitions, normalised among
 ///   episodes that share an initial state (demonstrations, one per state, form one
-///   group) or among all episodes, by `config.return_groups`;
+///   group) or among all episodes, by `config.return_groups()`;
 /// - `awr-imagination` and `advantage-flow`: generalised advantages of the real
 ///   rewards under the critic's imagination-trained values, normalised over all
 ///   transitions;
@@ -148,7 +148,7 @@ pub fn transition_weights(
                     let row = encoded.row(e, t);
                     let outcome = credit.success as u8 as f32;
                     let discounted = outcome * config.discount.powi(credit.steps_to_end as i32 - 1);
-                    advantages.push(Some(config.gate.combine(
+                    advantages.push(Some(config.habc_gate().combine(
                         viability[row],
                         outcome - viability[row],
                         discounted - efficiency[row],
@@ -189,7 +189,7 @@ fn held_return(episode: &Episode, max_steps: u32) -> f32 {
 }
 
 /// `awr-returns`: each episode's [`held_return`] as the advantage of all its
-/// transitions, normalised within `config.return_groups`.
+/// transitions, normalised within `config.return_groups()`.
 fn return_advantages(
     episodes: &[Episode],
     config: &FinetuneConfig,
@@ -201,7 +201,7 @@ fn return_advantages(
         .collect();
     let mut returns: BTreeMap<Option<u64>, Vec<(usize, f32)>> = BTreeMap::new();
     for (e, episode) in episodes.iter().enumerate() {
-        let key = match config.return_groups {
+        let key = match config.return_groups() {
             ReturnGroups::PerStart => (!is_demonstration(episode)).then_some(episode.start.seed),
             ReturnGroups::Pooled => None,
         };
@@ -296,6 +296,7 @@ mod tests {
     use imago_robots::{Action, Observation};
 
     use super::*;
+    use crate::learn::finetune::AwrReturnsSettings;
     use crate::store::replay::{EpisodeEnd, EpisodeStart, Transition};
 
     /// An episode from initial state `seed`, recorded by `version` (0: a
@@ -372,7 +373,10 @@ mod tests {
         let pooled = return_advantages(
             &episodes,
             &FinetuneConfig {
-                return_groups: ReturnGroups::Pooled,
+                method: FinetuneMethod::AwrReturns,
+                awr_returns: Some(AwrReturnsSettings {
+                    return_groups: ReturnGroups::Pooled,
+                }),
                 ..FinetuneConfig::default()
             },
             2,

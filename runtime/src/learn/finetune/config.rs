@@ -108,8 +108,6 @@ pub struct FinetuneConfig {
     pub episodes_per_round: usize,
     /// Episodes per initial state (the group of return normalisation). Range: [1, 1024].
     pub group_size: usize,
-    /// `awr-returns`: which episodes' returns are normalised together.
-    pub return_groups: ReturnGroups,
     /// How episodes are collected (exploration, takeover, coaching).
     pub rollout: RolloutConfig,
     /// Policy optimiser steps per round. Range: [0, 10000000].
@@ -146,12 +144,44 @@ pub struct FinetuneConfig {
     pub max_staleness: u64,
     /// Truncation bound of importance weights. Range: [1, 1e6].
     pub max_importance_ratio: f32,
-    /// AdvantageFlow: weight of the pull toward the behaviour policy. Range: [0, 1000].
-    pub flow_regulariser: f64,
-    /// HABC: the gate between viability and efficiency.
-    pub gate: HabcGate,
     /// Seed of sampling and initial weights. Any value.
     pub seed: u64,
+    /// `awr-returns`' own settings (`[awr_returns]`; only with that method).
+    pub awr_returns: Option<AwrReturnsSettings>,
+    /// `advantage-flow`'s own settings (`[advantage_flow]`; only with that method).
+    pub advantage_flow: Option<AdvantageFlowSettings>,
+    /// `habc`'s own settings (`[habc]`; only with that method).
+    pub habc: Option<HabcSettings>,
+}
+
+/// Settings only `awr-returns` reads.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AwrReturnsSettings {
+    /// Which episodes' returns are normalised together.
+    pub return_groups: ReturnGroups,
+}
+
+/// Settings only `advantage-flow` reads.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AdvantageFlowSettings {
+    /// Weight of the pull toward the behaviour policy. Range: [0, 1000].
+    pub regulariser: f64,
+}
+
+impl Default for AdvantageFlowSettings {
+    fn default() -> Self {
+        Self { regulariser: 0.5 }
+    }
+}
+
+/// Settings only `habc` reads.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct HabcSettings {
+    /// The gate between viability and efficiency.
+    pub gate: HabcGate,
 }
 
 impl Default for FinetuneConfig {
@@ -161,7 +191,6 @@ impl Default for FinetuneConfig {
             rounds: 3,
             episodes_per_round: 100,
             group_size: 4,
-            return_groups: ReturnGroups::PerStart,
             rollout: RolloutConfig::default(),
             policy_steps: 400,
             batch_size: 32,
@@ -179,9 +208,10 @@ impl Default for FinetuneConfig {
             imagination: ImaginationConfig::default(),
             max_staleness: 2,
             max_importance_ratio: 2.0,
-            flow_regulariser: 0.5,
-            gate: HabcGate::default(),
             seed: 0,
+            awr_returns: None,
+            advantage_flow: None,
+            habc: None,
         }
     }
 }
@@ -204,8 +234,55 @@ impl FinetuneConfig {
         recorded >= newest || self.within_staleness(recorded, next)
     }
 
-    /// Checks every value against its documented range; the error names the key.
+    /// `awr-returns`: which episodes' returns are normalised together.
+    pub fn return_groups(&self) -> ReturnGroups {
+        self.awr_returns.clone().unwrap_or_default().return_groups
+    }
+
+    /// `advantage-flow`: the weight of the pull toward the behaviour policy.
+    pub fn flow_regulariser(&self) -> f64 {
+        self.advantage_flow.clone().unwrap_or_default().regulariser
+    }
+
+    /// `habc`: the gate between viability and efficiency.
+    pub fn habc_gate(&self) -> HabcGate {
+        self.habc.clone().unwrap_or_default().gate
+    }
+
+    /// A method's own table given with another method is an error naming both.
+    fn check_method_tables(&self) -> Result<(), ConfigError> {
+        let tables = [
+            (
+                "awr_returns",
+                FinetuneMethod::AwrReturns,
+                self.awr_returns.is_some(),
+            ),
+            (
+                "advantage_flow",
+                FinetuneMethod::AdvantageFlow,
+                self.advantage_flow.is_some(),
+            ),
+            ("habc", FinetuneMethod::Habc, self.habc.is_some()),
+        ];
+        for (table, method, given) in tables {
+            if given && self.method != method {
+                return Err(ConfigError::new(
+                    table,
+                    format_args!("[{table}]"),
+                    format!(
+                        "holds settings of method = \"{method}\" only, and the method is \"{}\": remove the table or choose that method",
+                        self.method
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks every value against its documented range, and that a method's own
+    /// settings come with that method; the error names the key.
     pub fn validate(&self) -> Result<(), ConfigError> {
+        self.check_method_tables()?;
         in_range("rounds", self.rounds, 1..=10_000)?;
         in_range("episodes_per_round", self.episodes_per_round, 1..=10_000)?;
         in_range("group_size", self.group_size, 1..=1024)?;
@@ -238,8 +315,13 @@ impl FinetuneConfig {
             .map_err(|e| e.within("imagination"))?;
         in_range("max_staleness", self.max_staleness, 0..=1_000_000)?;
         in_range("max_importance_ratio", self.max_importance_ratio, 1.0..=1e6)?;
-        in_range("flow_regulariser", self.flow_regulariser, 0.0..=1000.0)?;
-        self.gate.validate().map_err(|e| e.within("gate"))
+        if let Some(flow) = &self.advantage_flow {
+            in_range("advantage_flow.regulariser", flow.regulariser, 0.0..=1000.0)?;
+        }
+        match &self.habc {
+            Some(habc) => habc.gate.validate().map_err(|e| e.within("habc.gate")),
+            None => Ok(()),
+        }
     }
 }
 
@@ -292,10 +374,44 @@ mod tests {
                 .unwrap();
         assert_eq!(parsed.method, FinetuneMethod::Habc);
         assert_eq!(parsed.normaliser, AdvantageNormaliser::Constant { k: 60.0 });
-        assert_eq!(parsed.return_groups, ReturnGroups::PerStart);
-        let pooled: FinetuneConfig = toml::from_str("return_groups = \"pooled\"").unwrap();
-        assert_eq!(pooled.return_groups, ReturnGroups::Pooled);
-        assert!(toml::from_str::<FinetuneConfig>("return_groups = \"per-seed\"").is_err());
+        assert_eq!(parsed.return_groups(), ReturnGroups::PerStart);
+        let pooled: FinetuneConfig =
+            toml::from_str("method = \"awr-returns\"\n[awr_returns]\nreturn_groups = \"pooled\"")
+                .unwrap();
+        assert_eq!(pooled.validate(), Ok(()));
+        assert_eq!(pooled.return_groups(), ReturnGroups::Pooled);
+        assert!(
+            toml::from_str::<FinetuneConfig>("[awr_returns]\nreturn_groups = \"per-seed\"")
+                .is_err()
+        );
         assert!(toml::from_str::<FinetuneConfig>("betta = 1.0").is_err());
+        // The settings of the old layout, one table up, are unknown keys.
+        assert!(toml::from_str::<FinetuneConfig>("flow_regulariser = 0.5").is_err());
+    }
+
+    #[test]
+    fn a_methods_own_settings_come_with_that_method_only() {
+        let read = |text: &str| toml::from_str::<FinetuneConfig>(text).unwrap();
+        let flow = read("method = \"advantage-flow\"\n[advantage_flow]\nregulariser = 2.0");
+        assert_eq!(flow.validate(), Ok(()));
+        assert_eq!(flow.flow_regulariser(), 2.0);
+        assert_eq!(read("method = \"advantage-flow\"").flow_regulariser(), 0.5);
+        let habc = read("method = \"habc\"\n[habc.gate]\nthreshold = 0.8");
+        assert_eq!(habc.habc_gate().threshold, 0.8);
+        assert_eq!(habc.habc_gate().sharpness, HabcGate::default().sharpness);
+        for (text, table) in [
+            ("[advantage_flow]\nregulariser = 2.0", "advantage_flow"),
+            ("method = \"dagger\"\n[habc.gate]\nthreshold = 0.8", "habc"),
+            ("method = \"habc\"\n[awr_returns]", "awr_returns"),
+        ] {
+            let error = read(text).validate().unwrap_err();
+            assert_eq!(error.key, table, "{text}");
+            assert!(error.expected.contains("remove the table"), "{error:?}");
+        }
+        let out_of_range = read("method = \"habc\"\n[habc.gate]\nthreshold = 1.5");
+        assert_eq!(
+            out_of_range.validate().unwrap_err().key,
+            "habc.gate.threshold"
+        );
     }
 }

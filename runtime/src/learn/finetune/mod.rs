@@ -13,7 +13,10 @@ mod run;
 mod update;
 
 pub use advantages::{AdvantageSummary, TransitionWeights, transition_weights};
-pub use config::{FinetuneConfig, FinetuneMethod, MAX_BATCH, MAX_STEPS, ReturnGroups};
+pub use config::{
+    AdvantageFlowSettings, AwrReturnsSettings, FinetuneConfig, FinetuneMethod, HabcSettings,
+    MAX_BATCH, MAX_STEPS, ReturnGroups,
+};
 pub use critic::{CriticLosses, train_critic};
 pub use latents::EncodedEpisodes;
 pub use learner::{LearnReport, Learner};

@@ -61,7 +61,7 @@ pub fn update_policy(
     let anchor = match (config.method, behaviour) {
         (FinetuneMethod::AdvantageFlow, Some(policy)) => Some(BehaviourAnchor {
             policy,
-            weight: config.flow_regulariser,
+            weight: config.flow_regulariser(),
         }),
         _ => None,
     };
