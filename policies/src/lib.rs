@@ -15,6 +15,7 @@
 pub mod activation;
 pub mod advantage;
 mod attention;
+pub mod diffusion;
 pub mod flow;
 pub mod gelu;
 pub mod habc;
