@@ -11,6 +11,10 @@ Needs `pip install lerobot` (0.4.4 on Python 3.11; it pins torch and brings
   cumulative alphas, DDIM's timesteps for 10 steps, and single reverse steps of both
   samplers on recorded inputs, with the noise DDPM drew (read by
   `policies/src/diffusion/scheduler.rs`'s parity test).
+- `attention.safetensors` and `attention.json`: a seeded `nn.MultiheadAttention` (the
+  module of every ACT encoder and decoder layer; packed `in_proj_weight`) and its
+  outputs on recorded queries and keys, with and without a key padding mask (read by
+  `policies/src/packed_attention.rs`'s parity test).
 
 Every array is a flat list in row-major order beside its shape.
 """
@@ -21,6 +25,7 @@ from pathlib import Path
 
 import torch
 from diffusers import DDIMScheduler, DDPMScheduler
+from safetensors.torch import save_file
 
 from lerobot.policies.diffusion.configuration_diffusion import DiffusionConfig
 
@@ -94,6 +99,35 @@ def schedules():
     return record
 
 
+def attention(out):
+    torch.manual_seed(3)
+    d_model, n_heads = 16, 4
+    module = torch.nn.MultiheadAttention(d_model, n_heads, batch_first=True).eval()
+    # Non-zero biases, so that loading them is checked too (PyTorch starts them at 0).
+    with torch.no_grad():
+        module.in_proj_bias.normal_(0, 0.5)
+        module.out_proj.bias.normal_(0, 0.5)
+    query = torch.randn(2, 3, d_model)
+    key = torch.randn(2, 5, d_model)
+    padding = torch.tensor([[False, False, False, True, True], [False] * 5])
+    with torch.no_grad():
+        masked, _ = module(query, key, key, key_padding_mask=padding, need_weights=False)
+        unmasked, _ = module(query, key, key, need_weights=False)
+    save_file(
+        {name: t.contiguous() for name, t in module.state_dict().items()},
+        str(out / "attention.safetensors"),
+    )
+    return {
+        "d_model": d_model,
+        "n_heads": n_heads,
+        "query": flat(query),
+        "key": flat(key),
+        "key_padding": padding.tolist(),
+        "output": flat(masked),
+        "output_unmasked": flat(unmasked),
+    }
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out", type=Path)
@@ -102,11 +136,11 @@ def main():
     import lerobot
 
     versions = {"lerobot": lerobot.__version__, "torch": torch.__version__}
-    record = schedules()
-    record["versions"] = versions
-    path = args.out / "schedules.json"
-    path.write_text(json.dumps(record, indent=1) + "\n")
-    print(f"wrote {path} ({versions})")
+    for name, record in [("schedules", schedules()), ("attention", attention(args.out))]:
+        record["versions"] = versions
+        path = args.out / f"{name}.json"
+        path.write_text(json.dumps(record, indent=1) + "\n")
+        print(f"wrote {path} ({versions})")
 
 
 if __name__ == "__main__":

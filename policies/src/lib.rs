@@ -32,6 +32,7 @@ pub mod log_density;
 pub mod loss;
 pub mod model;
 pub mod normalizer;
+pub mod packed_attention;
 pub mod policy;
 pub mod precision;
 pub mod readback;
@@ -58,6 +59,7 @@ pub use model::{
     MAX_PARAMETERS, MAX_PATCHES, MAX_VECTOR, VlaPolicy, VlaPolicyConfig, validate_action_limit,
 };
 pub use normalizer::{NormalizationMode, Normalizer};
+pub use packed_attention::{PackedAttention, PackedAttentionConfig};
 pub use policy::{Architecture, Policy, PolicyConfig};
 pub use precision::Precision;
 pub use rows::{linear_rows, on_rows};
