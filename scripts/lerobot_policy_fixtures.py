@@ -1,7 +1,7 @@
 """Parity fixtures of LeRobot's policies for imago's tests (issue 39), made with
 LeRobot's own code, so that CI checks imago against LeRobot without installing it.
 
-    python scripts/lerobot_policy_fixtures.py OUT_DIR
+    python scripts/lerobot_policy_fixtures.py OUT_DIR [--full-size DIR]
 
 Needs `pip install lerobot` (0.4.4 on Python 3.11; it pins torch and brings
 `diffusers`): a virtual environment of its own is advised. What it writes:
@@ -15,17 +15,31 @@ Needs `pip install lerobot` (0.4.4 on Python 3.11; it pins torch and brings
   module of every ACT encoder and decoder layer; packed `in_proj_weight`) and its
   outputs on recorded queries and keys, with and without a key padding mask (read by
   `policies/src/packed_attention.rs`'s parity test).
+- `resnet18.safetensors` and `resnet18.json`: a ResNet-18 made of torchvision's own
+  `BasicBlock`s and `FrozenBatchNorm2d` (ACT's backbone) at widths 8, 16, 32, 64
+  (torchvision's are 64-512: 47 MB, too large to commit), seeded weights and random
+  statistics, and its last stage's features on recorded images (read by
+  `policies/src/resnet.rs`'s parity test).
+
+With `--full-size DIR`, it also writes the same ResNet-18 fixture at torchvision's own
+size (`torchvision.models.resnet18` with `FrozenBatchNorm2d`, 47 MB; not committed) to
+DIR; `IMAGO_LEROBOT_FULL_FIXTURES=DIR cargo test --release --workspace --lib resnet`
+checks it.
 
 Every array is a flat list in row-major order beside its shape.
 """
 
 import argparse
 import json
+import types
 from pathlib import Path
 
 import torch
 from diffusers import DDIMScheduler, DDPMScheduler
+import torchvision
 from safetensors.torch import save_file
+from torchvision.models.resnet import BasicBlock, ResNet
+from torchvision.ops.misc import FrozenBatchNorm2d
 
 from lerobot.policies.diffusion.configuration_diffusion import DiffusionConfig
 
@@ -128,18 +142,87 @@ def attention(out):
     }
 
 
+def randomise_statistics(network):
+    """Seeded convolutions as torchvision draws them, and norms that are not the identity."""
+    with torch.no_grad():
+        for module in network.modules():
+            if isinstance(module, torch.nn.Conv2d):
+                torch.nn.init.kaiming_normal_(module.weight, mode="fan_out")
+            if isinstance(module, FrozenBatchNorm2d):
+                module.weight.uniform_(0.5, 1.5)
+                module.bias.normal_(0, 0.2)
+                module.running_mean.normal_(0, 0.2)
+                module.running_var.uniform_(0.5, 2.0)
+
+
+class NarrowResNet18(ResNet):
+    """torchvision's ResNet-18 with other stage widths (its class fixes them)."""
+
+    def __init__(self, widths):
+        super().__init__(BasicBlock, [2, 2, 2, 2], norm_layer=FrozenBatchNorm2d)
+        self.inplanes = widths[0]
+        self.conv1 = torch.nn.Conv2d(3, widths[0], 7, 2, 3, bias=False)
+        self.bn1 = FrozenBatchNorm2d(widths[0])
+        self.layer1 = self._make_layer(BasicBlock, widths[0], 2)
+        self.layer2 = self._make_layer(BasicBlock, widths[1], 2, stride=2)
+        self.layer3 = self._make_layer(BasicBlock, widths[2], 2, stride=2)
+        self.layer4 = self._make_layer(BasicBlock, widths[3], 2, stride=2)
+        del self.fc, self.avgpool
+
+    def features(self, x):
+        x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
+        return self.layer4(self.layer3(self.layer2(self.layer1(x))))
+
+
+def resnet18(out):
+    torch.manual_seed(5)
+    widths = [8, 16, 32, 64]
+    network = NarrowResNet18(widths).eval()
+    randomise_statistics(network)
+    return resnet_record(network, widths, out / "resnet18.safetensors")
+
+
+def full_size_resnet18(out):
+    torch.manual_seed(6)
+    network = torchvision.models.resnet18(weights=None, norm_layer=FrozenBatchNorm2d).eval()
+    del network.fc, network.avgpool
+    network.features = types.MethodType(NarrowResNet18.features, network)
+    randomise_statistics(network)
+    return resnet_record(network, [64, 128, 256, 512], out / "resnet18.safetensors")
+
+
+def resnet_record(network, widths, weights_path):
+    with torch.no_grad():
+        images = torch.rand(2, 3, 32, 40)
+        features = network.features(images)
+    save_file(
+        {name: t.contiguous() for name, t in network.state_dict().items()},
+        str(weights_path),
+    )
+    return {"widths": widths, "images": flat(images), "features": flat(features)}
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out", type=Path)
+    parser.add_argument("--full-size", type=Path)
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     import lerobot
 
     versions = {"lerobot": lerobot.__version__, "torch": torch.__version__}
-    for name, record in [("schedules", schedules()), ("attention", attention(args.out))]:
+    records = [
+        (args.out, "schedules", schedules()),
+        (args.out, "attention", attention(args.out)),
+        (args.out, "resnet18", resnet18(args.out)),
+    ]
+    if args.full_size:
+        args.full_size.mkdir(parents=True, exist_ok=True)
+        records.append((args.full_size, "resnet18", full_size_resnet18(args.full_size)))
+    for out, name, record in records:
         record["versions"] = versions
-        path = args.out / f"{name}.json"
-        path.write_text(json.dumps(record, indent=1) + "\n")
+        path = out / f"{name}.json"
+        path.write_text(json.dumps(record, separators=(",", ":")) + "\n")
         print(f"wrote {path} ({versions})")
 
 
