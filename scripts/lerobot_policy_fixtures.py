@@ -21,6 +21,12 @@ Needs `pip install lerobot` (0.4.4 on Python 3.11; it pins torch and brings
   statistics, and its last stage's features on recorded images (read by
   `policies/src/resnet.rs`'s parity test).
 
+- `act_encoder_layer_{post,pre}.safetensors`, `act_decoder_layer_{post,pre}.safetensors`
+  and `act_layers.json`: LeRobot's own `ACTEncoderLayer` and `ACTDecoderLayer` (post-norm
+  and pre-norm; seeded, with non-trivial norms) and their outputs on recorded tokens,
+  positional embeddings and a key padding mask, batch first (read by
+  `policies/src/act/layers.rs`'s parity test).
+
 With `--full-size DIR`, it also writes the same ResNet-18 fixture at torchvision's own
 size (`torchvision.models.resnet18` with `FrozenBatchNorm2d`, 47 MB; not committed) to
 DIR; `IMAGO_LEROBOT_FULL_FIXTURES=DIR cargo test --release --workspace --lib resnet`
@@ -41,6 +47,8 @@ from safetensors.torch import save_file
 from torchvision.models.resnet import BasicBlock, ResNet
 from torchvision.ops.misc import FrozenBatchNorm2d
 
+from lerobot.policies.act.configuration_act import ACTConfig
+from lerobot.policies.act.modeling_act import ACTDecoderLayer, ACTEncoderLayer
 from lerobot.policies.diffusion.configuration_diffusion import DiffusionConfig
 
 
@@ -142,6 +150,52 @@ def attention(out):
     }
 
 
+def act_layers(out):
+    """ACT's layers are sequence first; the fixture is batch first, as imago's are."""
+    torch.manual_seed(7)
+    sizes = {"dim_model": 16, "n_heads": 4, "dim_feedforward": 32}
+    tokens = torch.randn(2, 6, 16)
+    encoder_pos = torch.randn(1, 6, 16)
+    padding = torch.tensor([[False] * 4 + [True] * 2, [False] * 6])
+    queries = torch.randn(2, 3, 16)
+    decoder_pos = torch.randn(1, 3, 16)
+    seq = lambda x: x.transpose(0, 1)  # noqa: E731
+    record = {
+        **sizes,
+        "tokens": flat(tokens),
+        "encoder_pos": flat(encoder_pos),
+        "key_padding": padding.tolist(),
+        "queries": flat(queries),
+        "decoder_pos": flat(decoder_pos),
+        "cases": [],
+    }
+    for pre_norm in [False, True]:
+        config = ACTConfig(**sizes, pre_norm=pre_norm)
+        encoder, decoder = ACTEncoderLayer(config).eval(), ACTDecoderLayer(config).eval()
+        with torch.no_grad():
+            for layer in [encoder, decoder]:
+                for module in layer.modules():
+                    if isinstance(module, torch.nn.LayerNorm):
+                        module.weight.uniform_(0.5, 1.5)
+                        module.bias.normal_(0, 0.2)
+                    if isinstance(module, torch.nn.MultiheadAttention):
+                        module.in_proj_bias.normal_(0, 0.2)
+            encoded = encoder(seq(tokens), pos_embed=seq(encoder_pos), key_padding_mask=padding)
+            decoded = decoder(
+                seq(queries), encoded, decoder_pos_embed=seq(decoder_pos), encoder_pos_embed=seq(encoder_pos)
+            )
+        norm = "pre" if pre_norm else "post"
+        for name, layer in [("encoder", encoder), ("decoder", decoder)]:
+            save_file(
+                {key: t.contiguous() for key, t in layer.state_dict().items()},
+                str(out / f"act_{name}_layer_{norm}.safetensors"),
+            )
+        record["cases"].append(
+            {"pre_norm": pre_norm, "encoder_out": flat(seq(encoded)), "decoder_out": flat(seq(decoded))}
+        )
+    return record
+
+
 def randomise_statistics(network):
     """Seeded convolutions as torchvision draws them, and norms that are not the identity."""
     with torch.no_grad():
@@ -215,6 +269,7 @@ def main():
         (args.out, "schedules", schedules()),
         (args.out, "attention", attention(args.out)),
         (args.out, "resnet18", resnet18(args.out)),
+        (args.out, "act_layers", act_layers(args.out)),
     ]
     if args.full_size:
         args.full_size.mkdir(parents=True, exist_ok=True)

@@ -12,6 +12,7 @@
 //! Everything is generic over the burn backend; the backend is chosen at run time by
 //! `imago-runtime`.
 
+pub mod act;
 pub mod activation;
 pub mod advantage;
 mod attention;
