@@ -26,6 +26,13 @@ Needs `pip install lerobot` (0.4.4 on Python 3.11; it pins torch and brings
   and pre-norm; seeded, with non-trivial norms) and their outputs on recorded tokens,
   positional embeddings and a key padding mask, batch first (read by
   `policies/src/act/layers.rs`'s parity test).
+- `act_positions.json`: LeRobot's `create_sinusoidal_pos_embedding(10, 16)` and
+  `ACTSinusoidalPositionEmbedding2d(8)` on a 3x5 feature map (read by
+  `policies/src/act/positions.rs`'s parity test).
+- `spatial_softmax.safetensors` and `spatial_softmax.json`: LeRobot's own
+  `SpatialSoftmax((8, 4, 6), num_kp=5)` (Diffusion Policy's keypoints; seeded) and its
+  keypoints of recorded features (read by
+  `policies/src/diffusion/spatial_softmax.rs`'s parity test).
 
 With `--full-size DIR`, it also writes the same ResNet-18 fixture at torchvision's own
 size (`torchvision.models.resnet18` with `FrozenBatchNorm2d`, 47 MB; not committed) to
@@ -48,8 +55,14 @@ from torchvision.models.resnet import BasicBlock, ResNet
 from torchvision.ops.misc import FrozenBatchNorm2d
 
 from lerobot.policies.act.configuration_act import ACTConfig
-from lerobot.policies.act.modeling_act import ACTDecoderLayer, ACTEncoderLayer
+from lerobot.policies.act.modeling_act import (
+    ACTDecoderLayer,
+    ACTEncoderLayer,
+    ACTSinusoidalPositionEmbedding2d,
+    create_sinusoidal_pos_embedding,
+)
 from lerobot.policies.diffusion.configuration_diffusion import DiffusionConfig
+from lerobot.policies.diffusion.modeling_diffusion import SpatialSoftmax
 
 
 def flat(tensor):
@@ -196,6 +209,34 @@ def act_layers(out):
     return record
 
 
+def act_positions():
+    feature_map = torch.zeros(1, 4, 3, 5)
+    return {
+        "table_1d": flat(create_sinusoidal_pos_embedding(10, 16)),
+        "embedding_2d": flat(ACTSinusoidalPositionEmbedding2d(8)(feature_map)),
+    }
+
+
+def spatial_softmax(out):
+    torch.manual_seed(8)
+    channels, size, num_kp = 8, [4, 6], 5
+    module = SpatialSoftmax((channels, *size), num_kp=num_kp).eval()
+    features = torch.randn(2, channels, *size) * 2.0
+    with torch.no_grad():
+        keypoints = module(features)
+    save_file(
+        {name: t.contiguous() for name, t in module.state_dict().items()},
+        str(out / "spatial_softmax.safetensors"),
+    )
+    return {
+        "channels": channels,
+        "size": size,
+        "num_kp": num_kp,
+        "features": flat(features),
+        "keypoints": flat(keypoints),
+    }
+
+
 def randomise_statistics(network):
     """Seeded convolutions as torchvision draws them, and norms that are not the identity."""
     with torch.no_grad():
@@ -270,6 +311,8 @@ def main():
         (args.out, "attention", attention(args.out)),
         (args.out, "resnet18", resnet18(args.out)),
         (args.out, "act_layers", act_layers(args.out)),
+        (args.out, "act_positions", act_positions()),
+        (args.out, "spatial_softmax", spatial_softmax(args.out)),
     ]
     if args.full_size:
         args.full_size.mkdir(parents=True, exist_ok=True)
