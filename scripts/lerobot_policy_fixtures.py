@@ -34,6 +34,11 @@ Needs `pip install lerobot` (0.4.4 on Python 3.11; it pins torch and brings
   keypoints of recorded features (read by
   `policies/src/diffusion/spatial_softmax.rs`'s parity test).
 
+- `resnet18_group_norm.safetensors` and `resnet18_group_norm.json`: the same network at
+  widths 16-128 with its batch norms replaced by group norms by LeRobot's own
+  `_replace_submodules`, as Diffusion Policy's `use_group_norm` does (read by the same
+  test).
+
 With `--full-size DIR`, it also writes the same ResNet-18 fixture at torchvision's own
 size (`torchvision.models.resnet18` with `FrozenBatchNorm2d`, 47 MB; not committed) to
 DIR; `IMAGO_LEROBOT_FULL_FIXTURES=DIR cargo test --release --workspace --lib resnet`
@@ -62,7 +67,7 @@ from lerobot.policies.act.modeling_act import (
     create_sinusoidal_pos_embedding,
 )
 from lerobot.policies.diffusion.configuration_diffusion import DiffusionConfig
-from lerobot.policies.diffusion.modeling_diffusion import SpatialSoftmax
+from lerobot.policies.diffusion.modeling_diffusion import SpatialSoftmax, _replace_submodules
 
 
 def flat(tensor):
@@ -253,11 +258,11 @@ def randomise_statistics(network):
 class NarrowResNet18(ResNet):
     """torchvision's ResNet-18 with other stage widths (its class fixes them)."""
 
-    def __init__(self, widths):
-        super().__init__(BasicBlock, [2, 2, 2, 2], norm_layer=FrozenBatchNorm2d)
+    def __init__(self, widths, norm_layer=FrozenBatchNorm2d):
+        super().__init__(BasicBlock, [2, 2, 2, 2], norm_layer=norm_layer)
         self.inplanes = widths[0]
         self.conv1 = torch.nn.Conv2d(3, widths[0], 7, 2, 3, bias=False)
-        self.bn1 = FrozenBatchNorm2d(widths[0])
+        self.bn1 = norm_layer(widths[0])
         self.layer1 = self._make_layer(BasicBlock, widths[0], 2)
         self.layer2 = self._make_layer(BasicBlock, widths[1], 2, stride=2)
         self.layer3 = self._make_layer(BasicBlock, widths[2], 2, stride=2)
@@ -277,6 +282,28 @@ def resnet18(out):
     return resnet_record(network, widths, out / "resnet18.safetensors")
 
 
+def resnet18_group_norm(out):
+    torch.manual_seed(9)
+    widths = [16, 32, 64, 128]
+    network = NarrowResNet18(widths, norm_layer=torch.nn.BatchNorm2d)
+    # Diffusion Policy's use_group_norm, by LeRobot's own code.
+    network = _replace_submodules(
+        root_module=network,
+        predicate=lambda x: isinstance(x, torch.nn.BatchNorm2d),
+        func=lambda x: torch.nn.GroupNorm(num_groups=x.num_features // 16, num_channels=x.num_features),
+    ).eval()
+    with torch.no_grad():
+        for module in network.modules():
+            if isinstance(module, torch.nn.Conv2d):
+                torch.nn.init.kaiming_normal_(module.weight, mode="fan_out")
+            if isinstance(module, torch.nn.GroupNorm):
+                module.weight.uniform_(0.5, 1.5)
+                module.bias.normal_(0, 0.2)
+    record = resnet_record(network, widths, out / "resnet18_group_norm.safetensors")
+    record["norm"] = "Group"
+    return record
+
+
 def full_size_resnet18(out):
     torch.manual_seed(6)
     network = torchvision.models.resnet18(weights=None, norm_layer=FrozenBatchNorm2d).eval()
@@ -294,7 +321,7 @@ def resnet_record(network, widths, weights_path):
         {name: t.contiguous() for name, t in network.state_dict().items()},
         str(weights_path),
     )
-    return {"widths": widths, "images": flat(images), "features": flat(features)}
+    return {"widths": widths, "norm": "FrozenBatch", "images": flat(images), "features": flat(features)}
 
 
 def main():
@@ -310,6 +337,7 @@ def main():
         (args.out, "schedules", schedules()),
         (args.out, "attention", attention(args.out)),
         (args.out, "resnet18", resnet18(args.out)),
+        (args.out, "resnet18_group_norm", resnet18_group_norm(args.out)),
         (args.out, "act_layers", act_layers(args.out)),
         (args.out, "act_positions", act_positions()),
         (args.out, "spatial_softmax", spatial_softmax(args.out)),

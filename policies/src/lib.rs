@@ -64,7 +64,7 @@ pub use normalizer::{NormalizationMode, Normalizer};
 pub use packed_attention::{PackedAttention, PackedAttentionConfig};
 pub use policy::{Architecture, Policy, PolicyConfig};
 pub use precision::Precision;
-pub use resnet::{FrozenBatchNorm, ResNet18, ResNet18Config};
+pub use resnet::{ChannelNorm, FrozenBatchNorm, ResNet18, ResNet18Config, ResNetNorm};
 pub use rows::{linear_rows, on_rows};
 pub use tokenizer::{TokenizerError, VOCABULARY, WordTokenizer};
 pub use vision::{ComputePath, StemReading, spatial_softmax};

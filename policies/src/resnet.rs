@@ -5,14 +5,16 @@
 //! ...), so a LeRobot checkpoint loads tensor for tensor; only torchvision's
 //! `downsample.0`/`.1` become `downsample.conv`/`.norm` ([`TORCHVISION_KEYS`]).
 //!
-//! The normalisation is ACT's: [`FrozenBatchNorm`], batch norm with fixed statistics
-//! and affine parameters (torchvision's `FrozenBatchNorm2d`), which burn lacks: its
-//! `BatchNorm` normalises by the batch's statistics whenever autodiff is on.
+//! The normalisation is ACT's, [`FrozenBatchNorm`]: batch norm with fixed statistics
+//! and affine parameters (torchvision's `FrozenBatchNorm2d`), which burn lacks (its
+//! `BatchNorm` normalises by the batch's statistics whenever autodiff is on); or
+//! Diffusion Policy's group norm (LeRobot's `use_group_norm`: `channels / 16` groups).
+//! The norm is an enum module: load with burn-store's `skip_enum_variants(true)`.
 
 use burn::module::Param;
-use burn::nn::PaddingConfig2d;
 use burn::nn::conv::{Conv2d, Conv2dConfig};
 use burn::nn::pool::{MaxPool2d, MaxPool2dConfig};
+use burn::nn::{GroupNorm, GroupNormConfig, PaddingConfig2d};
 use burn::prelude::*;
 use burn::tensor::activation::relu;
 use imago_robots::bounds::{ConfigError, in_range};
@@ -63,20 +65,72 @@ impl<B: Backend> FrozenBatchNorm<B> {
     }
 }
 
-/// A ResNet-18's widths.
+/// Which norm follows each convolution.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum ResNetNorm {
+    /// [`FrozenBatchNorm`] (ACT).
+    FrozenBatch,
+    /// Group norm with `channels / 16` groups (Diffusion Policy's `use_group_norm`).
+    Group,
+}
+
+/// A norm over a convolution's channels. (The frozen variant's four parameter
+/// handles make it larger than the other; a ResNet holds twenty norms, so the size is
+/// kept rather than boxing the variant away from burn's module derive.)
+#[derive(Module, Debug)]
+#[allow(clippy::large_enum_variant)]
+pub enum ChannelNorm<B: Backend> {
+    /// Frozen batch norm.
+    FrozenBatch(FrozenBatchNorm<B>),
+    /// Group norm.
+    Group(GroupNorm<B>),
+}
+
+impl<B: Backend> ChannelNorm<B> {
+    fn new(kind: ResNetNorm, channels: usize, device: &B::Device) -> Self {
+        match kind {
+            ResNetNorm::FrozenBatch => Self::FrozenBatch(FrozenBatchNorm::new(channels, device)),
+            ResNetNorm::Group => {
+                Self::Group(GroupNormConfig::new(channels / 16, channels).init(device))
+            }
+        }
+    }
+
+    /// Normalises `x` `[batch, channels, height, width]`.
+    pub fn forward(&self, x: Tensor<B, 4>) -> Tensor<B, 4> {
+        match self {
+            Self::FrozenBatch(norm) => norm.forward(x),
+            Self::Group(norm) => norm.forward(x),
+        }
+    }
+}
+
+/// A ResNet-18's widths and norm.
 #[derive(Config, Debug)]
 pub struct ResNet18Config {
     /// Channels of the four stages (torchvision's: 64, 128, 256, 512; smaller ones
-    /// make small test networks of the same shape). Each in [1, 4096].
+    /// make small test networks of the same shape). Each in [1, 4096]; with group
+    /// norm at least 16, and divisible by its `width / 16` groups.
     #[config(default = "[64, 128, 256, 512]")]
     pub widths: [usize; 4],
+    /// The norm after each convolution.
+    #[config(default = "ResNetNorm::FrozenBatch")]
+    pub norm: ResNetNorm,
 }
 
 impl ResNet18Config {
     /// Checks the widths; the error names the stage.
     pub fn validate(&self) -> Result<(), ConfigError> {
         for (i, &width) in self.widths.iter().enumerate() {
-            in_range(&format!("widths[{i}]"), width, 1..=4096)?;
+            let key = format!("widths[{i}]");
+            in_range(&key, width, 1..=4096)?;
+            if self.norm == ResNetNorm::Group && (width < 16 || width % (width / 16) != 0) {
+                return Err(ConfigError::new(
+                    key,
+                    width,
+                    "must be at least 16 and divisible by width / 16 (the groups of its group norm)",
+                ));
+            }
         }
         Ok(())
     }
@@ -86,15 +140,16 @@ impl ResNet18Config {
     pub fn init<B: Backend>(&self, device: &B::Device) -> Result<ResNet18<B>, ConfigError> {
         self.validate()?;
         let [w1, w2, w3, w4] = self.widths;
+        let norm = self.norm;
         let stage = |input: usize, width: usize, stride: usize| {
             vec![
-                BasicBlock::new(input, width, stride, device),
-                BasicBlock::new(width, width, 1, device),
+                BasicBlock::new((input, width), stride, norm, device),
+                BasicBlock::new((width, width), 1, norm, device),
             ]
         };
         Ok(ResNet18 {
             conv1: conv(3, w1, 7, 2, device),
-            bn1: FrozenBatchNorm::new(w1, device),
+            bn1: ChannelNorm::new(norm, w1, device),
             maxpool: MaxPool2dConfig::new([3, 3])
                 .with_strides([2, 2])
                 .with_padding(PaddingConfig2d::Explicit(1, 1, 1, 1))
@@ -134,11 +189,11 @@ pub struct BasicBlock<B: Backend> {
     /// First convolution (carries the stride).
     pub conv1: Conv2d<B>,
     /// Its norm.
-    pub bn1: FrozenBatchNorm<B>,
+    pub bn1: ChannelNorm<B>,
     /// Second convolution.
     pub conv2: Conv2d<B>,
     /// Its norm.
-    pub bn2: FrozenBatchNorm<B>,
+    pub bn2: ChannelNorm<B>,
     /// The shortcut's projection, where the block changes the shape.
     pub downsample: Option<Downsample<B>>,
 }
@@ -149,20 +204,25 @@ pub struct Downsample<B: Backend> {
     /// Strided 1x1 convolution.
     pub conv: Conv2d<B>,
     /// Its norm.
-    pub norm: FrozenBatchNorm<B>,
+    pub norm: ChannelNorm<B>,
 }
 
 impl<B: Backend> BasicBlock<B> {
-    fn new(input: usize, output: usize, stride: usize, device: &B::Device) -> Self {
+    fn new(
+        (input, output): (usize, usize),
+        stride: usize,
+        norm: ResNetNorm,
+        device: &B::Device,
+    ) -> Self {
         let downsample = (stride != 1 || input != output).then(|| Downsample {
             conv: conv(input, output, 1, stride, device),
-            norm: FrozenBatchNorm::new(output, device),
+            norm: ChannelNorm::new(norm, output, device),
         });
         Self {
             conv1: conv(input, output, 3, stride, device),
-            bn1: FrozenBatchNorm::new(output, device),
+            bn1: ChannelNorm::new(norm, output, device),
             conv2: conv(output, output, 3, 1, device),
-            bn2: FrozenBatchNorm::new(output, device),
+            bn2: ChannelNorm::new(norm, output, device),
             downsample,
         }
     }
@@ -185,7 +245,7 @@ pub struct ResNet18<B: Backend> {
     /// The 7x7, stride-2 stem.
     pub conv1: Conv2d<B>,
     /// Its norm.
-    pub bn1: FrozenBatchNorm<B>,
+    pub bn1: ChannelNorm<B>,
     /// 3x3, stride-2 max pooling.
     pub maxpool: MaxPool2d,
     /// Stage 1 (stride 1).
@@ -229,6 +289,7 @@ mod tests {
     #[derive(serde::Deserialize)]
     struct Fixture {
         widths: [usize; 4],
+        norm: ResNetNorm,
         images: Array,
         features: Array,
     }
@@ -239,51 +300,64 @@ mod tests {
     /// torchvision's names.
     #[test]
     fn a_torchvision_resnet18_loads_and_matches() {
-        matches_fixture_in(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../tests/fixtures/lerobot"
-        ));
+        matches_fixture_in(FIXTURES, "resnet18");
     }
+
+    /// The same network with Diffusion Policy's group norms, made by LeRobot's own
+    /// `_replace_submodules` (widths 16-128, 2.8 MB).
+    #[test]
+    fn a_group_norm_resnet18_as_lerobot_makes_it_matches() {
+        matches_fixture_in(FIXTURES, "resnet18_group_norm");
+    }
+
+    const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures/lerobot");
 
     /// The same at torchvision's own size (`resnet18`, 47 MB: not committed), where
     /// `IMAGO_LEROBOT_FULL_FIXTURES` names the script's `--full-size` directory.
     #[test]
     fn a_full_size_torchvision_resnet18_matches() {
         match std::env::var("IMAGO_LEROBOT_FULL_FIXTURES") {
-            Ok(dir) => matches_fixture_in(&dir),
+            Ok(dir) => matches_fixture_in(&dir, "resnet18"),
             Err(_) => println!(
                 "skipped: IMAGO_LEROBOT_FULL_FIXTURES is not set (scripts/lerobot_policy_fixtures.py --full-size DIR)"
             ),
         }
     }
 
-    fn matches_fixture_in(dir: &str) {
+    fn matches_fixture_in(dir: &str, name: &str) {
         let fixture: Fixture =
-            serde_json::from_str(&std::fs::read_to_string(format!("{dir}/resnet18.json")).unwrap())
+            serde_json::from_str(&std::fs::read_to_string(format!("{dir}/{name}.json")).unwrap())
                 .unwrap();
         let device = Default::default();
         let mut network = ResNet18Config::new()
             .with_widths(fixture.widths)
+            .with_norm(fixture.norm)
             .init::<B>(&device)
             .unwrap();
         let mut remapper = KeyRemapper::new();
         for (pattern, replacement) in TORCHVISION_KEYS {
             remapper = remapper.add_pattern(pattern, replacement).unwrap();
         }
-        let mut store = SafetensorsStore::from_file(format!("{dir}/resnet18.safetensors"))
+        let mut store = SafetensorsStore::from_file(format!("{dir}/{name}.safetensors"))
             .with_from_adapter(PyTorchToBurnAdapter)
+            .skip_enum_variants(true)
             .remap(remapper);
         let applied = network.load_from(&mut store).unwrap();
         assert!(applied.missing.is_empty(), "{:?}", applied.missing);
         // torchvision counts the batches its norms saw; a frozen norm has no use for it.
-        assert!(
-            applied
-                .unused
-                .iter()
-                .all(|k| k.ends_with("num_batches_tracked")),
-            "{:?}",
-            applied.unused
-        );
+        // burn-store lists a group norm's PyTorch names (`weight`, `bias`) as unused
+        // even when its adapter applied them as `gamma` and `beta`: those must be
+        // applied.
+        for unused in &applied.unused {
+            let burn_name = unused
+                .replace(".weight", ".gamma")
+                .replace(".bias", ".beta");
+            assert!(
+                unused.ends_with("num_batches_tracked") || applied.applied.contains(&burn_name),
+                "{unused} unused; applied {:?}",
+                applied.applied
+            );
+        }
         let shape: [usize; 4] = fixture.images.shape.clone().try_into().unwrap();
         let images =
             Tensor::<B, 4>::from_data(TensorData::new(fixture.images.values, shape), &device);
@@ -294,7 +368,10 @@ mod tests {
             .zip(&fixture.features.values)
             .map(|(a, b)| (a - b).abs())
             .fold(0.0, f32::max);
-        println!("{dir}: widths {:?}, largest gap {gap:e}", fixture.widths);
+        println!(
+            "{dir}/{name}: widths {:?}, largest gap {gap:e}",
+            fixture.widths
+        );
         assert!(gap < 1e-4, "largest gap {gap}");
     }
 
@@ -311,5 +388,10 @@ mod tests {
             .init::<B>(&device)
             .unwrap_err();
         assert_eq!(error.key, "widths[1]");
+        let too_narrow = ResNet18Config::new()
+            .with_widths([8, 16, 32, 64])
+            .with_norm(ResNetNorm::Group)
+            .validate();
+        assert_eq!(too_narrow.unwrap_err().key, "widths[0]");
     }
 }
