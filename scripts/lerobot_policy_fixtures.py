@@ -39,6 +39,11 @@ Needs `pip install lerobot` (0.4.4 on Python 3.11; it pins torch and brings
   `_replace_submodules`, as Diffusion Policy's `use_group_norm` does (read by the same
   test).
 
+- `diffusion_unet.safetensors` and `diffusion_unet.json`: LeRobot's own
+  `DiffusionConditionalUnet1d` (down_dims 16, 32, 64; FiLM with scales; seeded, with
+  non-trivial group norms) and its output on a recorded noisy chunk, timesteps and
+  observation features (read by `policies/src/diffusion/unet.rs`'s parity test).
+
 With `--full-size DIR`, it also writes the same ResNet-18 fixture at torchvision's own
 size (`torchvision.models.resnet18` with `FrozenBatchNorm2d`, 47 MB; not committed) to
 DIR; `IMAGO_LEROBOT_FULL_FIXTURES=DIR cargo test --release --workspace --lib resnet`
@@ -67,7 +72,12 @@ from lerobot.policies.act.modeling_act import (
     create_sinusoidal_pos_embedding,
 )
 from lerobot.policies.diffusion.configuration_diffusion import DiffusionConfig
-from lerobot.policies.diffusion.modeling_diffusion import SpatialSoftmax, _replace_submodules
+from lerobot.configs.types import FeatureType, PolicyFeature
+from lerobot.policies.diffusion.modeling_diffusion import (
+    DiffusionConditionalUnet1d,
+    SpatialSoftmax,
+    _replace_submodules,
+)
 
 
 def flat(tensor):
@@ -242,6 +252,43 @@ def spatial_softmax(out):
     }
 
 
+def diffusion_unet(out):
+    torch.manual_seed(10)
+    sizes = {
+        "down_dims": (16, 32, 64),
+        "kernel_size": 5,
+        "n_groups": 8,
+        "diffusion_step_embed_dim": 16,
+        "use_film_scale_modulation": True,
+    }
+    config = DiffusionConfig(**sizes)
+    config.output_features = {"action": PolicyFeature(type=FeatureType.ACTION, shape=(2,))}
+    global_cond_dim = 10
+    unet = DiffusionConditionalUnet1d(config, global_cond_dim).eval()
+    with torch.no_grad():
+        for module in unet.modules():
+            if isinstance(module, torch.nn.GroupNorm):
+                module.weight.uniform_(0.5, 1.5)
+                module.bias.normal_(0, 0.2)
+        x = torch.randn(2, 8, 2)
+        timesteps = torch.tensor([3, 57])
+        global_cond = torch.randn(2, global_cond_dim)
+        output = unet(x, timesteps, global_cond=global_cond)
+    save_file(
+        {name: t.contiguous() for name, t in unet.state_dict().items()},
+        str(out / "diffusion_unet.safetensors"),
+    )
+    return {
+        "action_dim": 2,
+        "global_cond_dim": global_cond_dim,
+        **{k: list(v) if isinstance(v, tuple) else v for k, v in sizes.items()},
+        "x": flat(x),
+        "timesteps": timesteps.tolist(),
+        "global_cond": flat(global_cond),
+        "output": flat(output),
+    }
+
+
 def randomise_statistics(network):
     """Seeded convolutions as torchvision draws them, and norms that are not the identity."""
     with torch.no_grad():
@@ -341,6 +388,7 @@ def main():
         (args.out, "act_layers", act_layers(args.out)),
         (args.out, "act_positions", act_positions()),
         (args.out, "spatial_softmax", spatial_softmax(args.out)),
+        (args.out, "diffusion_unet", diffusion_unet(args.out)),
     ]
     if args.full_size:
         args.full_size.mkdir(parents=True, exist_ok=True)
