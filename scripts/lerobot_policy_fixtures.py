@@ -44,6 +44,11 @@ Needs `pip install lerobot` (0.4.4 on Python 3.11; it pins torch and brings
   non-trivial group norms) and its output on a recorded noisy chunk, timesteps and
   observation features (read by `policies/src/diffusion/unet.rs`'s parity test).
 
+- `diffusion_sampling_unet.safetensors` and `diffusion_sampling.json`: LeRobot's
+  `DiffusionModel.conditional_sample` (state-only inputs, down_dims 16-64, horizon 16)
+  with DDPM in 100 steps and DDIM in 10: the initial noise, the noise DDPM drew at each
+  step, and the denoised chunks (read by `policies/src/diffusion/sampling.rs`).
+
 With `--full-size DIR`, it also writes the same ResNet-18 fixture at torchvision's own
 size (`torchvision.models.resnet18` with `FrozenBatchNorm2d`, 47 MB; not committed) to
 DIR; `IMAGO_LEROBOT_FULL_FIXTURES=DIR cargo test --release --workspace --lib resnet`
@@ -75,6 +80,7 @@ from lerobot.policies.diffusion.configuration_diffusion import DiffusionConfig
 from lerobot.configs.types import FeatureType, PolicyFeature
 from lerobot.policies.diffusion.modeling_diffusion import (
     DiffusionConditionalUnet1d,
+    DiffusionModel,
     SpatialSoftmax,
     _replace_submodules,
 )
@@ -289,6 +295,64 @@ def diffusion_unet(out):
     }
 
 
+def diffusion_sampling(out):
+    torch.manual_seed(11)
+    features = {
+        "observation.state": PolicyFeature(type=FeatureType.STATE, shape=(3,)),
+        "observation.environment_state": PolicyFeature(type=FeatureType.ENV, shape=(4,)),
+    }
+    record = {"runs": []}
+    for sampler, steps in [("DDPM", 100), ("DDIM", 10)]:
+        torch.manual_seed(11)
+        config = DiffusionConfig(
+            down_dims=(16, 32, 64),
+            diffusion_step_embed_dim=16,
+            noise_scheduler_type=sampler,
+            num_inference_steps=steps,
+        )
+        config.input_features = features
+        config.output_features = {"action": PolicyFeature(type=FeatureType.ACTION, shape=(2,))}
+        model = DiffusionModel(config).eval()
+        global_cond_dim = (3 + 4) * config.n_obs_steps
+        if "global_cond" not in record:
+            record["global_cond"] = flat(torch.randn(2, global_cond_dim))
+            save_file(
+                {name: t.contiguous() for name, t in model.unet.state_dict().items()},
+                str(out / "diffusion_sampling_unet.safetensors"),
+            )
+            weights = {name: t.clone() for name, t in model.unet.state_dict().items()}
+            record.update(
+                {
+                    "action_dim": 2,
+                    "global_cond_dim": global_cond_dim,
+                    "down_dims": [16, 32, 64],
+                    "diffusion_step_embed_dim": 16,
+                    "schedule": lerobot_schedule_config(),
+                }
+            )
+        model.unet.load_state_dict(weights)
+        global_cond = torch.tensor(record["global_cond"]["values"]).reshape(2, global_cond_dim)
+        initial = torch.randn(2, config.horizon, 2)
+        seed = 100 + steps
+        noisy_steps = steps - 1 if sampler == "DDPM" else 0
+        replay = torch.Generator().manual_seed(seed)
+        step_noise = [torch.randn(initial.shape, generator=replay) for _ in range(noisy_steps)]
+        with torch.no_grad():
+            sample = model.conditional_sample(
+                2, global_cond=global_cond, generator=torch.Generator().manual_seed(seed), noise=initial
+            )
+        record["runs"].append(
+            {
+                "sampler": sampler,
+                "steps": steps,
+                "initial": flat(initial),
+                "step_noise": [flat(n) for n in step_noise],
+                "sample": flat(sample),
+            }
+        )
+    return record
+
+
 def randomise_statistics(network):
     """Seeded convolutions as torchvision draws them, and norms that are not the identity."""
     with torch.no_grad():
@@ -389,6 +453,7 @@ def main():
         (args.out, "act_positions", act_positions()),
         (args.out, "spatial_softmax", spatial_softmax(args.out)),
         (args.out, "diffusion_unet", diffusion_unet(args.out)),
+        (args.out, "diffusion_sampling", diffusion_sampling(args.out)),
     ]
     if args.full_size:
         args.full_size.mkdir(parents=True, exist_ok=True)

@@ -1,12 +1,14 @@
 //! Parts of LeRobot's Diffusion Policy, each written once and tested alone (issue 39):
 //! so far the noise schedules and the DDPM/DDIM reverse steps ([`scheduler`]), the
-//! keypoints of the image features ([`spatial_softmax`]) and the denoising U-Net
-//! ([`unet`]).
+//! keypoints of the image features ([`spatial_softmax`]), the denoising U-Net
+//! ([`unet`]) and the reverse process that runs them ([`sampling`]).
 
+pub mod sampling;
 pub mod scheduler;
 pub mod spatial_softmax;
 pub mod unet;
 
+pub use sampling::denoise;
 pub use scheduler::{BetaSchedule, NoiseSchedule, NoiseScheduleConfig, Prediction, SamplerKind};
 pub use spatial_softmax::{SpatialSoftmax, SpatialSoftmaxConfig};
 pub use unet::{DiffusionUnet, DiffusionUnetConfig};
