@@ -49,6 +49,10 @@ Needs `pip install lerobot` (0.4.4 on Python 3.11; it pins torch and brings
   with DDPM in 100 steps and DDIM in 10: the initial noise, the noise DDPM drew at each
   step, and the denoised chunks (read by `policies/src/diffusion/sampling.rs`).
 
+- `diffusion_loss.json`: LeRobot's `DiffusionModel.compute_loss` on one batch (the
+  sampling fixture's weights; padded actions masked) with the noise and timesteps it
+  drew (read by `policies/src/diffusion/loss.rs`).
+
 With `--full-size DIR`, it also writes the same ResNet-18 fixture at torchvision's own
 size (`torchvision.models.resnet18` with `FrozenBatchNorm2d`, 47 MB; not committed) to
 DIR; `IMAGO_LEROBOT_FULL_FIXTURES=DIR cargo test --release --workspace --lib resnet`
@@ -65,7 +69,7 @@ from pathlib import Path
 import torch
 from diffusers import DDIMScheduler, DDPMScheduler
 import torchvision
-from safetensors.torch import save_file
+from safetensors.torch import load_file, save_file
 from torchvision.models.resnet import BasicBlock, ResNet
 from torchvision.ops.misc import FrozenBatchNorm2d
 
@@ -353,6 +357,48 @@ def diffusion_sampling(out):
     return record
 
 
+def diffusion_loss(out):
+    torch.manual_seed(12)
+    config = DiffusionConfig(
+        down_dims=(16, 32, 64), diffusion_step_embed_dim=16, do_mask_loss_for_padding=True
+    )
+    config.input_features = {
+        "observation.state": PolicyFeature(type=FeatureType.STATE, shape=(3,)),
+        "observation.environment_state": PolicyFeature(type=FeatureType.ENV, shape=(4,)),
+    }
+    config.output_features = {"action": PolicyFeature(type=FeatureType.ACTION, shape=(2,))}
+    model = DiffusionModel(config).eval()
+    model.unet.load_state_dict(load_file(str(out / "diffusion_sampling_unet.safetensors")))
+    batch = {
+        "observation.state": torch.randn(2, config.n_obs_steps, 3),
+        "observation.environment_state": torch.randn(2, config.n_obs_steps, 4),
+        "action": torch.randn(2, config.horizon, 2).clamp(-1, 1),
+        "action_is_pad": torch.zeros(2, config.horizon, dtype=torch.bool),
+    }
+    batch["action_is_pad"][1, -5:] = True
+    torch.manual_seed(13)
+    with torch.no_grad():
+        loss = model.compute_loss(batch)
+    # compute_loss draws the noise, then the timesteps: replay both.
+    torch.manual_seed(13)
+    noise = torch.randn(batch["action"].shape)
+    timesteps = torch.randint(low=0, high=config.num_train_timesteps, size=(2,)).long()
+    return {
+        "action_dim": 2,
+        "global_cond_dim": 7 * config.n_obs_steps,
+        "down_dims": [16, 32, 64],
+        "diffusion_step_embed_dim": 16,
+        "schedule": lerobot_schedule_config(),
+        "state": flat(batch["observation.state"]),
+        "environment_state": flat(batch["observation.environment_state"]),
+        "action": flat(batch["action"]),
+        "action_is_pad": batch["action_is_pad"].tolist(),
+        "noise": flat(noise),
+        "timesteps": timesteps.tolist(),
+        "loss": loss.item(),
+    }
+
+
 def randomise_statistics(network):
     """Seeded convolutions as torchvision draws them, and norms that are not the identity."""
     with torch.no_grad():
@@ -454,6 +500,7 @@ def main():
         (args.out, "spatial_softmax", spatial_softmax(args.out)),
         (args.out, "diffusion_unet", diffusion_unet(args.out)),
         (args.out, "diffusion_sampling", diffusion_sampling(args.out)),
+        (args.out, "diffusion_loss", diffusion_loss(args.out)),
     ]
     if args.full_size:
         args.full_size.mkdir(parents=True, exist_ok=True)

@@ -1,13 +1,16 @@
 //! Parts of LeRobot's Diffusion Policy, each written once and tested alone (issue 39):
 //! so far the noise schedules and the DDPM/DDIM reverse steps ([`scheduler`]), the
 //! keypoints of the image features ([`spatial_softmax`]), the denoising U-Net
-//! ([`unet`]) and the reverse process that runs them ([`sampling`]).
+//! ([`unet`]), the reverse process that runs them ([`sampling`]) and the training
+//! loss ([`loss`]).
 
+pub mod loss;
 pub mod sampling;
 pub mod scheduler;
 pub mod spatial_softmax;
 pub mod unet;
 
+pub use loss::noise_prediction_losses;
 pub use sampling::denoise;
 pub use scheduler::{BetaSchedule, NoiseSchedule, NoiseScheduleConfig, Prediction, SamplerKind};
 pub use spatial_softmax::{SpatialSoftmax, SpatialSoftmaxConfig};
