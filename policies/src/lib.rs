@@ -28,6 +28,8 @@ mod host_math;
 pub mod importance;
 pub mod input;
 pub mod input_spec;
+#[cfg(test)]
+mod lerobot_fixtures;
 pub mod linear;
 pub mod log_density;
 pub mod loss;

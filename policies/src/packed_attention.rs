@@ -120,17 +120,11 @@ impl<B: Backend> PackedAttention<B> {
 #[cfg(test)]
 mod tests {
     use burn::backend::Flex;
-    use burn_store::{ModuleSnapshot, PyTorchToBurnAdapter, SafetensorsStore};
 
     use super::*;
+    use crate::lerobot_fixtures::{Array, FIXTURES, load_torch, read};
 
     type B = Flex;
-
-    #[derive(serde::Deserialize)]
-    struct Array {
-        shape: Vec<usize>,
-        values: Vec<f32>,
-    }
 
     #[derive(serde::Deserialize)]
     struct Fixture {
@@ -143,52 +137,28 @@ mod tests {
         output_unmasked: Array,
     }
 
-    fn tensor(array: &Array) -> Tensor<B, 3> {
-        let shape: [usize; 3] = array.shape.clone().try_into().unwrap();
-        Tensor::from_data(
-            TensorData::new(array.values.clone(), shape),
-            &Default::default(),
-        )
-    }
-
-    fn largest_gap(got: Tensor<B, 3>, want: &Array) -> f32 {
-        let got: Vec<f32> = got.into_data().to_vec().unwrap();
-        assert_eq!(got.len(), want.values.len());
-        got.iter()
-            .zip(&want.values)
-            .map(|(a, b)| (a - b).abs())
-            .fold(0.0, f32::max)
-    }
-
     /// PyTorch's `nn.MultiheadAttention` (torch 2.10, through
     /// `scripts/lerobot_policy_fixtures.py`), its state dict loaded through
     /// burn-store's safetensors loader with the PyTorch adapter, tensor for tensor.
     #[test]
     fn torch_multihead_attention_loads_and_matches() {
-        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures/lerobot");
-        let fixture: Fixture = serde_json::from_str(
-            &std::fs::read_to_string(format!("{dir}/attention.json")).unwrap(),
-        )
-        .unwrap();
+        let fixture: Fixture = read(FIXTURES, "attention");
         let device = Default::default();
         let mut attention = PackedAttentionConfig::new(fixture.d_model, fixture.n_heads)
             .init::<B>(&device)
             .unwrap();
-        let mut store = SafetensorsStore::from_file(format!("{dir}/attention.safetensors"))
-            .with_from_adapter(PyTorchToBurnAdapter);
-        let applied = attention.load_from(&mut store).unwrap();
-        assert!(applied.missing.is_empty(), "{applied:?}");
-        assert!(applied.unused.is_empty(), "{applied:?}");
-        let (query, key) = (tensor(&fixture.query), tensor(&fixture.key));
+        load_torch(&mut attention, (FIXTURES, "attention.safetensors"), &[]);
+        let (query, key): (Tensor<B, 3>, Tensor<B, 3>) =
+            (fixture.query.tensor::<3>(), fixture.key.tensor::<3>());
         let [batch, keys, _] = key.dims();
         let padding = Tensor::<B, 2, Bool>::from_data(
             TensorData::new(fixture.key_padding.concat(), [batch, keys]),
             &device,
         );
         let masked = attention.forward(query.clone(), key.clone(), key.clone(), Some(padding));
-        assert!(largest_gap(masked, &fixture.output) < 1e-5);
+        assert!(fixture.output.largest_gap(masked) < 1e-5);
         let open = attention.forward(query, key.clone(), key, None);
-        assert!(largest_gap(open, &fixture.output_unmasked) < 1e-5);
+        assert!(fixture.output_unmasked.largest_gap(open) < 1e-5);
     }
 
     #[test]

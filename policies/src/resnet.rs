@@ -274,17 +274,11 @@ impl<B: Backend> ResNet18<B> {
 #[cfg(test)]
 mod tests {
     use burn::backend::{Autodiff, Flex};
-    use burn_store::{KeyRemapper, ModuleSnapshot, PyTorchToBurnAdapter, SafetensorsStore};
 
     use super::*;
+    use crate::lerobot_fixtures::{Array, FIXTURES, load_torch, read};
 
     type B = Flex;
-
-    #[derive(serde::Deserialize)]
-    struct Array {
-        shape: Vec<usize>,
-        values: Vec<f32>,
-    }
 
     #[derive(serde::Deserialize)]
     struct Fixture {
@@ -310,8 +304,6 @@ mod tests {
         matches_fixture_in(FIXTURES, "resnet18_group_norm");
     }
 
-    const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures/lerobot");
-
     /// The same at torchvision's own size (`resnet18`, 47 MB: not committed), where
     /// `IMAGO_LEROBOT_FULL_FIXTURES` names the script's `--full-size` directory.
     #[test]
@@ -325,49 +317,17 @@ mod tests {
     }
 
     fn matches_fixture_in(dir: &str, name: &str) {
-        let fixture: Fixture =
-            serde_json::from_str(&std::fs::read_to_string(format!("{dir}/{name}.json")).unwrap())
-                .unwrap();
-        let device = Default::default();
+        let fixture: Fixture = read(dir, name);
         let mut network = ResNet18Config::new()
             .with_widths(fixture.widths)
             .with_norm(fixture.norm)
-            .init::<B>(&device)
+            .init::<B>(&Default::default())
             .unwrap();
-        let mut remapper = KeyRemapper::new();
-        for (pattern, replacement) in TORCHVISION_KEYS {
-            remapper = remapper.add_pattern(pattern, replacement).unwrap();
-        }
-        let mut store = SafetensorsStore::from_file(format!("{dir}/{name}.safetensors"))
-            .with_from_adapter(PyTorchToBurnAdapter)
-            .skip_enum_variants(true)
-            .remap(remapper);
-        let applied = network.load_from(&mut store).unwrap();
-        assert!(applied.missing.is_empty(), "{:?}", applied.missing);
-        // torchvision counts the batches its norms saw; a frozen norm has no use for it.
-        // burn-store lists a group norm's PyTorch names (`weight`, `bias`) as unused
-        // even when its adapter applied them as `gamma` and `beta`: those must be
-        // applied.
-        for unused in &applied.unused {
-            let burn_name = unused
-                .replace(".weight", ".gamma")
-                .replace(".bias", ".beta");
-            assert!(
-                unused.ends_with("num_batches_tracked") || applied.applied.contains(&burn_name),
-                "{unused} unused; applied {:?}",
-                applied.applied
-            );
-        }
-        let shape: [usize; 4] = fixture.images.shape.clone().try_into().unwrap();
-        let images =
-            Tensor::<B, 4>::from_data(TensorData::new(fixture.images.values, shape), &device);
-        let features: Vec<f32> = network.forward(images).into_data().to_vec().unwrap();
-        assert_eq!(features.len(), fixture.features.values.len());
-        let gap = features
-            .iter()
-            .zip(&fixture.features.values)
-            .map(|(a, b)| (a - b).abs())
-            .fold(0.0, f32::max);
+        let weights = format!("{name}.safetensors");
+        load_torch(&mut network, (dir, &weights), &TORCHVISION_KEYS);
+        let gap = fixture
+            .features
+            .largest_gap(network.forward(fixture.images.tensor()));
         println!(
             "{dir}/{name}: widths {:?}, largest gap {gap:e}",
             fixture.widths

@@ -243,27 +243,11 @@ impl<B: Backend> ActDecoderLayer<B> {
 #[cfg(test)]
 mod tests {
     use burn::backend::Flex;
-    use burn_store::{ModuleSnapshot, PyTorchToBurnAdapter, SafetensorsStore};
 
     use super::*;
+    use crate::lerobot_fixtures::{Array, FIXTURES, load_torch, read};
 
     type B = Flex;
-
-    #[derive(serde::Deserialize)]
-    struct Array {
-        shape: Vec<usize>,
-        values: Vec<f32>,
-    }
-
-    impl Array {
-        fn tensor(&self) -> Tensor<B, 3> {
-            let shape: [usize; 3] = self.shape.clone().try_into().unwrap();
-            Tensor::from_data(
-                TensorData::new(self.values.clone(), shape),
-                &Default::default(),
-            )
-        }
-    }
 
     #[derive(serde::Deserialize)]
     struct Case {
@@ -285,45 +269,14 @@ mod tests {
         cases: Vec<Case>,
     }
 
-    fn largest_gap(got: Tensor<B, 3>, want: &Array) -> f32 {
-        let got: Vec<f32> = got.into_data().to_vec().unwrap();
-        assert_eq!(got.len(), want.values.len());
-        got.iter()
-            .zip(&want.values)
-            .map(|(a, b)| (a - b).abs())
-            .fold(0.0, f32::max)
-    }
-
-    fn load<M: ModuleSnapshot<B>>(module: &mut M, path: &str) {
-        let mut store = SafetensorsStore::from_file(path).with_from_adapter(PyTorchToBurnAdapter);
-        let applied = module.load_from(&mut store).unwrap();
-        assert!(applied.missing.is_empty(), "{:?}", applied.missing);
-        // burn-store lists a norm's PyTorch names (`weight`, `bias`) as unused even
-        // when its adapter applied them as `gamma` and `beta`: those must be applied.
-        for unused in &applied.unused {
-            let burn_name = unused
-                .replace(".weight", ".gamma")
-                .replace(".bias", ".beta");
-            assert!(
-                unused.starts_with("norm") && applied.applied.contains(&burn_name),
-                "{unused} unused; applied {:?}",
-                applied.applied
-            );
-        }
-    }
-
     /// LeRobot's own `ACTEncoderLayer` and `ACTDecoderLayer` (lerobot 0.4.4, seeded,
     /// non-trivial norms), post-norm and pre-norm, recorded by
     /// `scripts/lerobot_policy_fixtures.py`; the decoder reads the encoder's output.
     #[test]
     fn lerobots_encoder_and_decoder_layers_load_and_match() {
-        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures/lerobot");
-        let fixture: Fixture = serde_json::from_str(
-            &std::fs::read_to_string(format!("{dir}/act_layers.json")).unwrap(),
-        )
-        .unwrap();
+        let fixture: Fixture = read(FIXTURES, "act_layers");
         let device = Default::default();
-        let (tokens, queries) = (fixture.tokens.tensor(), fixture.queries.tensor());
+        let (tokens, queries) = (fixture.tokens.tensor::<3>(), fixture.queries.tensor());
         let (encoder_pos, decoder_pos) =
             (fixture.encoder_pos.tensor(), fixture.decoder_pos.tensor());
         let [batch, n, _] = tokens.dims();
@@ -337,25 +290,21 @@ mod tests {
                     .with_pre_norm(case.pre_norm);
             let norm = if case.pre_norm { "pre" } else { "post" };
             let mut encoder = config.init_encoder::<B>(&device).unwrap();
-            load(
-                &mut encoder,
-                &format!("{dir}/act_encoder_layer_{norm}.safetensors"),
-            );
+            let weights = format!("act_encoder_layer_{norm}.safetensors");
+            load_torch(&mut encoder, (FIXTURES, &weights), &[]);
             let mut decoder = config.init_decoder::<B>(&device).unwrap();
-            load(
-                &mut decoder,
-                &format!("{dir}/act_decoder_layer_{norm}.safetensors"),
-            );
+            let weights = format!("act_decoder_layer_{norm}.safetensors");
+            load_torch(&mut decoder, (FIXTURES, &weights), &[]);
             let encoded =
                 encoder.forward(tokens.clone(), Some(&encoder_pos), Some(padding.clone()));
-            let gap = largest_gap(encoded, &case.encoder_out);
+            let gap = case.encoder_out.largest_gap(encoded);
             assert!(gap < 1e-5, "{norm}-norm encoder: {gap}");
             let decoded = decoder.forward(
                 queries.clone(),
                 case.encoder_out.tensor(),
                 (Some(&decoder_pos), Some(&encoder_pos)),
             );
-            let gap = largest_gap(decoded, &case.decoder_out);
+            let gap = case.decoder_out.largest_gap(decoded);
             assert!(gap < 1e-5, "{norm}-norm decoder: {gap}");
         }
     }

@@ -66,14 +66,9 @@ mod tests {
     use burn::backend::Flex;
 
     use super::*;
+    use crate::lerobot_fixtures::{Array, FIXTURES, read};
 
     type B = Flex;
-
-    #[derive(serde::Deserialize)]
-    struct Array {
-        shape: Vec<usize>,
-        values: Vec<f32>,
-    }
 
     #[derive(serde::Deserialize)]
     struct Fixture {
@@ -81,29 +76,15 @@ mod tests {
         embedding_2d: Array,
     }
 
-    fn largest_gap<const D: usize>(got: Tensor<B, D>, want: &Array) -> f32 {
-        assert_eq!(got.dims().to_vec(), want.shape);
-        let got: Vec<f32> = got.into_data().to_vec().unwrap();
-        got.iter()
-            .zip(&want.values)
-            .map(|(a, b)| (a - b).abs())
-            .fold(0.0, f32::max)
-    }
-
     /// LeRobot's `create_sinusoidal_pos_embedding(10, 16)` and
     /// `ACTSinusoidalPositionEmbedding2d(8)` on a 3x5 feature map (16 channels).
     #[test]
     fn positions_match_lerobots() {
-        let path = concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../tests/fixtures/lerobot/act_positions.json"
-        );
-        let fixture: Fixture =
-            serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        let fixture: Fixture = read(FIXTURES, "act_positions");
         let device = Default::default();
         let table = sinusoidal_positions_1d::<B>(10, 16, &device);
-        assert!(largest_gap(table, &fixture.table_1d) < 1e-6);
+        assert!(fixture.table_1d.largest_gap(table) < 1e-6);
         let embedding = sinusoidal_positions_2d::<B>(8, (3, 5), &device);
-        assert!(largest_gap(embedding, &fixture.embedding_2d) < 1e-5);
+        assert!(fixture.embedding_2d.largest_gap(embedding) < 1e-5);
     }
 }

@@ -42,28 +42,13 @@ pub fn noise_prediction_losses<B: Backend>(
 #[cfg(test)]
 mod tests {
     use burn::backend::Flex;
-    use burn_store::{KeyRemapper, ModuleSnapshot, PyTorchToBurnAdapter, SafetensorsStore};
 
     use super::*;
     use crate::diffusion::scheduler::NoiseScheduleConfig;
     use crate::diffusion::unet::{DiffusionUnetConfig, LEROBOT_KEYS};
+    use crate::lerobot_fixtures::{Array, FIXTURES, load_torch, read};
 
     type B = Flex;
-
-    #[derive(serde::Deserialize)]
-    struct Array {
-        shape: Vec<usize>,
-        values: Vec<f32>,
-    }
-
-    impl Array {
-        fn tensor<const D: usize>(&self) -> Tensor<B, D> {
-            Tensor::from_data(
-                TensorData::new(self.values.clone(), self.shape.clone()),
-                &Default::default(),
-            )
-        }
-    }
 
     #[derive(serde::Deserialize)]
     struct Fixture {
@@ -85,27 +70,15 @@ mod tests {
     /// padded actions masked), with the noise and timesteps it drew replayed.
     #[test]
     fn the_loss_of_a_batch_matches_lerobots_compute_loss() {
-        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures/lerobot");
-        let f: Fixture = serde_json::from_str(
-            &std::fs::read_to_string(format!("{dir}/diffusion_loss.json")).unwrap(),
-        )
-        .unwrap();
+        let f: Fixture = read(FIXTURES, "diffusion_loss");
         let device = Default::default();
         let mut unet = DiffusionUnetConfig::new(f.action_dim, f.global_cond_dim)
             .with_down_dims(f.down_dims)
             .with_diffusion_step_embed_dim(f.diffusion_step_embed_dim)
             .init::<B>(&device)
             .unwrap();
-        let mut remapper = KeyRemapper::new();
-        for (pattern, replacement) in LEROBOT_KEYS {
-            remapper = remapper.add_pattern(pattern, replacement).unwrap();
-        }
-        let mut store =
-            SafetensorsStore::from_file(format!("{dir}/diffusion_sampling_unet.safetensors"))
-                .with_from_adapter(PyTorchToBurnAdapter)
-                .remap(remapper);
-        let applied = unet.load_from(&mut store).unwrap();
-        assert!(applied.missing.is_empty(), "{:?}", applied.missing);
+        let weights = (FIXTURES, "diffusion_sampling_unet.safetensors");
+        load_torch(&mut unet, weights, &LEROBOT_KEYS);
         let schedule = NoiseSchedule::new(f.schedule).unwrap();
         // LeRobot's global conditioning without images: the states side by side,
         // observation steps flattened.

@@ -33,28 +33,13 @@ pub fn denoise<B: Backend>(
 #[cfg(test)]
 mod tests {
     use burn::backend::Flex;
-    use burn_store::{KeyRemapper, ModuleSnapshot, PyTorchToBurnAdapter, SafetensorsStore};
 
     use super::*;
     use crate::diffusion::scheduler::NoiseScheduleConfig;
     use crate::diffusion::unet::{DiffusionUnetConfig, LEROBOT_KEYS};
+    use crate::lerobot_fixtures::{Array, FIXTURES, load_torch, read};
 
     type B = Flex;
-
-    #[derive(serde::Deserialize)]
-    struct Array {
-        shape: Vec<usize>,
-        values: Vec<f32>,
-    }
-
-    impl Array {
-        fn tensor<const D: usize>(&self) -> Tensor<B, D> {
-            Tensor::from_data(
-                TensorData::new(self.values.clone(), self.shape.clone()),
-                &Default::default(),
-            )
-        }
-    }
 
     #[derive(serde::Deserialize)]
     struct Run {
@@ -81,27 +66,14 @@ mod tests {
     /// at each step.
     #[test]
     fn denoised_chunks_match_lerobots_conditional_sample() {
-        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures/lerobot");
-        let f: Fixture = serde_json::from_str(
-            &std::fs::read_to_string(format!("{dir}/diffusion_sampling.json")).unwrap(),
-        )
-        .unwrap();
-        let device = Default::default();
+        let f: Fixture = read(FIXTURES, "diffusion_sampling");
         let mut unet = DiffusionUnetConfig::new(f.action_dim, f.global_cond_dim)
             .with_down_dims(f.down_dims)
             .with_diffusion_step_embed_dim(f.diffusion_step_embed_dim)
-            .init::<B>(&device)
+            .init::<B>(&Default::default())
             .unwrap();
-        let mut remapper = KeyRemapper::new();
-        for (pattern, replacement) in LEROBOT_KEYS {
-            remapper = remapper.add_pattern(pattern, replacement).unwrap();
-        }
-        let mut store =
-            SafetensorsStore::from_file(format!("{dir}/diffusion_sampling_unet.safetensors"))
-                .with_from_adapter(PyTorchToBurnAdapter)
-                .remap(remapper);
-        let applied = unet.load_from(&mut store).unwrap();
-        assert!(applied.missing.is_empty(), "{:?}", applied.missing);
+        let weights = (FIXTURES, "diffusion_sampling_unet.safetensors");
+        load_torch(&mut unet, weights, &LEROBOT_KEYS);
         let schedule = NoiseSchedule::new(f.schedule).unwrap();
         for run in &f.runs {
             let mut noises = run.step_noise.iter();
@@ -119,12 +91,7 @@ mod tests {
             )
             .unwrap();
             assert!(noises.next().is_none(), "DDPM used every recorded noise");
-            let got: Vec<f32> = sample.into_data().to_vec().unwrap();
-            let gap = got
-                .iter()
-                .zip(&run.sample.values)
-                .map(|(a, b)| (a - b).abs())
-                .fold(0.0, f32::max);
+            let gap = run.sample.largest_gap(sample);
             println!("{:?} {} steps: largest gap {gap:e}", run.sampler, run.steps);
             assert!(gap < 1e-3, "{:?}: largest gap {gap}", run.sampler);
         }

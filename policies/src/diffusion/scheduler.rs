@@ -255,6 +255,7 @@ mod tests {
     use burn::backend::Flex;
 
     use super::*;
+    use crate::lerobot_fixtures::{Array, FIXTURES, read};
 
     type B = Flex;
 
@@ -372,23 +373,6 @@ mod tests {
         assert_eq!(step(0, None), step(0, Some(tensor(&[1.0, 1.0]))));
     }
 
-    /// A flat array of the fixture and its shape.
-    #[derive(serde::Deserialize)]
-    struct Array {
-        shape: Vec<usize>,
-        values: Vec<f32>,
-    }
-
-    impl Array {
-        fn tensor(&self) -> Tensor<B, 3> {
-            let shape: [usize; 3] = self.shape.clone().try_into().unwrap();
-            Tensor::from_data(
-                TensorData::new(self.values.clone(), shape),
-                &Default::default(),
-            )
-        }
-    }
-
     #[derive(serde::Deserialize)]
     struct Step {
         sampler: SamplerKind,
@@ -412,45 +396,31 @@ mod tests {
         steps: Vec<Step>,
     }
 
-    fn largest_gap(got: Tensor<B, 3>, want: &Array) -> f32 {
-        let got: Vec<f32> = got.into_data().to_vec().unwrap();
-        assert_eq!(got.len(), want.values.len());
-        got.iter()
-            .zip(&want.values)
-            .map(|(a, b)| (a - b).abs())
-            .fold(0.0, f32::max)
-    }
-
     /// `diffusers`' schedulers as LeRobot configures them, recorded by
     /// `scripts/lerobot_policy_fixtures.py` (lerobot 0.4.4, torch 2.10).
     #[test]
     fn schedules_and_steps_match_diffusers() {
-        let path = concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../tests/fixtures/lerobot/schedules.json"
-        );
-        let fixture: Fixture =
-            serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        let fixture: Fixture = read(FIXTURES, "schedules");
         let schedule = NoiseSchedule::new(fixture.config).unwrap();
         for (t, &want) in fixture.alphas_cumprod.iter().enumerate() {
             assert!((schedule.alpha_bar(t) - want).abs() <= 1e-6, "t {t}");
         }
         assert_eq!(schedule.timesteps(10).unwrap(), fixture.ddim_timesteps);
         let noised = schedule.add_noise(
-            fixture.clean.tensor(),
+            fixture.clean.tensor::<3>(),
             fixture.noise.tensor(),
             &fixture.noised_at,
         );
-        assert!(largest_gap(noised, &fixture.noised) < 1e-6);
+        assert!(fixture.noised.largest_gap(noised) < 1e-6);
         for step in &fixture.steps {
             let out = schedule.step(
                 step.sampler,
                 step.inference_steps,
-                (step.timestep, fixture.model_output.tensor()),
+                (step.timestep, fixture.model_output.tensor::<3>()),
                 fixture.sample.tensor(),
                 Some(step.noise.tensor()),
             );
-            let gap = largest_gap(out, &step.prev_sample);
+            let gap = step.prev_sample.largest_gap(out);
             assert!(
                 gap < 1e-5,
                 "{:?} {} steps at t {}: {gap}",

@@ -92,17 +92,11 @@ impl<B: Backend> SpatialSoftmax<B> {
 #[cfg(test)]
 mod tests {
     use burn::backend::Flex;
-    use burn_store::{ModuleSnapshot, PyTorchToBurnAdapter, SafetensorsStore};
 
     use super::*;
+    use crate::lerobot_fixtures::{Array, FIXTURES, load_torch, read};
 
     type B = Flex;
-
-    #[derive(serde::Deserialize)]
-    struct Array {
-        shape: Vec<usize>,
-        values: Vec<f32>,
-    }
 
     #[derive(serde::Deserialize)]
     struct Fixture {
@@ -117,36 +111,19 @@ mod tests {
     /// (the convolution and `pos_grid`) loaded through burn-store.
     #[test]
     fn lerobots_spatial_softmax_loads_and_matches() {
-        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures/lerobot");
-        let fixture: Fixture = serde_json::from_str(
-            &std::fs::read_to_string(format!("{dir}/spatial_softmax.json")).unwrap(),
-        )
-        .unwrap();
+        let fixture: Fixture = read(FIXTURES, "spatial_softmax");
         let device = Default::default();
         let config = SpatialSoftmaxConfig::new(fixture.channels, fixture.size)
             .with_num_kp(Some(fixture.num_kp));
         // The grid built here is LeRobot's before anything is loaded.
         let built = config.init::<B>(&device).unwrap().pos_grid.val();
         let mut module = config.init::<B>(&device).unwrap();
-        let mut store = SafetensorsStore::from_file(format!("{dir}/spatial_softmax.safetensors"))
-            .with_from_adapter(PyTorchToBurnAdapter);
-        let applied = module.load_from(&mut store).unwrap();
-        assert!(
-            applied.missing.is_empty() && applied.unused.is_empty(),
-            "{applied:?}"
-        );
+        load_torch(&mut module, (FIXTURES, "spatial_softmax.safetensors"), &[]);
         let loaded: Vec<f32> = module.pos_grid.val().into_data().to_vec().unwrap();
         assert_eq!(built.into_data().to_vec::<f32>().unwrap(), loaded);
-        let shape: [usize; 4] = fixture.features.shape.clone().try_into().unwrap();
-        let features =
-            Tensor::<B, 4>::from_data(TensorData::new(fixture.features.values, shape), &device);
-        let keypoints: Vec<f32> = module.forward(features).into_data().to_vec().unwrap();
-        assert_eq!(keypoints.len(), fixture.keypoints.values.len());
-        let gap = keypoints
-            .iter()
-            .zip(&fixture.keypoints.values)
-            .map(|(a, b)| (a - b).abs())
-            .fold(0.0, f32::max);
+        let gap = fixture
+            .keypoints
+            .largest_gap(module.forward(fixture.features.tensor()));
         assert!(gap < 1e-5, "largest gap {gap}");
     }
 

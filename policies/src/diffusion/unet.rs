@@ -361,17 +361,11 @@ impl<B: Backend> DiffusionUnet<B> {
 #[cfg(test)]
 mod tests {
     use burn::backend::Flex;
-    use burn_store::{KeyRemapper, ModuleSnapshot, PyTorchToBurnAdapter, SafetensorsStore};
 
     use super::*;
+    use crate::lerobot_fixtures::{Array, FIXTURES, load_torch, read};
 
     type B = Flex;
-
-    #[derive(serde::Deserialize)]
-    struct Array {
-        shape: Vec<usize>,
-        values: Vec<f32>,
-    }
 
     #[derive(serde::Deserialize)]
     struct Fixture {
@@ -392,55 +386,22 @@ mod tests {
     /// group norms), loaded through burn-store with [`LEROBOT_KEYS`].
     #[test]
     fn lerobots_unet_loads_and_matches() {
-        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures/lerobot");
-        let f: Fixture = serde_json::from_str(
-            &std::fs::read_to_string(format!("{dir}/diffusion_unet.json")).unwrap(),
-        )
-        .unwrap();
-        let device = Default::default();
+        let f: Fixture = read(FIXTURES, "diffusion_unet");
         let mut unet = DiffusionUnetConfig::new(f.action_dim, f.global_cond_dim)
             .with_down_dims(f.down_dims)
             .with_kernel_size(f.kernel_size)
             .with_n_groups(f.n_groups)
             .with_diffusion_step_embed_dim(f.diffusion_step_embed_dim)
             .with_use_film_scale_modulation(f.use_film_scale_modulation)
-            .init::<B>(&device)
+            .init::<B>(&Default::default())
             .unwrap();
-        let mut remapper = KeyRemapper::new();
-        for (pattern, replacement) in LEROBOT_KEYS {
-            remapper = remapper.add_pattern(pattern, replacement).unwrap();
-        }
-        let mut store = SafetensorsStore::from_file(format!("{dir}/diffusion_unet.safetensors"))
-            .with_from_adapter(PyTorchToBurnAdapter)
-            .remap(remapper);
-        let applied = unet.load_from(&mut store).unwrap();
-        assert!(applied.missing.is_empty(), "{:?}", applied.missing);
-        // burn-store lists a group norm's PyTorch names as unused even when its adapter
-        // applied them as `gamma` and `beta`: those must be applied.
-        for unused in &applied.unused {
-            let burn_name = unused
-                .replace(".weight", ".gamma")
-                .replace(".bias", ".beta");
-            assert!(applied.applied.contains(&burn_name), "{unused} unused");
-        }
-        let shape = |a: &Array| -> Vec<usize> { a.shape.clone() };
-        let x =
-            Tensor::<B, 3>::from_data(TensorData::new(f.x.values.clone(), shape(&f.x)), &device);
-        let cond = Tensor::<B, 2>::from_data(
-            TensorData::new(f.global_cond.values.clone(), shape(&f.global_cond)),
-            &device,
+        load_torch(
+            &mut unet,
+            (FIXTURES, "diffusion_unet.safetensors"),
+            &LEROBOT_KEYS,
         );
-        let out: Vec<f32> = unet
-            .forward(x, &f.timesteps, Some(cond))
-            .into_data()
-            .to_vec()
-            .unwrap();
-        assert_eq!(out.len(), f.output.values.len());
-        let gap = out
-            .iter()
-            .zip(&f.output.values)
-            .map(|(a, b)| (a - b).abs())
-            .fold(0.0, f32::max);
+        let out = unet.forward(f.x.tensor(), &f.timesteps, Some(f.global_cond.tensor()));
+        let gap = f.output.largest_gap(out);
         println!("largest gap {gap:e}");
         assert!(gap < 1e-4, "largest gap {gap}");
     }
