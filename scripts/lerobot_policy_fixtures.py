@@ -53,6 +53,12 @@ Needs `pip install lerobot` (0.4.4 on Python 3.11; it pins torch and brings
   sampling fixture's weights; padded actions masked) with the noise and timesteps it
   drew (read by `policies/src/diffusion/loss.rs`).
 
+- `diffusion_rgb_encoder.safetensors` and `diffusion_rgb_encoder.json`: LeRobot's own
+  `DiffusionRgbEncoder` (group norms, 8 keypoints, a 64x96 crop of 72x100 images, at
+  inference) around the narrow ResNet-18 (torchvision's resnet18 factory swapped for it
+  while LeRobot builds the encoder) and its features of recorded images (read by
+  `policies/src/diffusion/rgb_encoder.rs`).
+
 With `--full-size DIR`, it also writes the same ResNet-18 fixture at torchvision's own
 size (`torchvision.models.resnet18` with `FrozenBatchNorm2d`, 47 MB; not committed) to
 DIR; `IMAGO_LEROBOT_FULL_FIXTURES=DIR cargo test --release --workspace --lib resnet`
@@ -85,6 +91,7 @@ from lerobot.configs.types import FeatureType, PolicyFeature
 from lerobot.policies.diffusion.modeling_diffusion import (
     DiffusionConditionalUnet1d,
     DiffusionModel,
+    DiffusionRgbEncoder,
     SpatialSoftmax,
     _replace_submodules,
 )
@@ -399,6 +406,46 @@ def diffusion_loss(out):
     }
 
 
+def diffusion_rgb_encoder(out):
+    torch.manual_seed(14)
+    widths = [16, 32, 64, 128]
+    # A crop large enough for a 2x3 feature map: the keypoints then depend on the image.
+    config = DiffusionConfig(crop_shape=(64, 96), spatial_softmax_num_keypoints=8)
+    config.input_features = {
+        "observation.state": PolicyFeature(type=FeatureType.STATE, shape=(3,)),
+        "observation.image": PolicyFeature(type=FeatureType.VISUAL, shape=(3, 72, 100)),
+    }
+    config.output_features = {"action": PolicyFeature(type=FeatureType.ACTION, shape=(2,))}
+    factory = torchvision.models.resnet18
+    # LeRobot builds its backbone from torchvision's factory: a narrow one stands in.
+    torchvision.models.resnet18 = lambda weights=None: NarrowResNet18(
+        widths, norm_layer=torch.nn.BatchNorm2d, keep_head=True
+    )
+    try:
+        encoder = DiffusionRgbEncoder(config).eval()
+    finally:
+        torchvision.models.resnet18 = factory
+    with torch.no_grad():
+        for module in encoder.modules():
+            if isinstance(module, torch.nn.GroupNorm):
+                module.weight.uniform_(0.5, 1.5)
+                module.bias.normal_(0, 0.2)
+        images = torch.rand(2, 3, 72, 100)
+        features = encoder(images)
+    save_file(
+        {name: t.contiguous() for name, t in encoder.state_dict().items()},
+        str(out / "diffusion_rgb_encoder.safetensors"),
+    )
+    return {
+        "image_size": [72, 100],
+        "crop_shape": [64, 96],
+        "widths": widths,
+        "num_keypoints": 8,
+        "images": flat(images),
+        "features": flat(features),
+    }
+
+
 def randomise_statistics(network):
     """Seeded convolutions as torchvision draws them, and norms that are not the identity."""
     with torch.no_grad():
@@ -415,7 +462,7 @@ def randomise_statistics(network):
 class NarrowResNet18(ResNet):
     """torchvision's ResNet-18 with other stage widths (its class fixes them)."""
 
-    def __init__(self, widths, norm_layer=FrozenBatchNorm2d):
+    def __init__(self, widths, norm_layer=FrozenBatchNorm2d, keep_head=False):
         super().__init__(BasicBlock, [2, 2, 2, 2], norm_layer=norm_layer)
         self.inplanes = widths[0]
         self.conv1 = torch.nn.Conv2d(3, widths[0], 7, 2, 3, bias=False)
@@ -424,7 +471,8 @@ class NarrowResNet18(ResNet):
         self.layer2 = self._make_layer(BasicBlock, widths[1], 2, stride=2)
         self.layer3 = self._make_layer(BasicBlock, widths[2], 2, stride=2)
         self.layer4 = self._make_layer(BasicBlock, widths[3], 2, stride=2)
-        del self.fc, self.avgpool
+        if not keep_head:
+            del self.fc, self.avgpool
 
     def features(self, x):
         x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
@@ -501,6 +549,7 @@ def main():
         (args.out, "diffusion_unet", diffusion_unet(args.out)),
         (args.out, "diffusion_sampling", diffusion_sampling(args.out)),
         (args.out, "diffusion_loss", diffusion_loss(args.out)),
+        (args.out, "diffusion_rgb_encoder", diffusion_rgb_encoder(args.out)),
     ]
     if args.full_size:
         args.full_size.mkdir(parents=True, exist_ok=True)
