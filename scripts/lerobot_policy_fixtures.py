@@ -59,6 +59,10 @@ Needs `pip install lerobot` (0.4.4 on Python 3.11; it pins torch and brings
   while LeRobot builds the encoder) and its features of recorded images (read by
   `policies/src/diffusion/rgb_encoder.rs`).
 
+- `act_temporal_ensemble.json`: LeRobot's own `ACTTemporalEnsembler(0.01, 5)` fed seven
+  ticks of chunks for two episodes, and the actions it returned (read by
+  `policies/src/act/temporal_ensemble.rs`).
+
 With `--full-size DIR`, it also writes the same ResNet-18 fixture at torchvision's own
 size (`torchvision.models.resnet18` with `FrozenBatchNorm2d`, 47 MB; not committed) to
 DIR; `IMAGO_LEROBOT_FULL_FIXTURES=DIR cargo test --release --workspace --lib resnet`
@@ -83,6 +87,7 @@ from lerobot.policies.act.configuration_act import ACTConfig
 from lerobot.policies.act.modeling_act import (
     ACTDecoderLayer,
     ACTEncoderLayer,
+    ACTTemporalEnsembler,
     ACTSinusoidalPositionEmbedding2d,
     create_sinusoidal_pos_embedding,
 )
@@ -446,6 +451,18 @@ def diffusion_rgb_encoder(out):
     }
 
 
+def act_temporal_ensemble():
+    torch.manual_seed(15)
+    coeff, chunk, action_dim = 0.01, 5, 3
+    ensembler = ACTTemporalEnsembler(coeff, chunk)
+    chunks, actions = [], []
+    for _ in range(7):
+        predicted = torch.randn(2, chunk, action_dim)
+        chunks.append(flat(predicted))
+        actions.append(flat(ensembler.update(predicted)))
+    return {"coeff": coeff, "chunk": chunk, "action_dim": action_dim, "chunks": chunks, "actions": actions}
+
+
 def randomise_statistics(network):
     """Seeded convolutions as torchvision draws them, and norms that are not the identity."""
     with torch.no_grad():
@@ -545,6 +562,7 @@ def main():
         (args.out, "resnet18_group_norm", resnet18_group_norm(args.out)),
         (args.out, "act_layers", act_layers(args.out)),
         (args.out, "act_positions", act_positions()),
+        (args.out, "act_temporal_ensemble", act_temporal_ensemble()),
         (args.out, "spatial_softmax", spatial_softmax(args.out)),
         (args.out, "diffusion_unet", diffusion_unet(args.out)),
         (args.out, "diffusion_sampling", diffusion_sampling(args.out)),
