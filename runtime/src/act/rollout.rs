@@ -147,16 +147,9 @@ where
     while run.any_running() {
         let running = run.running();
         // Who commands this tick: the expert (taken over, or coaching) or the policy.
-        let expert_commands: Vec<usize> = running
+        let (expert_commands, policy_lanes): (Vec<usize>, Vec<usize>) = running
             .iter()
-            .copied()
-            .filter(|&i| run.lanes()[i].takeover.is_active() || coaches[i].coaches_this_tick())
-            .collect();
-        let policy_lanes: Vec<usize> = running
-            .iter()
-            .copied()
-            .filter(|i| !expert_commands.contains(i))
-            .collect();
+            .partition(|&&i| run.lanes()[i].takeover.is_active() || coaches[i].coaches_this_tick());
         let mut commands = sampler.commands(&run, &policy_lanes)?;
         for &i in &expert_commands {
             let action = run.lanes_mut()[i].expert_action()?;

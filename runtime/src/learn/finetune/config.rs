@@ -236,17 +236,24 @@ impl FinetuneConfig {
 
     /// `awr-returns`: which episodes' returns are normalised together.
     pub fn return_groups(&self) -> ReturnGroups {
-        self.awr_returns.clone().unwrap_or_default().return_groups
+        self.awr_returns
+            .as_ref()
+            .map_or_else(ReturnGroups::default, |s| s.return_groups)
     }
 
     /// `advantage-flow`: the weight of the pull toward the behaviour policy.
     pub fn flow_regulariser(&self) -> f64 {
-        self.advantage_flow.clone().unwrap_or_default().regulariser
+        self.advantage_flow.as_ref().map_or_else(
+            || AdvantageFlowSettings::default().regulariser,
+            |s| s.regulariser,
+        )
     }
 
     /// `habc`: the gate between viability and efficiency.
     pub fn habc_gate(&self) -> HabcGate {
-        self.habc.clone().unwrap_or_default().gate
+        self.habc
+            .as_ref()
+            .map_or_else(HabcGate::default, |s| s.gate)
     }
 
     /// A method's own table given with another method is an error naming both.
