@@ -106,6 +106,42 @@ def flat(tensor):
     return {"shape": list(tensor.shape), "values": tensor.flatten().tolist()}
 
 
+def save_state(module, path):
+    """The module's state dict as safetensors, as imago's tests load it."""
+    save_file({name: t.contiguous() for name, t in module.state_dict().items()}, str(path))
+
+
+def perturb_norm(module):
+    """A layer or group norm that is not the identity (PyTorch starts them at 1 and 0)."""
+    if isinstance(module, (torch.nn.LayerNorm, torch.nn.GroupNorm)):
+        module.weight.uniform_(0.5, 1.5)
+        module.bias.normal_(0, 0.2)
+
+
+def state_only_diffusion_config(**settings):
+    """LeRobot's DiffusionConfig with a 3-d state, a 4-d environment state and 2-d actions."""
+    config = DiffusionConfig(**settings)
+    config.input_features = {
+        "observation.state": PolicyFeature(type=FeatureType.STATE, shape=(3,)),
+        "observation.environment_state": PolicyFeature(type=FeatureType.ENV, shape=(4,)),
+    }
+    config.output_features = {"action": PolicyFeature(type=FeatureType.ACTION, shape=(2,))}
+    return config
+
+
+def unet_record(config, global_cond_dim):
+    """The U-Net's sizes as imago's DiffusionUnetConfig names them, from LeRobot's config."""
+    return {
+        "action_dim": config.action_feature.shape[0],
+        "global_cond_dim": global_cond_dim,
+        "down_dims": list(config.down_dims),
+        "kernel_size": config.kernel_size,
+        "n_groups": config.n_groups,
+        "diffusion_step_embed_dim": config.diffusion_step_embed_dim,
+        "use_film_scale_modulation": config.use_film_scale_modulation,
+    }
+
+
 def lerobot_schedule_config():
     """The scheduler settings of LeRobot's DiffusionConfig, as it passes them to diffusers."""
     config = DiffusionConfig()
@@ -185,10 +221,7 @@ def attention(out):
     with torch.no_grad():
         masked, _ = module(query, key, key, key_padding_mask=padding, need_weights=False)
         unmasked, _ = module(query, key, key, need_weights=False)
-    save_file(
-        {name: t.contiguous() for name, t in module.state_dict().items()},
-        str(out / "attention.safetensors"),
-    )
+    save_state(module, out / "attention.safetensors")
     return {
         "d_model": d_model,
         "n_heads": n_heads,
@@ -225,9 +258,7 @@ def act_layers(out):
         with torch.no_grad():
             for layer in [encoder, decoder]:
                 for module in layer.modules():
-                    if isinstance(module, torch.nn.LayerNorm):
-                        module.weight.uniform_(0.5, 1.5)
-                        module.bias.normal_(0, 0.2)
+                    perturb_norm(module)
                     if isinstance(module, torch.nn.MultiheadAttention):
                         module.in_proj_bias.normal_(0, 0.2)
             encoded = encoder(seq(tokens), pos_embed=seq(encoder_pos), key_padding_mask=padding)
@@ -236,10 +267,7 @@ def act_layers(out):
             )
         norm = "pre" if pre_norm else "post"
         for name, layer in [("encoder", encoder), ("decoder", decoder)]:
-            save_file(
-                {key: t.contiguous() for key, t in layer.state_dict().items()},
-                str(out / f"act_{name}_layer_{norm}.safetensors"),
-            )
+            save_state(layer, out / f"act_{name}_layer_{norm}.safetensors")
         record["cases"].append(
             {"pre_norm": pre_norm, "encoder_out": flat(seq(encoded)), "decoder_out": flat(seq(decoded))}
         )
@@ -261,10 +289,7 @@ def spatial_softmax(out):
     features = torch.randn(2, channels, *size) * 2.0
     with torch.no_grad():
         keypoints = module(features)
-    save_file(
-        {name: t.contiguous() for name, t in module.state_dict().items()},
-        str(out / "spatial_softmax.safetensors"),
-    )
+    save_state(module, out / "spatial_softmax.safetensors")
     return {
         "channels": channels,
         "size": size,
@@ -276,34 +301,25 @@ def spatial_softmax(out):
 
 def diffusion_unet(out):
     torch.manual_seed(10)
-    sizes = {
-        "down_dims": (16, 32, 64),
-        "kernel_size": 5,
-        "n_groups": 8,
-        "diffusion_step_embed_dim": 16,
-        "use_film_scale_modulation": True,
-    }
-    config = DiffusionConfig(**sizes)
-    config.output_features = {"action": PolicyFeature(type=FeatureType.ACTION, shape=(2,))}
+    config = state_only_diffusion_config(
+        down_dims=(16, 32, 64),
+        kernel_size=5,
+        n_groups=8,
+        diffusion_step_embed_dim=16,
+        use_film_scale_modulation=True,
+    )
     global_cond_dim = 10
     unet = DiffusionConditionalUnet1d(config, global_cond_dim).eval()
     with torch.no_grad():
         for module in unet.modules():
-            if isinstance(module, torch.nn.GroupNorm):
-                module.weight.uniform_(0.5, 1.5)
-                module.bias.normal_(0, 0.2)
+            perturb_norm(module)
         x = torch.randn(2, 8, 2)
         timesteps = torch.tensor([3, 57])
         global_cond = torch.randn(2, global_cond_dim)
         output = unet(x, timesteps, global_cond=global_cond)
-    save_file(
-        {name: t.contiguous() for name, t in unet.state_dict().items()},
-        str(out / "diffusion_unet.safetensors"),
-    )
+    save_state(unet, out / "diffusion_unet.safetensors")
     return {
-        "action_dim": 2,
-        "global_cond_dim": global_cond_dim,
-        **{k: list(v) if isinstance(v, tuple) else v for k, v in sizes.items()},
+        "unet": unet_record(config, global_cond_dim),
         "x": flat(x),
         "timesteps": timesteps.tolist(),
         "global_cond": flat(global_cond),
@@ -313,39 +329,23 @@ def diffusion_unet(out):
 
 def diffusion_sampling(out):
     torch.manual_seed(11)
-    features = {
-        "observation.state": PolicyFeature(type=FeatureType.STATE, shape=(3,)),
-        "observation.environment_state": PolicyFeature(type=FeatureType.ENV, shape=(4,)),
-    }
     record = {"runs": []}
     for sampler, steps in [("DDPM", 100), ("DDIM", 10)]:
         torch.manual_seed(11)
-        config = DiffusionConfig(
+        config = state_only_diffusion_config(
             down_dims=(16, 32, 64),
             diffusion_step_embed_dim=16,
             noise_scheduler_type=sampler,
             num_inference_steps=steps,
         )
-        config.input_features = features
-        config.output_features = {"action": PolicyFeature(type=FeatureType.ACTION, shape=(2,))}
         model = DiffusionModel(config).eval()
         global_cond_dim = (3 + 4) * config.n_obs_steps
         if "global_cond" not in record:
             record["global_cond"] = flat(torch.randn(2, global_cond_dim))
-            save_file(
-                {name: t.contiguous() for name, t in model.unet.state_dict().items()},
-                str(out / "diffusion_sampling_unet.safetensors"),
-            )
+            save_state(model.unet, out / "diffusion_sampling_unet.safetensors")
             weights = {name: t.clone() for name, t in model.unet.state_dict().items()}
-            record.update(
-                {
-                    "action_dim": 2,
-                    "global_cond_dim": global_cond_dim,
-                    "down_dims": [16, 32, 64],
-                    "diffusion_step_embed_dim": 16,
-                    "schedule": lerobot_schedule_config(),
-                }
-            )
+            record["unet"] = unet_record(config, global_cond_dim)
+            record["schedule"] = lerobot_schedule_config()
         model.unet.load_state_dict(weights)
         global_cond = torch.tensor(record["global_cond"]["values"]).reshape(2, global_cond_dim)
         initial = torch.randn(2, config.horizon, 2)
@@ -371,14 +371,9 @@ def diffusion_sampling(out):
 
 def diffusion_loss(out):
     torch.manual_seed(12)
-    config = DiffusionConfig(
+    config = state_only_diffusion_config(
         down_dims=(16, 32, 64), diffusion_step_embed_dim=16, do_mask_loss_for_padding=True
     )
-    config.input_features = {
-        "observation.state": PolicyFeature(type=FeatureType.STATE, shape=(3,)),
-        "observation.environment_state": PolicyFeature(type=FeatureType.ENV, shape=(4,)),
-    }
-    config.output_features = {"action": PolicyFeature(type=FeatureType.ACTION, shape=(2,))}
     model = DiffusionModel(config).eval()
     model.unet.load_state_dict(load_file(str(out / "diffusion_sampling_unet.safetensors")))
     batch = {
@@ -396,10 +391,7 @@ def diffusion_loss(out):
     noise = torch.randn(batch["action"].shape)
     timesteps = torch.randint(low=0, high=config.num_train_timesteps, size=(2,)).long()
     return {
-        "action_dim": 2,
-        "global_cond_dim": 7 * config.n_obs_steps,
-        "down_dims": [16, 32, 64],
-        "diffusion_step_embed_dim": 16,
+        "unet": unet_record(config, 7 * config.n_obs_steps),
         "schedule": lerobot_schedule_config(),
         "state": flat(batch["observation.state"]),
         "environment_state": flat(batch["observation.environment_state"]),
@@ -432,15 +424,10 @@ def diffusion_rgb_encoder(out):
         torchvision.models.resnet18 = factory
     with torch.no_grad():
         for module in encoder.modules():
-            if isinstance(module, torch.nn.GroupNorm):
-                module.weight.uniform_(0.5, 1.5)
-                module.bias.normal_(0, 0.2)
+            perturb_norm(module)
         images = torch.rand(2, 3, 72, 100)
         features = encoder(images)
-    save_file(
-        {name: t.contiguous() for name, t in encoder.state_dict().items()},
-        str(out / "diffusion_rgb_encoder.safetensors"),
-    )
+    save_state(encoder, out / "diffusion_rgb_encoder.safetensors")
     return {
         "image_size": [72, 100],
         "crop_shape": [64, 96],
@@ -518,9 +505,7 @@ def resnet18_group_norm(out):
         for module in network.modules():
             if isinstance(module, torch.nn.Conv2d):
                 torch.nn.init.kaiming_normal_(module.weight, mode="fan_out")
-            if isinstance(module, torch.nn.GroupNorm):
-                module.weight.uniform_(0.5, 1.5)
-                module.bias.normal_(0, 0.2)
+            perturb_norm(module)
     record = resnet_record(network, widths, out / "resnet18_group_norm.safetensors")
     record["norm"] = "Group"
     return record
@@ -539,10 +524,7 @@ def resnet_record(network, widths, weights_path):
     with torch.no_grad():
         images = torch.rand(2, 3, 32, 40)
         features = network.features(images)
-    save_file(
-        {name: t.contiguous() for name, t in network.state_dict().items()},
-        str(weights_path),
-    )
+    save_state(network, weights_path)
     return {"widths": widths, "norm": "FrozenBatch", "images": flat(images), "features": flat(features)}
 
 

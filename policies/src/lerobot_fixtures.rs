@@ -7,6 +7,8 @@ use burn::prelude::*;
 use burn_store::{KeyRemapper, ModuleSnapshot, PyTorchToBurnAdapter, SafetensorsStore};
 use serde::de::DeserializeOwned;
 
+use crate::diffusion::unet::{DiffusionUnet, DiffusionUnetConfig, LEROBOT_KEYS};
+
 /// The committed fixtures' directory.
 pub(crate) const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures/lerobot");
 
@@ -73,4 +75,11 @@ pub(crate) fn load_torch<M: ModuleSnapshot<Flex>>(
             applied.applied
         );
     }
+}
+
+/// LeRobot's U-Net of `config`, with the weights of the committed fixture `weights`.
+pub(crate) fn lerobot_unet(config: &DiffusionUnetConfig, weights: &str) -> DiffusionUnet<Flex> {
+    let mut unet = config.init(&Default::default()).unwrap();
+    load_torch(&mut unet, (FIXTURES, weights), &LEROBOT_KEYS);
+    unet
 }

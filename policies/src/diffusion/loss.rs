@@ -45,17 +45,14 @@ mod tests {
 
     use super::*;
     use crate::diffusion::scheduler::NoiseScheduleConfig;
-    use crate::diffusion::unet::{DiffusionUnetConfig, LEROBOT_KEYS};
-    use crate::lerobot_fixtures::{Array, FIXTURES, load_torch, read};
+    use crate::diffusion::unet::DiffusionUnetConfig;
+    use crate::lerobot_fixtures::{Array, FIXTURES, lerobot_unet, read};
 
     type B = Flex;
 
     #[derive(serde::Deserialize)]
     struct Fixture {
-        action_dim: usize,
-        global_cond_dim: usize,
-        down_dims: Vec<usize>,
-        diffusion_step_embed_dim: usize,
+        unet: DiffusionUnetConfig,
         schedule: NoiseScheduleConfig,
         state: Array,
         environment_state: Array,
@@ -72,20 +69,14 @@ mod tests {
     fn the_loss_of_a_batch_matches_lerobots_compute_loss() {
         let f: Fixture = read(FIXTURES, "diffusion_loss");
         let device = Default::default();
-        let mut unet = DiffusionUnetConfig::new(f.action_dim, f.global_cond_dim)
-            .with_down_dims(f.down_dims)
-            .with_diffusion_step_embed_dim(f.diffusion_step_embed_dim)
-            .init::<B>(&device)
-            .unwrap();
-        let weights = (FIXTURES, "diffusion_sampling_unet.safetensors");
-        load_torch(&mut unet, weights, &LEROBOT_KEYS);
+        let unet = lerobot_unet(&f.unet, "diffusion_sampling_unet.safetensors");
         let schedule = NoiseSchedule::new(f.schedule).unwrap();
         // LeRobot's global conditioning without images: the states side by side,
         // observation steps flattened.
         let states: Tensor<B, 3> =
             Tensor::cat(vec![f.state.tensor(), f.environment_state.tensor()], 2);
         let batch = states.dims()[0];
-        let global_cond = states.reshape([batch, f.global_cond_dim]);
+        let global_cond = states.reshape([batch, f.unet.global_cond_dim]);
         let horizon = f.action.shape[1];
         let pad = Tensor::<B, 2, Bool>::from_data(
             TensorData::new(f.action_is_pad.concat(), [batch, horizon]),

@@ -32,14 +32,10 @@ pub fn denoise<B: Backend>(
 
 #[cfg(test)]
 mod tests {
-    use burn::backend::Flex;
-
     use super::*;
     use crate::diffusion::scheduler::NoiseScheduleConfig;
-    use crate::diffusion::unet::{DiffusionUnetConfig, LEROBOT_KEYS};
-    use crate::lerobot_fixtures::{Array, FIXTURES, load_torch, read};
-
-    type B = Flex;
+    use crate::diffusion::unet::DiffusionUnetConfig;
+    use crate::lerobot_fixtures::{Array, FIXTURES, lerobot_unet, read};
 
     #[derive(serde::Deserialize)]
     struct Run {
@@ -52,10 +48,7 @@ mod tests {
 
     #[derive(serde::Deserialize)]
     struct Fixture {
-        action_dim: usize,
-        global_cond_dim: usize,
-        down_dims: Vec<usize>,
-        diffusion_step_embed_dim: usize,
+        unet: DiffusionUnetConfig,
         schedule: NoiseScheduleConfig,
         global_cond: Array,
         runs: Vec<Run>,
@@ -67,13 +60,7 @@ mod tests {
     #[test]
     fn denoised_chunks_match_lerobots_conditional_sample() {
         let f: Fixture = read(FIXTURES, "diffusion_sampling");
-        let mut unet = DiffusionUnetConfig::new(f.action_dim, f.global_cond_dim)
-            .with_down_dims(f.down_dims)
-            .with_diffusion_step_embed_dim(f.diffusion_step_embed_dim)
-            .init::<B>(&Default::default())
-            .unwrap();
-        let weights = (FIXTURES, "diffusion_sampling_unet.safetensors");
-        load_torch(&mut unet, weights, &LEROBOT_KEYS);
+        let unet = lerobot_unet(&f.unet, "diffusion_sampling_unet.safetensors");
         let schedule = NoiseSchedule::new(f.schedule).unwrap();
         for run in &f.runs {
             let mut noises = run.step_noise.iter();

@@ -363,19 +363,13 @@ mod tests {
     use burn::backend::Flex;
 
     use super::*;
-    use crate::lerobot_fixtures::{Array, FIXTURES, load_torch, read};
+    use crate::lerobot_fixtures::{Array, FIXTURES, lerobot_unet, read};
 
     type B = Flex;
 
     #[derive(serde::Deserialize)]
     struct Fixture {
-        action_dim: usize,
-        global_cond_dim: usize,
-        down_dims: Vec<usize>,
-        kernel_size: usize,
-        n_groups: usize,
-        diffusion_step_embed_dim: usize,
-        use_film_scale_modulation: bool,
+        unet: DiffusionUnetConfig,
         x: Array,
         timesteps: Vec<usize>,
         global_cond: Array,
@@ -387,19 +381,7 @@ mod tests {
     #[test]
     fn lerobots_unet_loads_and_matches() {
         let f: Fixture = read(FIXTURES, "diffusion_unet");
-        let mut unet = DiffusionUnetConfig::new(f.action_dim, f.global_cond_dim)
-            .with_down_dims(f.down_dims)
-            .with_kernel_size(f.kernel_size)
-            .with_n_groups(f.n_groups)
-            .with_diffusion_step_embed_dim(f.diffusion_step_embed_dim)
-            .with_use_film_scale_modulation(f.use_film_scale_modulation)
-            .init::<B>(&Default::default())
-            .unwrap();
-        load_torch(
-            &mut unet,
-            (FIXTURES, "diffusion_unet.safetensors"),
-            &LEROBOT_KEYS,
-        );
+        let unet = lerobot_unet(&f.unet, "diffusion_unet.safetensors");
         let out = unet.forward(f.x.tensor(), &f.timesteps, Some(f.global_cond.tensor()));
         let gap = f.output.largest_gap(out);
         println!("largest gap {gap:e}");
