@@ -235,12 +235,7 @@ fn missing_malformed_wrong_kind_and_corrupt_weights_are_clear_errors() {
         resigned(&|m| m.config["stem_channels"] = serde_json::json!(8)),
     )
     .unwrap();
-    let err = load_policy::<Dispatch>(&dir, None, &device).unwrap_err();
-    let message = err.to_string();
-    assert!(
-        matches!(err, CheckpointError::ShapeMismatch { .. }),
-        "{message}"
-    );
+    let message = shape_mismatch(&dir, &device);
     assert!(
         message.contains("tensor stem.weight: stored [3, 16], the config gives [3, 8]"),
         "{message}"
@@ -359,6 +354,17 @@ fn stored_configs_and_specs_are_checked_with_config_file_ranges_and_against_each
 
 /// Edits the `meta.json` of the checkpoint in `dir` and signs it again, as a hand
 /// edit that keeps its checksum right would.
+/// The error of loading the policy at `dir`, which must be a shape mismatch.
+fn shape_mismatch(dir: &Path, device: &DispatchDevice) -> String {
+    let err = load_policy::<Dispatch>(dir, None, device).unwrap_err();
+    let message = err.to_string();
+    assert!(
+        matches!(err, CheckpointError::ShapeMismatch { .. }),
+        "{message}"
+    );
+    message
+}
+
 fn rewrite_meta(dir: &Path, edit: impl Fn(&mut CheckpointMeta)) {
     let path = dir.join(META);
     let mut meta: CheckpointMeta = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
@@ -412,12 +418,7 @@ fn safetensors_tensors_are_named_by_the_module_tree_and_mismatches_name_each_ten
 
     // A config with a second layer: every tensor of it is named missing.
     rewrite_meta(&dir, |m| m.config["n_layers"] = serde_json::json!(2));
-    let err = load_policy::<Dispatch>(&dir, None, &device).unwrap_err();
-    let message = err.to_string();
-    assert!(
-        matches!(err, CheckpointError::ShapeMismatch { .. }),
-        "{message}"
-    );
+    let message = shape_mismatch(&dir, &device);
     assert!(
         message.contains("tensor encoder.layers.1.mha.query.weight: missing"),
         "{message}"
@@ -426,9 +427,7 @@ fn safetensors_tensors_are_named_by_the_module_tree_and_mismatches_name_each_ten
     // Saved with two layers, loaded with a config of one: the extra ones are named.
     saved_with(&dir, &vla(serde_json::json!({ "n_layers": 2 })));
     rewrite_meta(&dir, |m| m.config["n_layers"] = serde_json::json!(1));
-    let message = load_policy::<Dispatch>(&dir, None, &device)
-        .unwrap_err()
-        .to_string();
+    let message = shape_mismatch(&dir, &device);
     assert!(
         message.contains("tensor encoder.layers.1.mha.query.weight: not in the model"),
         "{message}"
