@@ -92,11 +92,6 @@ impl<'c> LockStep<'c> {
         &mut self.lanes
     }
 
-    /// The lanes, taken apart (their episodes finished or not).
-    pub fn into_lanes(self) -> Vec<Lane> {
-        self.lanes
-    }
-
     /// Whether any episode still runs.
     pub fn any_running(&self) -> bool {
         self.lanes.iter().any(|lane| !lane.episode.is_done())
@@ -169,7 +164,7 @@ mod tests {
         assert!(run.step(vec![command(), None]).is_err());
         run.step(vec![None, command()]).unwrap();
         assert!(!run.any_running());
-        let lanes = run.into_lanes();
+        let lanes = run.lanes();
         assert_eq!(lanes[1].episode.steps(), 4);
         assert_eq!(lanes[1].seed(), 4);
         // Each lane's frames are the robot's own after its last step.

@@ -3,7 +3,7 @@
 //! beside the learner's checkpoint, so that a restart never deploys an unproven
 //! version), and in mode `live` the challenger under test in its slot.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use imago_policies::PolicyConfig;
 use imago_robots::RobotSpec;
@@ -37,7 +37,24 @@ pub(crate) struct ChampionCheckpoint {
 impl ChampionCheckpoint {
     /// Writes `gate`'s champion.
     pub(crate) fn save(&self, gate: &ChampionGate) -> anyhow::Result<()> {
-        save_champion(gate, &self.policy_config, &self.spec, &self.dir)
+        let (champion, version) = gate.champion();
+        let meta = CheckpointMeta::new(&self.spec, version, None);
+        save_policy(champion, &self.policy_config, meta, &self.dir)?;
+        Ok(())
+    }
+}
+
+/// What `gate` decided; without a gate, every version of `learner` was deployed.
+pub(crate) fn promotion_summary(
+    gate: Option<&ChampionGate>,
+    learner: &Learner,
+) -> PromotionSummary {
+    match gate {
+        Some(gate) => gate.summary().clone(),
+        None => PromotionSummary {
+            champion_version: learner.version(),
+            ..PromotionSummary::default()
+        },
     }
 }
 
@@ -78,13 +95,7 @@ impl<'a> ActorFeed<'a> {
 
     /// What the gate decided; without one, every version of `learner` was deployed.
     pub(crate) fn summary(&self, learner: &Learner) -> PromotionSummary {
-        match &self.gate {
-            Some(gate) => gate.summary().clone(),
-            None => PromotionSummary {
-                champion_version: learner.version(),
-                ..PromotionSummary::default()
-            },
-        }
+        promotion_summary(self.gate.as_ref(), learner)
     }
 }
 
@@ -134,21 +145,4 @@ fn deliver(
             _ => {}
         }
     }
-}
-
-/// Writes `gate`'s champion, a policy of `policy_config` for `spec`, to `dir`.
-pub(crate) fn save_champion(
-    gate: &ChampionGate,
-    policy_config: &PolicyConfig,
-    spec: &RobotSpec,
-    dir: &Path,
-) -> anyhow::Result<()> {
-    let (champion, version) = gate.champion();
-    save_policy(
-        champion,
-        policy_config,
-        CheckpointMeta::new(spec, version, None),
-        dir,
-    )?;
-    Ok(())
 }

@@ -20,7 +20,7 @@ use imago_worldmodel::{TransitionFamily, WorldModelConfig};
 use serde::{Deserialize, Serialize};
 
 use crate::device::{DeviceSpec, ResolvedDevice};
-use crate::engine::actor_feed::{ActorFeed, ChampionCheckpoint, save_champion};
+use crate::engine::actor_feed::{ActorFeed, ChampionCheckpoint};
 use crate::engine::champion::{ChampionGate, PromotionConfig, PromotionMode, PromotionSummary};
 use crate::engine::learner_loop::{Checkpointing, LearnerConfig, LearnerLoop, enough_fresh, save};
 use crate::engine::{
@@ -476,7 +476,7 @@ pub fn run_daemon(
         policy_config: learner.policy_config().clone(),
         spec: config.spec(),
     };
-    let gate = start_gate(config, options, &learner, &champion.dir, device)?;
+    let gate = start_gate(config, options, &learner, &champion, device)?;
     let mut feed = ActorFeed::new(gate, &mailbox, champion, device);
     let initial = feed.initial(&learner);
     let policy_config = learner.policy_config().clone();
@@ -552,20 +552,21 @@ pub fn run_daemon(
 }
 
 /// The promotion gate of a run (a daemon's, or a fleet learner's), when the config has
-/// it and a learner: its champion is the one `--resume` finds in `champion_dir`, else
-/// the policy the learner starts from; written there at once, so that a restart never
-/// deploys an unproven version.
+/// it and a learner: its champion is the one `--resume` finds in `champion`'s
+/// directory, else the policy the learner starts from; written there at once, so that
+/// a restart never deploys an unproven version.
 pub(crate) fn start_gate(
     config: &DaemonConfig,
     options: &DaemonOptions,
     learner: &Learner,
-    champion_dir: &Path,
+    champion: &ChampionCheckpoint,
     device: &ResolvedDevice,
 ) -> anyhow::Result<Option<ChampionGate>> {
+    let champion_dir = &champion.dir;
     if !(config.promotion.enabled && config.learner.enabled) {
         return Ok(None);
     }
-    let champion = if options.resume && champion_dir.exists() {
+    let acting = if options.resume && champion_dir.exists() {
         let (policy, _, meta) = load_policy::<Dispatch>(
             champion_dir,
             Some(learner.policy_config()),
@@ -576,9 +577,9 @@ pub(crate) fn start_gate(
     } else {
         (learner.policy(), learner.version())
     };
-    let gate = ChampionGate::new(&config.promotion, &config.actor.robot, champion)
+    let gate = ChampionGate::new(&config.promotion, &config.actor.robot, acting)
         .with_telemetry(options.telemetry.clone());
-    save_champion(&gate, learner.policy_config(), &config.spec(), champion_dir)?;
+    champion.save(&gate)?;
     Ok(Some(gate))
 }
 

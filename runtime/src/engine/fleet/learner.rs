@@ -25,7 +25,7 @@ use crate::bridge::LinkConfig;
 use crate::bridge::link::alive_token;
 use crate::bridge::protocol::{decode, encode};
 use crate::device::ResolvedDevice;
-use crate::engine::actor_feed::ChampionCheckpoint;
+use crate::engine::actor_feed::{ChampionCheckpoint, promotion_summary};
 use crate::engine::champion::{ChampionGate, PromotionMode, PromotionSummary};
 use crate::engine::daemon::{
     DaemonConfig, DaemonOptions, champion_checkpoint, prepare, start_gate,
@@ -94,7 +94,7 @@ pub fn run_fleet_learner(
         policy_config: learner.policy_config().clone(),
         spec: spec.clone(),
     };
-    let gate = start_gate(config, options, &learner, &champion.dir, device)?;
+    let gate = start_gate(config, options, &learner, &champion, device)?;
     let mut feed = FleetFeed::open(&session, &keys, (gate, champion), &learner, device)?;
     let (sender, uploads) = crossbeam_channel::bounded::<(Query, Instant)>(INGEST_QUEUE);
     let _ingest_queryable = session
@@ -146,13 +146,7 @@ pub fn run_fleet_learner(
     let learner = learning.learner();
     report.learning_steps = learning.steps();
     report.final_policy_version = learner.version();
-    report.promotion = match &feed.gate {
-        Some(gate) => gate.summary().clone(),
-        None => PromotionSummary {
-            champion_version: learner.version(),
-            ..PromotionSummary::default()
-        },
-    };
+    report.promotion = promotion_summary(feed.gate.as_ref(), learner);
     report.seconds = started.elapsed().as_secs_f64();
     report.intake_transitions_per_second = report.transitions_stored as f64 / report.seconds;
     Ok(report)
