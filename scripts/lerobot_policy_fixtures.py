@@ -92,10 +92,12 @@ from lerobot.policies.act.modeling_act import (
     create_sinusoidal_pos_embedding,
 )
 from lerobot.policies.diffusion.configuration_diffusion import DiffusionConfig
+from lerobot.policies.diffusion.processor_diffusion import make_diffusion_pre_post_processors
 from lerobot.configs.types import FeatureType, PolicyFeature
 from lerobot.policies.diffusion.modeling_diffusion import (
     DiffusionConditionalUnet1d,
     DiffusionModel,
+    DiffusionPolicy,
     DiffusionRgbEncoder,
     SpatialSoftmax,
     _replace_submodules,
@@ -438,6 +440,137 @@ def diffusion_rgb_encoder(out):
     }
 
 
+def narrow_backbone(widths):
+    """While LeRobot builds a policy, torchvision's resnet18 factory gives a narrow one."""
+
+    class Narrow:
+        def __enter__(self):
+            self.factory = torchvision.models.resnet18
+            torchvision.models.resnet18 = lambda weights=None, **kw: NarrowResNet18(
+                widths, norm_layer=torch.nn.BatchNorm2d, keep_head=True
+            )
+
+        def __exit__(self, *exc):
+            torchvision.models.resnet18 = self.factory
+
+    return Narrow()
+
+
+def pusht_like_features(config, image_shape):
+    config.input_features = {
+        "observation.state": PolicyFeature(type=FeatureType.STATE, shape=(2,)),
+        "observation.image": PolicyFeature(type=FeatureType.VISUAL, shape=image_shape),
+    }
+    config.output_features = {"action": PolicyFeature(type=FeatureType.ACTION, shape=(2,))}
+
+
+def pusht_like_stats(image_channels):
+    """Dataset statistics of PushT's ranges (pixels 0-512), not the identity."""
+    return {
+        "observation.state": {"min": torch.tensor([13.0, 32.0]), "max": torch.tensor([496.0, 510.0])},
+        "action": {"min": torch.tensor([12.0, 25.0]), "max": torch.tensor([511.0, 500.0])},
+        "observation.image": {
+            "mean": torch.rand(image_channels, 1, 1) * 0.5 + 0.25,
+            "std": torch.rand(image_channels, 1, 1) * 0.2 + 0.1,
+        },
+    }
+
+
+def save_pretrained_policy(policy, config, stats, directory):
+    """The `pretrained_model/` directory LeRobot's training writes: the policy and its processors."""
+    preprocessor, postprocessor = make_diffusion_pre_post_processors(config, stats)
+    policy.save_pretrained(str(directory))
+    preprocessor.save_pretrained(str(directory))
+    postprocessor.save_pretrained(str(directory))
+    return preprocessor, postprocessor
+
+
+def diffusion_policy(out, widths=(16, 32, 64, 128), image_shape=(3, 40, 48), name="diffusion_policy", **settings):
+    """A whole LeRobot Diffusion Policy (narrow backbone), saved as LeRobot saves it, run
+    for ten ticks of raw observations through its processors and `select_action`
+    (DDPM, 100 steps; two chunks), and its training loss on one raw batch."""
+    torch.manual_seed(16)
+    settings = {
+        "crop_shape": (32, 40),
+        "down_dims": (16, 32, 64),
+        "diffusion_step_embed_dim": 16,
+        "spatial_softmax_num_keypoints": 8,
+        "do_mask_loss_for_padding": True,
+        **settings,
+    }
+    config = DiffusionConfig(**settings)
+    pusht_like_features(config, image_shape)
+    with narrow_backbone(list(widths)):
+        policy = DiffusionPolicy(config)
+    policy.eval()
+    with torch.no_grad():
+        for module in policy.modules():
+            perturb_norm(module)
+    stats = pusht_like_stats(image_shape[0])
+    directory = out / name
+    preprocessor, postprocessor = save_pretrained_policy(policy, config, stats, directory)
+    policy.reset()
+    ticks = []
+    steps = config.num_inference_steps or config.num_train_timesteps
+    horizon, action_dim = config.horizon, 2
+    for tick in range(10):
+        observation = {
+            "observation.state": torch.rand(2) * 480 + 16,
+            "observation.image": torch.rand(*image_shape),
+        }
+        initial = torch.randn(1, horizon, action_dim)
+        generates = len(policy._queues["action"]) == 0
+        seed = 1000 + tick
+        torch.manual_seed(seed)
+        with torch.no_grad():
+            action = postprocessor(policy.select_action(preprocessor(observation), noise=initial))
+        record = {
+            "state": flat(observation["observation.state"]),
+            "image": flat(observation["observation.image"]),
+            "action": flat(action),
+        }
+        if generates:
+            # DDPM drew its step noise from the global generator, seeded just before.
+            replay = torch.Generator().manual_seed(seed)
+            noisy = steps - 1 if config.noise_scheduler_type == "DDPM" else 0
+            record["initial"] = flat(initial)
+            record["step_noise"] = [
+                flat(torch.randn(initial.shape, generator=replay)) for _ in range(noisy)
+            ]
+        ticks.append(record)
+    return {"directory": name, "ticks": ticks, "loss": diffusion_policy_loss(policy, config, preprocessor, image_shape)}
+
+
+def diffusion_policy_loss(policy, config, preprocessor, image_shape):
+    """LeRobot's training loss of one raw batch (two samples, padded actions in one),
+    through its preprocessor, with the noise and timesteps it drew."""
+    n, horizon = config.n_obs_steps, config.horizon
+    batch = {
+        "observation.state": torch.rand(2, n, 2) * 480 + 16,
+        "observation.image": torch.rand(2, n, *image_shape),
+        "action": torch.rand(2, horizon, 2) * 480 + 16,
+        "action_is_pad": torch.zeros(2, horizon, dtype=torch.bool),
+    }
+    batch["action_is_pad"][1, -5:] = True
+    normalised = preprocessor(dict(batch))
+    torch.manual_seed(17)
+    with torch.no_grad():
+        loss, _ = policy.forward(normalised)
+    # compute_loss draws the noise, then the timesteps (the crop is the centre one at eval).
+    torch.manual_seed(17)
+    noise = torch.randn(2, horizon, 2)
+    timesteps = torch.randint(low=0, high=config.num_train_timesteps, size=(2,)).long()
+    return {
+        "state": flat(batch["observation.state"]),
+        "image": flat(batch["observation.image"]),
+        "action": flat(batch["action"]),
+        "action_is_pad": batch["action_is_pad"].tolist(),
+        "noise": flat(noise),
+        "timesteps": timesteps.tolist(),
+        "loss": loss.item(),
+    }
+
+
 def act_temporal_ensemble():
     torch.manual_seed(15)
     coeff, chunk, action_dim = 0.01, 5, 3
@@ -550,6 +683,7 @@ def main():
         (args.out, "diffusion_sampling", diffusion_sampling(args.out)),
         (args.out, "diffusion_loss", diffusion_loss(args.out)),
         (args.out, "diffusion_rgb_encoder", diffusion_rgb_encoder(args.out)),
+        (args.out, "diffusion_policy", diffusion_policy(args.out)),
     ]
     if args.full_size:
         args.full_size.mkdir(parents=True, exist_ok=True)

@@ -28,6 +28,7 @@ mod host_math;
 pub mod importance;
 pub mod input;
 pub mod input_spec;
+pub mod lerobot;
 #[cfg(test)]
 mod lerobot_fixtures;
 pub mod linear;

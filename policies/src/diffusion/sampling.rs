@@ -3,6 +3,7 @@
 //! DDPM or DDIM run, conditioned on the observation features.
 
 use burn::prelude::*;
+use burn::tensor::Distribution;
 use imago_robots::bounds::ConfigError;
 
 use super::scheduler::{NoiseSchedule, SamplerKind};
@@ -28,6 +29,30 @@ pub fn denoise<B: Backend>(
         sample = schedule.step(sampler, steps, (t, output), sample, noise);
     }
     Ok(sample)
+}
+
+/// Where a policy's sampling noise comes from: the initial chunk and DDPM's noise at
+/// each step (standard normal, the chunk's shape). A trait so that a test can replay
+/// LeRobot's noise; [`StandardNormal`] draws it from the backend's generator.
+pub trait ChunkNoise<B: Backend> {
+    /// The noise a chunk of `shape` `[batch, horizon, action_dim]` starts from.
+    fn initial(&mut self, shape: [usize; 3], device: &B::Device) -> Tensor<B, 3>;
+    /// DDPM's noise for its step from timestep `t`.
+    fn step(&mut self, t: usize, shape: [usize; 3], device: &B::Device) -> Tensor<B, 3>;
+}
+
+/// Standard normal noise from the backend's random generator (`B::seed` seeds it).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct StandardNormal;
+
+impl<B: Backend> ChunkNoise<B> for StandardNormal {
+    fn initial(&mut self, shape: [usize; 3], device: &B::Device) -> Tensor<B, 3> {
+        Tensor::random(shape, Distribution::Normal(0.0, 1.0), device)
+    }
+
+    fn step(&mut self, _: usize, shape: [usize; 3], device: &B::Device) -> Tensor<B, 3> {
+        Tensor::random(shape, Distribution::Normal(0.0, 1.0), device)
+    }
 }
 
 #[cfg(test)]

@@ -48,8 +48,10 @@ pub enum SamplerKind {
     Ddim,
 }
 
-/// A schedule's settings, named as LeRobot's `config.json` names them.
+/// A schedule's settings, named as LeRobot's `config.json` names them (a key left out
+/// takes LeRobot's default).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct NoiseScheduleConfig {
     /// Timesteps of the forward process. Range: [1, 10000].
     pub num_train_timesteps: usize,

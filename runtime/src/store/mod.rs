@@ -6,6 +6,7 @@
 pub mod atomic;
 pub mod checkpoint;
 pub mod lerobot;
+pub mod lerobot_policy;
 pub mod lock;
 pub mod outputs;
 pub mod replay;

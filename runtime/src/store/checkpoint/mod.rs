@@ -9,6 +9,7 @@
 //! tensor that differs.
 
 mod dtypes;
+pub(crate) use dtypes::ToF32;
 mod integrity;
 
 pub use integrity::{

@@ -1,0 +1,115 @@
+//! A LeRobot policy directory (`pretrained_model/`, lerobot 0.4.4's layout) read into
+//! imago's burn models: `config.json` (the architecture and its settings),
+//! `model.safetensors` (the weights, through burn-store with LeRobot's names remapped:
+//! [`weights`]) and the processors' normalisation statistics ([`processors`]). Every
+//! problem is one error naming the file and what is wrong with it.
+
+pub mod processors;
+pub mod weights;
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, bail};
+use burn::prelude::*;
+use imago_policies::diffusion::{DiffusionPolicy, DiffusionPolicyConfig};
+
+pub use processors::{PolicyProcessors, read_processors};
+pub use weights::load_lerobot_weights;
+
+/// The file LeRobot's config is in.
+pub const CONFIG_FILE: &str = "config.json";
+/// The file LeRobot's weights are in.
+pub const WEIGHTS_FILE: &str = "model.safetensors";
+
+/// A LeRobot policy imago runs.
+#[derive(Debug)]
+pub enum LeRobotPolicy<B: Backend> {
+    /// Diffusion Policy.
+    Diffusion(DiffusionPolicy<B>),
+}
+
+/// Whether `dir` looks like a LeRobot policy directory (a `config.json` and a
+/// `model.safetensors`, no imago `meta.json`).
+pub fn is_lerobot_policy_dir(dir: &Path) -> bool {
+    dir.join(CONFIG_FILE).is_file()
+        && dir.join(WEIGHTS_FILE).is_file()
+        && !dir.join("meta.json").exists()
+}
+
+/// The policy of the LeRobot directory `dir`, on `device`.
+pub fn load_lerobot_policy<B: Backend>(
+    dir: &Path,
+    device: &B::Device,
+) -> anyhow::Result<LeRobotPolicy<B>> {
+    let config_path = existing_file(dir, CONFIG_FILE)?;
+    existing_file(dir, WEIGHTS_FILE)?;
+    let text = std::fs::read_to_string(&config_path)
+        .with_context(|| format!("cannot read {}", config_path.display()))?;
+    let json: serde_json::Value = serde_json::from_str(&text)
+        .with_context(|| format!("{} is not JSON", config_path.display()))?;
+    let kind = json.get("type").and_then(|t| t.as_str()).unwrap_or("");
+    match kind {
+        "diffusion" => {
+            let mut config: DiffusionPolicyConfig =
+                serde_json::from_value(json).with_context(|| {
+                    format!("{} is not a Diffusion Policy config", config_path.display())
+                })?;
+            config.backbone_widths =
+                weights::backbone_widths(&dir.join(WEIGHTS_FILE), "diffusion.rgb_encoder")?
+                    .unwrap_or(config.backbone_widths);
+            config
+                .validate()
+                .map_err(|e| anyhow::anyhow!("{}: {e}", config_path.display()))?;
+            let model = config
+                .init::<B>(device)
+                .map_err(|e| anyhow::anyhow!("{}: {e}", config_path.display()))?;
+            let keys = weights::diffusion_keys(&config);
+            let model = load_lerobot_weights(model, &dir.join(WEIGHTS_FILE), &keys)?;
+            let processors = read_processors(dir, &config.input_features, &config.output_features)?;
+            Ok(LeRobotPolicy::Diffusion(DiffusionPolicy::new(
+                model,
+                config,
+                (processors.inputs, processors.outputs),
+            )))
+        }
+        "act" => bail!(
+            "{}: an ACT policy; imago loads LeRobot's Diffusion Policy so far (ACT is being built, docs/lerobot-policies.md)",
+            config_path.display()
+        ),
+        "" => bail!(
+            "{} has no `type`: not a LeRobot policy config",
+            config_path.display()
+        ),
+        other => bail!(
+            "{}: a LeRobot `{other}` policy; imago loads `diffusion` (see docs/lerobot-policies.md for what loads)",
+            config_path.display()
+        ),
+    }
+}
+
+/// `dir/name`, or an error saying what is missing, with a hint when `dir` is a
+/// LeRobot training checkpoint holding the policy one level down.
+fn existing_file(dir: &Path, name: &str) -> anyhow::Result<PathBuf> {
+    let path = dir.join(name);
+    if path.is_file() {
+        return Ok(path);
+    }
+    if !dir.is_dir() {
+        bail!("{} is not a directory", dir.display());
+    }
+    let inner = dir.join("pretrained_model");
+    if inner.join(name).is_file() {
+        bail!(
+            "{} has no {name}; the LeRobot policy is in {}: pass that directory",
+            dir.display(),
+            inner.display()
+        );
+    }
+    bail!(
+        "{} has no {name}: not a LeRobot policy directory (`pretrained_model/`, with config.json and model.safetensors)",
+        dir.display()
+    )
+}
+
+#[cfg(test)]
+mod tests;

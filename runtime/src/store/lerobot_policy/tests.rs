@@ -1,0 +1,274 @@
+//! A whole LeRobot Diffusion Policy directory (made by LeRobot 0.4.4 itself:
+//! `scripts/lerobot_policy_fixtures.py`, narrow backbone) loaded and run as LeRobot
+//! ran it, and directories that cannot load.
+
+use std::collections::VecDeque;
+use std::path::{Path, PathBuf};
+
+use burn::backend::flex::FlexDevice;
+use burn::prelude::*;
+use burn::{Dispatch, DispatchDevice};
+use imago_policies::diffusion::{
+    ChunkNoise, DemonstrationBatch, DiffusionPolicy, ObservationHistory, TickObservation,
+};
+
+use super::*;
+
+type B = Dispatch;
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/lerobot")
+}
+
+fn device() -> DispatchDevice {
+    DispatchDevice::Flex(FlexDevice)
+}
+
+#[derive(serde::Deserialize)]
+struct Array {
+    shape: Vec<usize>,
+    values: Vec<f32>,
+}
+
+impl Array {
+    fn tensor<const D: usize>(&self) -> Tensor<B, D> {
+        Tensor::from_data(
+            TensorData::new(self.values.clone(), self.shape.clone()),
+            &device(),
+        )
+    }
+
+    /// The array with a batch dimension of one in front.
+    fn batched<const D: usize>(&self) -> Tensor<B, D> {
+        let shape: Vec<usize> = std::iter::once(1)
+            .chain(self.shape.iter().copied())
+            .collect();
+        Tensor::from_data(TensorData::new(self.values.clone(), shape), &device())
+    }
+
+    fn largest_gap<const D: usize>(&self, got: Tensor<B, D>) -> f32 {
+        let got: Vec<f32> = got.into_data().to_vec().unwrap();
+        assert_eq!(got.len(), self.values.len());
+        got.iter()
+            .zip(&self.values)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0.0, f32::max)
+    }
+}
+
+#[derive(serde::Deserialize)]
+struct Tick {
+    state: Array,
+    image: Array,
+    action: Array,
+    initial: Option<Array>,
+    #[serde(default)]
+    step_noise: Vec<Array>,
+}
+
+#[derive(serde::Deserialize)]
+struct Loss {
+    state: Array,
+    image: Array,
+    action: Array,
+    action_is_pad: Vec<Vec<bool>>,
+    noise: Array,
+    timesteps: Vec<usize>,
+    loss: f32,
+}
+
+#[derive(serde::Deserialize)]
+struct Fixture {
+    directory: String,
+    ticks: Vec<Tick>,
+    loss: Loss,
+}
+
+fn fixture() -> Fixture {
+    let text = std::fs::read_to_string(fixtures().join("diffusion_policy.json")).unwrap();
+    serde_json::from_str(&text).unwrap()
+}
+
+/// LeRobot's noise, replayed: what the tick that denoises recorded.
+#[derive(Default)]
+struct Replay {
+    initial: VecDeque<Tensor<B, 3>>,
+    steps: VecDeque<Tensor<B, 3>>,
+}
+
+impl ChunkNoise<B> for Replay {
+    fn initial(&mut self, _: [usize; 3], _: &DispatchDevice) -> Tensor<B, 3> {
+        self.initial.pop_front().expect("a recorded initial noise")
+    }
+
+    fn step(&mut self, _: usize, _: [usize; 3], _: &DispatchDevice) -> Tensor<B, 3> {
+        self.steps.pop_front().expect("a recorded step noise")
+    }
+}
+
+fn diffusion(dir: &Path) -> DiffusionPolicy<B> {
+    match load_lerobot_policy::<B>(dir, &device()).unwrap() {
+        LeRobotPolicy::Diffusion(policy) => policy,
+    }
+}
+
+/// LeRobot's `select_action` through its processors over ten ticks: the first fills
+/// the observation history with copies and denoises a chunk (DDPM, 100 steps), the
+/// next seven execute it, the ninth denoises the next. Within the 1e-3.
+#[test]
+fn a_lerobot_diffusion_policy_acts_as_lerobot_does() {
+    let f = fixture();
+    let mut policy = diffusion(&fixtures().join(&f.directory));
+    assert_eq!(policy.model.shape().n_obs_steps, 2);
+    let mut noise = Replay::default();
+    let mut largest = 0.0f32;
+    for (i, tick) in f.ticks.iter().enumerate() {
+        if let Some(initial) = &tick.initial {
+            noise.initial.push_back(initial.tensor());
+            noise
+                .steps
+                .extend(tick.step_noise.iter().map(Array::tensor));
+        }
+        let observation = TickObservation {
+            state: tick.state.batched(),
+            images: vec![tick.image.batched()],
+            env_state: None,
+        };
+        let action = policy.select_action(observation, &mut noise);
+        let gap = tick.action.largest_gap(action);
+        println!("tick {i}: largest gap {gap:e}");
+        largest = largest.max(gap);
+        assert!(
+            noise.initial.is_empty() && noise.steps.is_empty(),
+            "tick {i} used its noise"
+        );
+    }
+    // Actions are in PushT's pixels; the denoised chunk is in [-1, 1], scaled by half
+    // the action's range (at least 237.5 in the script's statistics): 1e-3 there.
+    assert!(largest < 1e-3 * 237.5, "largest gap {largest}");
+}
+
+/// LeRobot's training loss of one raw batch (preprocessor, then `compute_loss`), its
+/// noise and timesteps replayed: within the 1e-4 relative.
+#[test]
+fn a_lerobot_diffusion_policys_loss_matches_lerobots() {
+    let f = fixture();
+    let policy = diffusion(&fixtures().join(&f.directory));
+    let l = &f.loss;
+    let pad: Vec<bool> = l.action_is_pad.concat();
+    let horizon = l.action_is_pad[0].len();
+    let batch = DemonstrationBatch {
+        history: ObservationHistory {
+            state: l.state.tensor(),
+            images: vec![l.image.tensor()],
+            env_state: None,
+        },
+        actions: l.action.tensor(),
+        action_is_pad: Some(Tensor::from_data(
+            TensorData::new(pad, [2, horizon]),
+            &device(),
+        )),
+    };
+    let losses = policy.losses(batch, (l.noise.tensor(), &l.timesteps));
+    let loss: f32 = losses.mean().into_scalar();
+    let relative = (loss - l.loss).abs() / l.loss.abs();
+    println!(
+        "loss {loss} vs LeRobot's {}: relative gap {relative:e}",
+        l.loss
+    );
+    assert!(relative < 1e-4, "relative gap {relative}");
+}
+
+/// A copy of the fixture's directory that a test may damage.
+fn copy_of_fixture() -> tempfile::TempDir {
+    let from = fixtures().join(fixture().directory);
+    let to = tempfile::tempdir().unwrap();
+    for entry in std::fs::read_dir(&from).unwrap() {
+        let entry = entry.unwrap();
+        std::fs::copy(entry.path(), to.path().join(entry.file_name())).unwrap();
+    }
+    to
+}
+
+fn load_error(dir: &Path) -> String {
+    format!(
+        "{:#}",
+        load_lerobot_policy::<B>(dir, &device()).unwrap_err()
+    )
+}
+
+fn edit_config(dir: &Path, edit: impl FnOnce(&mut serde_json::Value)) {
+    let path = dir.join(CONFIG_FILE);
+    let mut json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    edit(&mut json);
+    std::fs::write(&path, json.to_string()).unwrap();
+}
+
+#[test]
+fn directories_that_are_not_a_policy_imago_runs_are_one_clear_error() {
+    let missing = load_error(Path::new("/nonexistent/pretrained_model"));
+    assert!(missing.contains("not a directory"), "{missing}");
+
+    // A LeRobot training checkpoint: the policy is one level down.
+    let outer = tempfile::tempdir().unwrap();
+    let inner = copy_of_fixture();
+    std::fs::rename(inner.path(), outer.path().join("pretrained_model")).unwrap();
+    let error = load_error(outer.path());
+    assert!(
+        error.contains("pass that directory") && error.contains("pretrained_model"),
+        "{error}"
+    );
+
+    let act = copy_of_fixture();
+    edit_config(act.path(), |c| c["type"] = "act".into());
+    assert!(load_error(act.path()).contains("ACT"));
+    let pi0 = copy_of_fixture();
+    edit_config(pi0.path(), |c| c["type"] = "pi0".into());
+    assert!(load_error(pi0.path()).contains("`pi0`"));
+
+    let unsupported = copy_of_fixture();
+    edit_config(unsupported.path(), |c| {
+        c["resize_shape"] = serde_json::json!([32, 32])
+    });
+    assert!(load_error(unsupported.path()).contains("resize_shape"));
+
+    let no_processor = copy_of_fixture();
+    std::fs::remove_file(no_processor.path().join(processors::PREPROCESSOR_FILE)).unwrap();
+    let error = load_error(no_processor.path());
+    assert!(
+        error.contains("policy_preprocessor.json is missing"),
+        "{error}"
+    );
+}
+
+#[test]
+fn weights_that_do_not_fit_the_config_are_one_error_naming_the_tensors() {
+    // The U-Net's widths changed in config.json: its tensors' shapes differ.
+    let wider = copy_of_fixture();
+    edit_config(wider.path(), |c| {
+        c["down_dims"] = serde_json::json!([32, 64, 128])
+    });
+    let error = load_error(wider.path());
+    assert!(
+        error.contains("does not fit config.json") && error.contains("unet."),
+        "{error}"
+    );
+
+    // A camera the checkpoint was not trained with: a second encoder input, a wider U-Net.
+    let extra_camera = copy_of_fixture();
+    edit_config(extra_camera.path(), |c| {
+        c["input_features"]["observation.images.wrist"] =
+            serde_json::json!({"type": "VISUAL", "shape": [3, 40, 48]});
+    });
+    let error = load_error(extra_camera.path());
+    assert!(error.contains("does not fit config.json"), "{error}");
+
+    // Cut short.
+    let cut = copy_of_fixture();
+    let weights = cut.path().join(WEIGHTS_FILE);
+    let bytes = std::fs::read(&weights).unwrap();
+    std::fs::write(&weights, &bytes[..bytes.len() / 2]).unwrap();
+    let error = load_error(cut.path());
+    assert!(error.contains("model.safetensors"), "{error}");
+}

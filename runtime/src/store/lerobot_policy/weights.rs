@@ -1,0 +1,185 @@
+//! LeRobot's `model.safetensors` loaded into imago's burn modules through burn-store:
+//! PyTorch's layouts by its PyTorch adapter, LeRobot's parameter names by key
+//! remapping (each part's own map, nested under the part's path), half and double
+//! precision converted to `f32`. Every tensor the model has must be loaded and every
+//! tensor of the file used, else one error lists what differs.
+
+use std::path::Path;
+
+use anyhow::{anyhow, bail};
+use burn::prelude::*;
+use burn_store::{
+    ApplyError, ChainAdapter, KeyRemapper, ModuleSnapshot, ModuleStore, PyTorchToBurnAdapter,
+    SafetensorsStore,
+};
+use imago_policies::diffusion::DiffusionPolicyConfig;
+use imago_policies::diffusion::rgb_encoder::LEROBOT_RGB_KEYS;
+use imago_policies::diffusion::unet::LEROBOT_KEYS;
+use imago_policies::resnet::TORCHVISION_KEYS;
+
+use crate::store::checkpoint::ToF32;
+
+/// A key map: `(pattern, replacement)` applied in order.
+pub type KeyMap = Vec<(String, String)>;
+
+/// `keys` (a part's own map, anchored at the part's root with `^`) moved under
+/// `from` in the file and `to` in the model; unanchored patterns apply anywhere.
+fn nested(from: &str, to: &str, keys: &[(&str, &str)]) -> KeyMap {
+    let mut out = vec![(format!("^{}", from.replace('.', r"\.")), to.to_string())];
+    for (pattern, replacement) in keys {
+        out.push(match pattern.strip_prefix('^') {
+            Some(rest) => (
+                format!("^{}{rest}", to.replace('.', r"\.")),
+                format!("{to}{replacement}"),
+            ),
+            None => (pattern.to_string(), replacement.to_string()),
+        });
+    }
+    out
+}
+
+/// LeRobot's names of a Diffusion Policy's tensors mapped to imago's
+/// [`imago_policies::diffusion::DiffusionModel`].
+pub fn diffusion_keys(config: &DiffusionPolicyConfig) -> KeyMap {
+    let cameras = config.camera_keys().len();
+    let rgb: Vec<(&str, &str)> = LEROBOT_RGB_KEYS
+        .into_iter()
+        .chain(TORCHVISION_KEYS)
+        .collect();
+    let mut keys = Vec::new();
+    if cameras > 0 {
+        if config.use_separate_rgb_encoder_per_camera {
+            for i in 0..cameras {
+                keys.extend(nested(
+                    &format!("diffusion.rgb_encoder.{i}."),
+                    &format!("rgb_encoder.{i}."),
+                    &rgb,
+                ));
+            }
+        } else {
+            keys.extend(nested("diffusion.rgb_encoder.", "rgb_encoder.0.", &rgb));
+        }
+    }
+    keys.extend(nested("diffusion.unet.", "unet.", &LEROBOT_KEYS));
+    keys
+}
+
+/// The stage widths of the ResNet-18 under `prefix` in the weights file `path`
+/// (LeRobot's backbone is a `Sequential` whose children 4-7 are the stages), or
+/// `None` when the file holds none there.
+pub fn backbone_widths(path: &Path, prefix: &str) -> anyhow::Result<Option<[usize; 4]>> {
+    let mut store = SafetensorsStore::from_file(path);
+    let snapshots = store
+        .get_all_snapshots()
+        .map_err(|e| anyhow!("{}: {e}", path.display()))?;
+    let width = |stage: usize| {
+        snapshots
+            .iter()
+            .find(|(name, _)| {
+                name.starts_with(prefix)
+                    && name.ends_with(&format!("backbone.{}.0.conv1.weight", stage + 4))
+            })
+            .map(|(_, s)| s.shape[0])
+    };
+    Ok(match (width(0), width(1), width(2), width(3)) {
+        (Some(a), Some(b), Some(c), Some(d)) => Some([a, b, c, d]),
+        _ => None,
+    })
+}
+
+/// `model` with the weights of the LeRobot file `path`, names mapped by `keys`.
+pub fn load_lerobot_weights<B: Backend, M: ModuleSnapshot<B>>(
+    mut model: M,
+    path: &Path,
+    keys: &KeyMap,
+) -> anyhow::Result<M> {
+    let mut remapper = KeyRemapper::new();
+    for (pattern, replacement) in keys {
+        remapper = remapper
+            .add_pattern(pattern.as_str(), replacement.as_str())
+            .map_err(|e| anyhow!("key map {pattern}: {e}"))?;
+    }
+    let mut store = SafetensorsStore::from_file(path)
+        .allow_partial(true)
+        .validate(false)
+        .skip_enum_variants(true)
+        .remap(remapper);
+    let snapshots = store
+        .get_all_snapshots()
+        .map_err(|e| anyhow!("{}: {e}", path.display()))?;
+    let mut convert = false;
+    for (name, snapshot) in snapshots {
+        match snapshot.dtype {
+            d if d.is_float() => convert |= !matches!(d, burn::tensor::DType::F32),
+            // torch's BatchNorm counter: no use at inference, left unused below.
+            _ if name.ends_with("num_batches_tracked") => {}
+            other => bail!(
+                "{}: tensor {name} is stored as {other:?}; the model's tensors are floats",
+                path.display()
+            ),
+        }
+    }
+    store = if convert {
+        store.with_from_adapter(ChainAdapter::new(PyTorchToBurnAdapter, ToF32))
+    } else {
+        store.with_from_adapter(PyTorchToBurnAdapter)
+    };
+    let applied = model
+        .load_from(&mut store)
+        .map_err(|e| anyhow!("{}: {e}", path.display()))?;
+    let mut problems: Vec<String> = applied
+        .errors
+        .iter()
+        .map(|error| match error {
+            ApplyError::ShapeMismatch {
+                path,
+                expected,
+                found,
+            } => format!(
+                "tensor {path}: stored {:?}, config.json gives {:?}",
+                found.as_slice(),
+                expected.as_slice()
+            ),
+            other => other.to_string(),
+        })
+        .collect();
+    problems.extend(
+        applied
+            .missing
+            .iter()
+            .map(|(p, _)| format!("tensor {p}: missing")),
+    );
+    problems.extend(
+        applied
+            .unused
+            .iter()
+            .filter(|name| !harmlessly_unused(name, &applied.applied))
+            .map(|name| format!("tensor {name}: not in the model config.json gives")),
+    );
+    if !problems.is_empty() {
+        let shown = problems.len().min(8);
+        bail!(
+            "{} does not fit config.json ({} problems): {}{}",
+            path.display(),
+            problems.len(),
+            problems[..shown].join("; "),
+            if problems.len() > shown { "; ..." } else { "" }
+        );
+    }
+    Ok(model)
+}
+
+/// burn-store lists a norm's PyTorch names (`weight`, `bias`) as unused even when its
+/// adapter applied them as `gamma` and `beta`; and torch's batch-norm counter has no
+/// use here.
+fn harmlessly_unused(name: &str, applied: &[String]) -> bool {
+    if name.ends_with("num_batches_tracked") {
+        return true;
+    }
+    let burn_name = match name.rsplit_once('.') {
+        Some((stem, "weight")) => format!("{stem}.gamma"),
+        Some((stem, "bias")) => format!("{stem}.beta"),
+        _ => return false,
+    };
+    applied.contains(&burn_name)
+}
