@@ -84,9 +84,11 @@ from torchvision.models.resnet import BasicBlock, ResNet
 from torchvision.ops.misc import FrozenBatchNorm2d
 
 from lerobot.policies.act.configuration_act import ACTConfig
+from lerobot.policies.act.processor_act import make_act_pre_post_processors
 from lerobot.policies.act.modeling_act import (
     ACTDecoderLayer,
     ACTEncoderLayer,
+    ACTPolicy,
     ACTTemporalEnsembler,
     ACTSinusoidalPositionEmbedding2d,
     create_sinusoidal_pos_embedding,
@@ -476,22 +478,23 @@ def pusht_like_stats(image_channels):
     }
 
 
-def save_pretrained_policy(policy, config, stats, directory):
+def save_pretrained_policy(policy, config, stats, directory, processors=None):
     """The `pretrained_model/` directory LeRobot's training writes: the policy and its processors."""
-    preprocessor, postprocessor = make_diffusion_pre_post_processors(config, stats)
+    processors = processors or make_diffusion_pre_post_processors
+    preprocessor, postprocessor = processors(config, stats)
     policy.save_pretrained(str(directory))
     preprocessor.save_pretrained(str(directory))
     postprocessor.save_pretrained(str(directory))
     return preprocessor, postprocessor
 
 
-def diffusion_policy(out, widths=(16, 32, 64, 128), image_shape=(3, 40, 48), name="diffusion_policy", **settings):
+def diffusion_policy(out, widths=(16, 32, 64, 128), image_shape=(3, 48, 48), name="diffusion_policy", **settings):
     """A whole LeRobot Diffusion Policy (narrow backbone), saved as LeRobot saves it, run
     for ten ticks of raw observations through its processors and `select_action`
     (DDPM, 100 steps; two chunks), and its training loss on one raw batch."""
     torch.manual_seed(16)
     settings = {
-        "crop_shape": (32, 40),
+        "crop_shape": (40, 40),
         "down_dims": (16, 32, 64),
         "diffusion_step_embed_dim": 16,
         "spatial_softmax_num_keypoints": 8,
@@ -568,6 +571,99 @@ def diffusion_policy_loss(policy, config, preprocessor, image_shape):
         "noise": flat(noise),
         "timesteps": timesteps.tolist(),
         "loss": loss.item(),
+    }
+
+
+def act_policy(out):
+    """A whole LeRobot ACT policy (narrow backbone with frozen batch norms, small
+    transformer, VAE), saved as LeRobot saves it, run for six ticks of raw observations
+    through its processors and `select_action` (chunks of 10, 4 executed), and its
+    training loss (L1 + KL) on one raw batch, dropout 0 so that training is
+    deterministic but for the latent's noise, which is replayed."""
+    torch.manual_seed(18)
+    widths = [8, 16, 32, 64]
+    config = ACTConfig(
+        chunk_size=10,
+        n_action_steps=4,
+        dim_model=32,
+        n_heads=4,
+        dim_feedforward=64,
+        n_encoder_layers=2,
+        n_decoder_layers=2,
+        latent_dim=8,
+        n_vae_encoder_layers=2,
+        dropout=0.0,
+    )
+    image_shape = (3, 48, 48)
+    pusht_like_features(config, image_shape)
+
+    def narrow(**kwargs):
+        network = NarrowResNet18(widths, norm_layer=FrozenBatchNorm2d, keep_head=True)
+        network.fc = torch.nn.Linear(widths[3], 10)  # ACT reads its input width
+        return network
+
+    factory = torchvision.models.resnet18
+    torchvision.models.resnet18 = narrow
+    try:
+        policy = ACTPolicy(config)
+    finally:
+        torchvision.models.resnet18 = factory
+    with torch.no_grad():
+        randomise_statistics(policy.model.backbone)
+        for module in policy.modules():
+            perturb_norm(module)
+    stats = pusht_like_stats(image_shape[0])
+    stats["observation.state"].update(mean=torch.tensor([250.0, 260.0]), std=torch.tensor([120.0, 110.0]))
+    stats["action"].update(mean=torch.tensor([255.0, 250.0]), std=torch.tensor([125.0, 115.0]))
+    directory = out / "act_policy"
+    preprocessor, postprocessor = save_pretrained_policy(
+        policy, config, stats, directory, processors=make_act_pre_post_processors
+    )
+    policy.eval()
+    policy.reset()
+    ticks = []
+    for _ in range(6):
+        observation = {
+            "observation.state": torch.rand(2) * 480 + 16,
+            "observation.image": torch.rand(*image_shape),
+        }
+        with torch.no_grad():
+            action = postprocessor(policy.select_action(preprocessor(observation)))
+        ticks.append(
+            {
+                "state": flat(observation["observation.state"]),
+                "image": flat(observation["observation.image"]),
+                "action": flat(action),
+            }
+        )
+    batch = {
+        "observation.state": torch.rand(2, 2) * 480 + 16,
+        "observation.image": torch.rand(2, *image_shape),
+        "action": torch.rand(2, config.chunk_size, 2) * 480 + 16,
+        "action_is_pad": torch.zeros(2, config.chunk_size, dtype=torch.bool),
+    }
+    batch["action_is_pad"][1, -3:] = True
+    normalised = preprocessor(dict(batch))
+    policy.train()
+    torch.manual_seed(19)
+    with torch.no_grad():
+        loss, parts = policy.forward(normalised)
+    # The VAE's latent sample is the only draw (dropout 0): replay it.
+    torch.manual_seed(19)
+    latent_noise = torch.randn(2, config.latent_dim)
+    return {
+        "directory": "act_policy",
+        "ticks": ticks,
+        "loss": {
+            "state": flat(batch["observation.state"]),
+            "image": flat(batch["observation.image"]),
+            "action": flat(batch["action"]),
+            "action_is_pad": batch["action_is_pad"].tolist(),
+            "latent_noise": flat(latent_noise),
+            "l1": parts["l1_loss"],
+            "kld": parts["kld_loss"],
+            "loss": loss.item(),
+        },
     }
 
 
@@ -684,6 +780,7 @@ def main():
         (args.out, "diffusion_loss", diffusion_loss(args.out)),
         (args.out, "diffusion_rgb_encoder", diffusion_rgb_encoder(args.out)),
         (args.out, "diffusion_policy", diffusion_policy(args.out)),
+        (args.out, "act_policy", act_policy(args.out)),
     ]
     if args.full_size:
         args.full_size.mkdir(parents=True, exist_ok=True)

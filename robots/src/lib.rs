@@ -8,6 +8,7 @@
 pub mod bounds;
 pub mod drawing;
 pub mod expert;
+pub mod lerobot_units;
 pub mod observation;
 pub mod pusht;
 pub mod reacher2d;
@@ -17,6 +18,7 @@ pub mod safety;
 pub use bounds::ConfigError;
 pub use drawing::{SceneDrawing, SceneMark};
 pub use expert::ExpertConfig;
+pub use lerobot_units::{Affine, LeRobotUnits};
 pub use observation::{Action, Image, Observation, Step, StepInfo};
 pub use robot::{
     ACTION_LIMIT_RANGE, CameraSpec, FrameSource, MAX_VECTOR, Robot, RobotSpec,

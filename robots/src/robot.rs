@@ -240,6 +240,12 @@ pub trait Robot: Send {
         Vec::new()
     }
 
+    /// How its proprioception and actions read in the units of its task's LeRobot
+    /// datasets and policies. Default: its own.
+    fn lerobot_units(&self) -> crate::LeRobotUnits {
+        crate::LeRobotUnits::identity(self.spec())
+    }
+
     /// The path the tracked point would take under `chunk` (robot units, one action
     /// after another, each held for one tick), from where it is now. Default: none.
     fn intended_path(&self, chunk: &[f32]) -> Vec<[f32; 2]> {

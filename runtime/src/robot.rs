@@ -330,6 +330,10 @@ impl Robot for SimRobot {
     fn intended_path(&self, chunk: &[f32]) -> Vec<[f32; 2]> {
         with_robot!(&self.body, robot => robot.intended_path(chunk))
     }
+
+    fn lerobot_units(&self) -> imago_robots::LeRobotUnits {
+        with_robot!(&self.body, robot => robot.lerobot_units())
+    }
 }
 
 /// A robot's batched camera: the frames of many robots of one config in one GPU

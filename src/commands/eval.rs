@@ -15,8 +15,9 @@ use crate::args::{RerunArgs, RobotArgs, flag_in_range, write_json};
 /// Flags of `imago eval`.
 #[derive(Debug, Args)]
 pub struct EvalArgs {
-    /// Checkpoint directory.
-    #[arg(long)]
+    /// The policy: an imago checkpoint directory, or a LeRobot policy directory
+    /// (`pretrained_model/`: ACT or Diffusion Policy, docs/lerobot-policies.md).
+    #[arg(long, visible_alias = "policy")]
     ckpt: PathBuf,
     /// A second checkpoint (the baseline), evaluated on the same seeds: success
     /// rates, episodes only one of them solved, and the difference's 95% interval.

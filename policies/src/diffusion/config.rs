@@ -9,15 +9,9 @@ use serde::{Deserialize, Serialize};
 use super::rgb_encoder::DiffusionRgbEncoderConfig;
 use super::scheduler::{NoiseScheduleConfig, SamplerKind};
 use super::unet::DiffusionUnetConfig;
+use crate::lerobot::features::{ACTION_KEY, ENV_STATE_KEY, STATE_KEY};
 use crate::lerobot::{FeatureType, NormMode, NormalisationMapping, PolicyFeatures};
 use crate::resnet::ResNetNorm;
-
-/// The key of the proprioception feature.
-pub const STATE_KEY: &str = "observation.state";
-/// The key of the environment-state feature.
-pub const ENV_STATE_KEY: &str = "observation.environment_state";
-/// The key of the action feature.
-pub const ACTION_KEY: &str = "action";
 
 /// LeRobot's `DiffusionConfig`, by its own key names.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -119,10 +113,7 @@ impl DiffusionPolicyConfig {
     /// Length of the proprioception vector.
     pub fn state_dim(&self) -> Result<usize, ConfigError> {
         self.input_features
-            .vector_len(STATE_KEY, "input_features")?
-            .ok_or_else(|| {
-                ConfigError::new("input_features", STATE_KEY, "must hold `observation.state`")
-            })
+            .required_len(STATE_KEY, "input_features")
     }
 
     /// Length of the environment state, if the policy reads one.
@@ -134,46 +125,12 @@ impl DiffusionPolicyConfig {
     /// Length of an action.
     pub fn action_dim(&self) -> Result<usize, ConfigError> {
         self.output_features
-            .vector_len(ACTION_KEY, "output_features")?
-            .ok_or_else(|| ConfigError::new("output_features", ACTION_KEY, "must hold `action`"))
+            .required_len(ACTION_KEY, "output_features")
     }
 
     /// The camera features' keys, in the order their features are concatenated.
     pub fn camera_keys(&self) -> Vec<&str> {
-        self.input_features
-            .of_type(FeatureType::Visual)
-            .map(|(key, _)| key)
-            .collect()
-    }
-
-    /// `[channels, height, width]` of the cameras (all the same, as LeRobot requires).
-    fn image_shape(&self) -> Result<Option<[usize; 3]>, ConfigError> {
-        let mut shape = None;
-        for (key, feature) in self.input_features.of_type(FeatureType::Visual) {
-            let this: [usize; 3] = feature.shape.as_slice().try_into().map_err(|_| {
-                ConfigError::new(
-                    format!("input_features.{key}.shape"),
-                    &feature.shape,
-                    "[channels, height, width]",
-                )
-            })?;
-            if this[0] != 3 {
-                return Err(ConfigError::new(
-                    format!("input_features.{key}.shape"),
-                    this,
-                    "3 colour channels (the ResNet's input)",
-                ));
-            }
-            if shape.is_some_and(|s| s != this) {
-                return Err(ConfigError::new(
-                    format!("input_features.{key}.shape"),
-                    this,
-                    format!("the shape of the other cameras, {:?}", shape.unwrap()),
-                ));
-            }
-            shape = Some(this);
-        }
-        Ok(shape)
+        self.input_features.camera_keys()
     }
 
     /// Denoising steps at inference.
@@ -223,7 +180,7 @@ impl DiffusionPolicyConfig {
         self.state_dim()?;
         self.action_dim()?;
         let env = self.env_state_dim()?;
-        let image = self.image_shape()?;
+        let image = self.input_features.camera_shape()?;
         if image.is_none() && env.is_none() {
             return Err(ConfigError::new(
                 "input_features",
@@ -243,7 +200,7 @@ impl DiffusionPolicyConfig {
 
     /// The image encoder's config, if the policy sees images.
     pub fn rgb_encoder(&self) -> Result<Option<DiffusionRgbEncoderConfig>, ConfigError> {
-        let Some([_, height, width]) = self.image_shape()? else {
+        let Some([_, height, width]) = self.input_features.camera_shape()? else {
             return Ok(None);
         };
         let norm = if self.use_group_norm {

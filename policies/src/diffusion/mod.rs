@@ -19,7 +19,7 @@ pub mod unet;
 pub use config::DiffusionPolicyConfig;
 pub use loss::noise_prediction_losses;
 pub use model::{DiffusionModel, DiffusionShape, ObservationHistory};
-pub use policy::{DemonstrationBatch, DiffusionPolicy, TickObservation};
+pub use policy::{DemonstrationBatch, DiffusionEpisode, DiffusionPolicy};
 pub use rgb_encoder::{DiffusionRgbEncoder, DiffusionRgbEncoderConfig};
 pub use sampling::{ChunkNoise, StandardNormal, denoise};
 pub use scheduler::{BetaSchedule, NoiseSchedule, NoiseScheduleConfig, Prediction, SamplerKind};

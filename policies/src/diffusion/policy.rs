@@ -9,23 +9,11 @@ use std::collections::VecDeque;
 
 use burn::prelude::*;
 
-use super::config::{ACTION_KEY, DiffusionPolicyConfig, ENV_STATE_KEY, STATE_KEY};
+use super::config::DiffusionPolicyConfig;
 use super::model::{DiffusionModel, ObservationHistory};
 use super::sampling::ChunkNoise;
-use crate::lerobot::FeatureNormaliser;
-
-/// One tick's observation of a batch of robots in the robot's units: proprioception
-/// `[batch, state_dim]`, each camera `[batch, 3, height, width]` (pixels in [0, 1]) in
-/// the config's order, the environment state `[batch, env_dim]` if read.
-#[derive(Debug, Clone)]
-pub struct TickObservation<B: Backend> {
-    /// Proprioception.
-    pub state: Tensor<B, 2>,
-    /// The cameras.
-    pub images: Vec<Tensor<B, 4>>,
-    /// The environment state.
-    pub env_state: Option<Tensor<B, 2>>,
-}
+use crate::lerobot::features::{ACTION_KEY, ENV_STATE_KEY, STATE_KEY};
+use crate::lerobot::{FeatureNormaliser, TickObservation};
 
 /// A batch of demonstrations in the robot's units, as LeRobot's training reads it:
 /// `history` of `n_obs_steps` raw observations (`ObservationHistory`'s shapes, not yet
@@ -41,7 +29,7 @@ pub struct DemonstrationBatch<B: Backend> {
     pub action_is_pad: Option<Tensor<B, 2, Bool>>,
 }
 
-/// A Diffusion Policy with its processors and its queues.
+/// A Diffusion Policy with its processors.
 #[derive(Debug)]
 pub struct DiffusionPolicy<B: Backend> {
     /// The network.
@@ -50,8 +38,24 @@ pub struct DiffusionPolicy<B: Backend> {
     pub config: DiffusionPolicyConfig,
     inputs: FeatureNormaliser,
     outputs: FeatureNormaliser,
+}
+
+/// What one episode (or one batch of episodes ticking together) keeps between ticks:
+/// LeRobot's queues of normalised observations and of the chunk's actions left.
+/// A new episode starts from [`Default`].
+#[derive(Debug)]
+pub struct DiffusionEpisode<B: Backend> {
     history: VecDeque<TickObservation<B>>,
     actions: VecDeque<Tensor<B, 2>>,
+}
+
+impl<B: Backend> Default for DiffusionEpisode<B> {
+    fn default() -> Self {
+        Self {
+            history: VecDeque::new(),
+            actions: VecDeque::new(),
+        }
+    }
 }
 
 impl<B: Backend> DiffusionPolicy<B> {
@@ -67,58 +71,55 @@ impl<B: Backend> DiffusionPolicy<B> {
             config,
             inputs,
             outputs,
-            history: VecDeque::new(),
-            actions: VecDeque::new(),
         }
     }
 
-    /// Forgets the observations and queued actions (at an episode's start).
-    pub fn reset(&mut self) {
-        self.history.clear();
-        self.actions.clear();
-    }
-
-    /// LeRobot's `select_action`: the action for this tick `[batch, action_dim]` in the
-    /// robot's units, denoising a new chunk (noise from `noise`) when the queue is empty.
+    /// LeRobot's `select_action`: the action for this tick of `episode` `[batch,
+    /// action_dim]` in the robot's units, denoising a new chunk (noise from `noise`)
+    /// when its queue is empty.
     pub fn select_action(
-        &mut self,
+        &self,
+        episode: &mut DiffusionEpisode<B>,
         observation: TickObservation<B>,
         noise: &mut impl ChunkNoise<B>,
     ) -> Tensor<B, 2> {
-        let observation = self.normalised(observation);
+        let observation = observation.normalised(&self.inputs, &self.config.camera_keys());
         let n = self.model.shape().n_obs_steps;
-        while self.history.len() < n {
-            self.history.push_back(observation.clone());
+        while episode.history.len() < n {
+            episode.history.push_back(observation.clone());
         }
-        self.history.push_back(observation);
-        while self.history.len() > n {
-            self.history.pop_front();
+        episode.history.push_back(observation);
+        while episode.history.len() > n {
+            episode.history.pop_front();
         }
-        if self.actions.is_empty() {
-            let chunk = self.denoise_chunk(noise);
+        if episode.actions.is_empty() {
+            let chunk = self.denoise_chunk(&episode.history, noise);
             let steps = chunk.dims()[1];
-            self.actions
+            episode
+                .actions
                 .extend((0..steps).map(|i| chunk.clone().narrow(1, i, 1).squeeze_dim(1)));
         }
-        let action = self.actions.pop_front().expect("a chunk was just queued");
+        let action = episode
+            .actions
+            .pop_front()
+            .expect("a chunk was just queued");
         self.outputs.unnormalise(ACTION_KEY, action)
     }
 
     /// A chunk of normalised actions from the observations kept.
-    fn denoise_chunk(&self, noise: &mut impl ChunkNoise<B>) -> Tensor<B, 3> {
+    fn denoise_chunk(
+        &self,
+        kept: &VecDeque<TickObservation<B>>,
+        noise: &mut impl ChunkNoise<B>,
+    ) -> Tensor<B, 3> {
         let stack3 = |pick: &dyn Fn(&TickObservation<B>) -> Tensor<B, 2>| {
-            Tensor::stack(self.history.iter().map(pick).collect(), 1)
+            Tensor::stack(kept.iter().map(pick).collect(), 1)
         };
-        let first = &self.history[0];
+        let first = &kept[0];
         let history = ObservationHistory {
             state: stack3(&|o| o.state.clone()),
             images: (0..first.images.len())
-                .map(|c| {
-                    Tensor::stack(
-                        self.history.iter().map(|o| o.images[c].clone()).collect(),
-                        1,
-                    )
-                })
+                .map(|c| Tensor::stack(kept.iter().map(|o| o.images[c].clone()).collect(), 1))
                 .collect(),
             env_state: first
                 .env_state
@@ -135,20 +136,6 @@ impl<B: Backend> DiffusionPolicy<B> {
         let initial = noise.initial(shape, &device);
         self.model
             .generate_actions(&history, initial, |t| noise.step(t, shape, &device))
-    }
-
-    fn normalised(&self, o: TickObservation<B>) -> TickObservation<B> {
-        let cameras = self.config.camera_keys();
-        TickObservation {
-            state: self.inputs.normalise(STATE_KEY, o.state),
-            images: o
-                .images
-                .into_iter()
-                .zip(&cameras)
-                .map(|(image, key)| self.inputs.normalise(key, image))
-                .collect(),
-            env_state: o.env_state.map(|e| self.inputs.normalise(ENV_STATE_KEY, e)),
-        }
     }
 
     /// The training loss of each demonstration of `batch` (LeRobot's preprocessor,

@@ -10,6 +10,13 @@ use serde::de::{MapAccess, Visitor};
 use serde::ser::SerializeMap;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
+/// The key of the proprioception feature.
+pub const STATE_KEY: &str = "observation.state";
+/// The key of the environment-state feature.
+pub const ENV_STATE_KEY: &str = "observation.environment_state";
+/// The key of the action feature.
+pub const ACTION_KEY: &str = "action";
+
 /// LeRobot's `FeatureType`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
@@ -84,6 +91,52 @@ impl PolicyFeatures {
                 "one positive length",
             )),
         }
+    }
+}
+
+impl PolicyFeatures {
+    /// The length of the vector feature `key`, which must be there.
+    pub fn required_len(&self, key: &str, what: &str) -> Result<usize, ConfigError> {
+        self.vector_len(key, what)?
+            .ok_or_else(|| ConfigError::new(what, key, format!("must hold `{key}`")))
+    }
+
+    /// The camera features' keys, in the order their features are concatenated.
+    pub fn camera_keys(&self) -> Vec<&str> {
+        self.of_type(FeatureType::Visual)
+            .map(|(key, _)| key)
+            .collect()
+    }
+
+    /// `[channels, height, width]` of the cameras, which must all be the same with 3
+    /// colour channels (as LeRobot's ResNet backbones require), or `None` without.
+    pub fn camera_shape(&self) -> Result<Option<[usize; 3]>, ConfigError> {
+        let mut shape: Option<[usize; 3]> = None;
+        for (key, feature) in self.of_type(FeatureType::Visual) {
+            let at = format!("input_features.{key}.shape");
+            let this: [usize; 3] =
+                feature.shape.as_slice().try_into().map_err(|_| {
+                    ConfigError::new(&at, &feature.shape, "[channels, height, width]")
+                })?;
+            if this[0] != 3 {
+                return Err(ConfigError::new(
+                    at,
+                    this,
+                    "3 colour channels (the ResNet's input)",
+                ));
+            }
+            if let Some(first) = shape
+                && first != this
+            {
+                return Err(ConfigError::new(
+                    at,
+                    this,
+                    format!("the other cameras' shape, {first:?}"),
+                ));
+            }
+            shape = Some(this);
+        }
+        Ok(shape)
     }
 }
 

@@ -329,6 +329,19 @@ impl Robot for PushT {
         &self.spec
     }
 
+    /// gym-pusht's: the pusher's position as `observation.state` and the action, in
+    /// pixels (`HALF_WORLD (1 + x)`).
+    fn lerobot_units(&self) -> crate::LeRobotUnits {
+        let pixels = crate::Affine {
+            scale: HALF_WORLD as f32,
+            offset: HALF_WORLD as f32,
+        };
+        crate::LeRobotUnits {
+            state: vec![(0, pixels), (1, pixels)],
+            action: vec![pixels; 2],
+        }
+    }
+
     fn reset(&mut self, seed: u64) -> Observation {
         self.reset_to_state(initial_state(seed))
     }

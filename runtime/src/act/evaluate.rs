@@ -14,12 +14,14 @@ use serde::{Deserialize, Serialize};
 
 use crate::act::camera::BatchCamera;
 use crate::act::episode::TickCommand;
+use crate::act::lerobot_driver::{LeRobotDriver, LeRobotEpisode};
 use crate::act::lock_step::LockStep;
 use crate::act::sampling::{plan, plan_on_host};
 use crate::progress;
 use crate::robot::RobotConfig;
 use crate::stats::{MeanInterval, mean_interval, quantile, wilson_interval};
 use crate::store::checkpoint::{ensure_trained_for, load_policy};
+use crate::store::lerobot_policy::{is_lerobot_policy_dir, load_lerobot_policy};
 
 /// What drives the robot during an evaluation.
 pub enum Controller<'a, B: Backend> {
@@ -37,6 +39,8 @@ pub enum Controller<'a, B: Backend> {
         /// Actions of each chunk executed before re-planning (1..=K).
         execute_steps: usize,
     },
+    /// A LeRobot policy, through its own queues (one per episode).
+    LeRobot(&'a LeRobotDriver<'a, B>),
     /// Uniformly random actions within the limits.
     Random,
     /// The robot's scripted expert with the given imperfections.
@@ -164,6 +168,8 @@ struct EvalCommands<'c, 'a, B: Backend> {
     /// On a CPU, the host forward plans (the same chunks within 1e-5, without tensors).
     host: Option<HostPolicy>,
     queues: Vec<VecDeque<Action>>,
+    /// A LeRobot policy's episodes, one per lane.
+    lerobot: Vec<LeRobotEpisode<B>>,
     rngs: Vec<StdRng>,
     action_limit: Vec<f32>,
 }
@@ -205,6 +211,12 @@ impl<'c, 'a, B: Backend> EvalCommands<'c, 'a, B> {
                 _ => None,
             },
             queues: vec![VecDeque::new(); run.lanes().len()],
+            lerobot: match controller {
+                Controller::LeRobot(driver) => {
+                    run.lanes().iter().map(|_| driver.new_episode()).collect()
+                }
+                _ => Vec::new(),
+            },
             rngs: seeds.map(|s| StdRng::seed_from_u64(s ^ 0x5eed)).collect(),
             action_limit: robot.spec().action_limit,
         })
@@ -246,6 +258,9 @@ impl<'c, 'a, B: Backend> EvalCommands<'c, 'a, B> {
                 Controller::Policy { .. } => self.queues[i]
                     .pop_front()
                     .ok_or_else(|| anyhow::anyhow!("the policy planned no action"))?,
+                Controller::LeRobot(driver) => {
+                    driver.act(&mut self.lerobot[i], run.lanes()[i].episode.observation())?
+                }
                 Controller::Random => Action(
                     self.action_limit
                         .iter()
@@ -322,11 +337,16 @@ pub fn evaluate_checkpoint(
     first_seed: u64,
     device: &crate::device::ResolvedDevice,
 ) -> anyhow::Result<EvalOutcome> {
-    ensure_trained_for(dir, &robot.spec())?;
-    let (policy, config, _) = load_policy::<burn::Dispatch>(dir, None, &device.inference)?;
     let seeds: Vec<u64> = (0..episodes as u64)
         .map(|i| first_seed.wrapping_add(i))
         .collect();
+    // A LeRobot directory, or the training checkpoint above one (refused there with
+    // a pointer to it).
+    if is_lerobot_policy_dir(dir) || is_lerobot_policy_dir(&dir.join("pretrained_model")) {
+        return evaluate_lerobot_policy(dir, robot, &seeds, device);
+    }
+    ensure_trained_for(dir, &robot.spec())?;
+    let (policy, config, _) = load_policy::<burn::Dispatch>(dir, None, &device.inference)?;
     let controller = Controller::Policy {
         policy: &policy,
         config: &config,
@@ -341,6 +361,27 @@ pub fn evaluate_checkpoint(
         length: Vec::with_capacity(episodes),
         max_coverage: Vec::new(),
     };
+    for batch in seeds.chunks(EVAL_BATCH) {
+        outcome.extend(evaluate(&controller, robot, batch, "eval")?);
+    }
+    Ok(outcome)
+}
+
+/// [`evaluate_checkpoint`] of a LeRobot policy directory: the policy bound to the
+/// robot's features (an error naming both where they differ), one episode state per
+/// lane, its actions drawn from the backend's seeded generator.
+fn evaluate_lerobot_policy(
+    dir: &std::path::Path,
+    robot: &RobotConfig,
+    seeds: &[u64],
+    device: &crate::device::ResolvedDevice,
+) -> anyhow::Result<EvalOutcome> {
+    let policy = load_lerobot_policy::<burn::Dispatch>(dir, &device.inference)?;
+    let units = robot.build()?.lerobot_units();
+    let driver = LeRobotDriver::new(&policy, (&robot.spec(), units), &device.inference)
+        .map_err(|e| anyhow::anyhow!("{}: {e:#}", dir.display()))?;
+    let controller = Controller::LeRobot(&driver);
+    let mut outcome = EvalOutcome::default();
     for batch in seeds.chunks(EVAL_BATCH) {
         outcome.extend(evaluate(&controller, robot, batch, "eval")?);
     }

@@ -10,6 +10,7 @@ pub mod chunk_queue;
 pub mod collect;
 pub mod episode;
 pub mod evaluate;
+pub mod lerobot_driver;
 pub mod lock_step;
 pub mod paired;
 pub mod promotion_run;

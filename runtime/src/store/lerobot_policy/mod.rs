@@ -11,7 +11,9 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
 use burn::prelude::*;
+use imago_policies::act::{ActPolicy, ActPolicyConfig};
 use imago_policies::diffusion::{DiffusionPolicy, DiffusionPolicyConfig};
+use imago_policies::lerobot::PolicyFeatures;
 
 pub use processors::{PolicyProcessors, read_processors};
 pub use weights::load_lerobot_weights;
@@ -21,11 +23,33 @@ pub const CONFIG_FILE: &str = "config.json";
 /// The file LeRobot's weights are in.
 pub const WEIGHTS_FILE: &str = "model.safetensors";
 
-/// A LeRobot policy imago runs.
+/// A LeRobot policy imago runs. (Loaded once per command and held by reference: the
+/// variants' sizes differ but nothing moves them.)
 #[derive(Debug)]
+#[allow(clippy::large_enum_variant)]
 pub enum LeRobotPolicy<B: Backend> {
     /// Diffusion Policy.
     Diffusion(DiffusionPolicy<B>),
+    /// ACT.
+    Act(ActPolicy<B>),
+}
+
+impl<B: Backend> LeRobotPolicy<B> {
+    /// LeRobot's name of the architecture (`config.json`'s `type`).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Diffusion(_) => "diffusion",
+            Self::Act(_) => "act",
+        }
+    }
+
+    /// What it reads and what it writes, as `config.json` lists them.
+    pub fn features(&self) -> (&PolicyFeatures, &PolicyFeatures) {
+        match self {
+            Self::Diffusion(p) => (&p.config.input_features, &p.config.output_features),
+            Self::Act(p) => (&p.config.input_features, &p.config.output_features),
+        }
+    }
 }
 
 /// Whether `dir` looks like a LeRobot policy directory (a `config.json` and a
@@ -54,12 +78,18 @@ pub fn load_lerobot_policy<B: Backend>(
                 serde_json::from_value(json).with_context(|| {
                     format!("{} is not a Diffusion Policy config", config_path.display())
                 })?;
-            config.backbone_widths =
-                weights::backbone_widths(&dir.join(WEIGHTS_FILE), "diffusion.rgb_encoder")?
-                    .unwrap_or(config.backbone_widths);
-            config
-                .validate()
-                .map_err(|e| anyhow::anyhow!("{}: {e}", config_path.display()))?;
+            let first = if config.use_separate_rgb_encoder_per_camera {
+                "0."
+            } else {
+                ""
+            };
+            let widths = weights::backbone_widths(&dir.join(WEIGHTS_FILE), |stage| {
+                format!(
+                    "diffusion.rgb_encoder.{first}backbone.{}.0.conv1.weight",
+                    stage + 4
+                )
+            })?;
+            config.backbone_widths = widths.unwrap_or(config.backbone_widths);
             let model = config
                 .init::<B>(device)
                 .map_err(|e| anyhow::anyhow!("{}: {e}", config_path.display()))?;
@@ -72,16 +102,30 @@ pub fn load_lerobot_policy<B: Backend>(
                 (processors.inputs, processors.outputs),
             )))
         }
-        "act" => bail!(
-            "{}: an ACT policy; imago loads LeRobot's Diffusion Policy so far (ACT is being built, docs/lerobot-policies.md)",
-            config_path.display()
-        ),
+        "act" => {
+            let mut config: ActPolicyConfig = serde_json::from_value(json)
+                .with_context(|| format!("{} is not an ACT config", config_path.display()))?;
+            let widths = weights::backbone_widths(&dir.join(WEIGHTS_FILE), |stage| {
+                format!("model.backbone.layer{}.0.conv1.weight", stage + 1)
+            })?;
+            config.backbone_widths = widths.unwrap_or(config.backbone_widths);
+            let model = config
+                .init::<B>(device)
+                .map_err(|e| anyhow::anyhow!("{}: {e}", config_path.display()))?;
+            let model = load_lerobot_weights(model, &dir.join(WEIGHTS_FILE), &weights::act_keys())?;
+            let processors = read_processors(dir, &config.input_features, &config.output_features)?;
+            Ok(LeRobotPolicy::Act(ActPolicy::new(
+                model,
+                config,
+                (processors.inputs, processors.outputs),
+            )))
+        }
         "" => bail!(
             "{} has no `type`: not a LeRobot policy config",
             config_path.display()
         ),
         other => bail!(
-            "{}: a LeRobot `{other}` policy; imago loads `diffusion` (see docs/lerobot-policies.md for what loads)",
+            "{}: a LeRobot `{other}` policy; imago loads `act` and `diffusion` (see docs/lerobot-policies.md for what loads)",
             config_path.display()
         ),
     }

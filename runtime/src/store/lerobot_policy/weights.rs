@@ -64,27 +64,37 @@ pub fn diffusion_keys(config: &DiffusionPolicyConfig) -> KeyMap {
     keys
 }
 
-/// The stage widths of the ResNet-18 under `prefix` in the weights file `path`
-/// (LeRobot's backbone is a `Sequential` whose children 4-7 are the stages), or
-/// `None` when the file holds none there.
-pub fn backbone_widths(path: &Path, prefix: &str) -> anyhow::Result<Option<[usize; 4]>> {
+/// The stage widths of a ResNet-18 in the weights file `path`: the output channels of
+/// each stage's first convolution, the tensors named by `first_convolution(stage)`
+/// (stage 0-3); `None` when the file holds none of them.
+pub fn backbone_widths(
+    path: &Path,
+    first_convolution: impl Fn(usize) -> String,
+) -> anyhow::Result<Option<[usize; 4]>> {
     let mut store = SafetensorsStore::from_file(path);
     let snapshots = store
         .get_all_snapshots()
         .map_err(|e| anyhow!("{}: {e}", path.display()))?;
-    let width = |stage: usize| {
-        snapshots
-            .iter()
-            .find(|(name, _)| {
-                name.starts_with(prefix)
-                    && name.ends_with(&format!("backbone.{}.0.conv1.weight", stage + 4))
-            })
-            .map(|(_, s)| s.shape[0])
-    };
+    let width = |stage: usize| snapshots.get(&first_convolution(stage)).map(|s| s.shape[0]);
     Ok(match (width(0), width(1), width(2), width(3)) {
         (Some(a), Some(b), Some(c), Some(d)) => Some([a, b, c, d]),
         _ => None,
     })
+}
+
+/// LeRobot's names of an ACT policy's tensors mapped to imago's
+/// [`imago_policies::act::ActModel`] (the VAE's parts gathered under `vae`).
+pub fn act_keys() -> KeyMap {
+    let mut keys: KeyMap = vec![
+        (r"^model\.(vae_encoder)".into(), "vae.$1".into()),
+        (r"^model\.".into(), String::new()),
+    ];
+    keys.extend(
+        TORCHVISION_KEYS
+            .iter()
+            .map(|(p, r)| (p.to_string(), r.to_string())),
+    );
+    keys
 }
 
 /// `model` with the weights of the LeRobot file `path`, names mapped by `keys`.

@@ -1,0 +1,177 @@
+//! A LeRobot policy driving imago's robots: each observation read in the units of the
+//! robot's LeRobot datasets (`Robot::lerobot_units`: pusht's pusher in gym-pusht's
+//! pixels) with its camera frame as pixels in [0, 1], LeRobot's action turned back into
+//! the robot's, and the policy's queues kept per episode. The features the policy
+//! reads are checked against what the robot gives once, before the first episode.
+
+use burn::prelude::*;
+use imago_policies::act::ActEpisode;
+use imago_policies::diffusion::{DiffusionEpisode, StandardNormal};
+use imago_policies::lerobot::features::{ACTION_KEY, ENV_STATE_KEY, STATE_KEY};
+use imago_policies::lerobot::{PolicyFeatures, TickObservation};
+use imago_robots::{Action, Image, LeRobotUnits, Observation, RobotSpec};
+
+use crate::store::lerobot_policy::LeRobotPolicy;
+
+/// What one episode keeps between ticks.
+#[derive(Debug)]
+pub enum LeRobotEpisode<B: Backend> {
+    /// A Diffusion Policy's observation history and action queue.
+    Diffusion(DiffusionEpisode<B>),
+    /// ACT's action queue or ensembler.
+    Act(ActEpisode<B>),
+}
+
+/// A LeRobot policy bound to a robot whose features it reads.
+pub struct LeRobotDriver<'p, B: Backend> {
+    policy: &'p LeRobotPolicy<B>,
+    units: LeRobotUnits,
+    reads_state: bool,
+    device: B::Device,
+}
+
+impl<'p, B: Backend> LeRobotDriver<'p, B> {
+    /// `policy` driving robots of `spec` read in `units`, on `device`; a policy that
+    /// reads features the robot does not give (another state or action length, a
+    /// second camera, another image size, an environment state) is one error naming
+    /// both sides.
+    pub fn new(
+        policy: &'p LeRobotPolicy<B>,
+        (spec, units): (&RobotSpec, LeRobotUnits),
+        device: &B::Device,
+    ) -> anyhow::Result<Self> {
+        let (inputs, outputs) = policy.features();
+        check_features(policy.kind(), (inputs, outputs), spec, &units)?;
+        Ok(Self {
+            policy,
+            units,
+            reads_state: inputs.get(STATE_KEY).is_some(),
+            device: device.clone(),
+        })
+    }
+
+    /// The state of a new episode.
+    pub fn new_episode(&self) -> LeRobotEpisode<B> {
+        match self.policy {
+            LeRobotPolicy::Diffusion(_) => LeRobotEpisode::Diffusion(DiffusionEpisode::default()),
+            LeRobotPolicy::Act(p) => LeRobotEpisode::Act(p.new_episode()),
+        }
+    }
+
+    /// The action for this tick of `episode`, given its `observation`.
+    pub fn act(
+        &self,
+        episode: &mut LeRobotEpisode<B>,
+        observation: &Observation,
+    ) -> anyhow::Result<Action> {
+        let tick = self.tick_observation(observation)?;
+        let action = match (self.policy, episode) {
+            (LeRobotPolicy::Diffusion(p), LeRobotEpisode::Diffusion(e)) => {
+                p.select_action(e, tick, &mut StandardNormal)
+            }
+            (LeRobotPolicy::Act(p), LeRobotEpisode::Act(e)) => p.select_action(e, tick),
+            _ => anyhow::bail!("an episode of another policy"),
+        };
+        let values: Vec<f32> = action
+            .into_data()
+            .convert::<f32>()
+            .to_vec()
+            .map_err(|e| anyhow::anyhow!("the policy's action: {e:?}"))?;
+        anyhow::ensure!(
+            values.iter().all(|v| v.is_finite()),
+            "the policy's action is not finite: {values:?}"
+        );
+        Ok(self.units.action_from(&values))
+    }
+
+    fn tick_observation(&self, observation: &Observation) -> anyhow::Result<TickObservation<B>> {
+        let state = self.units.state_of(&observation.proprio);
+        let state_len = if self.reads_state { state.len() } else { 0 };
+        let state = Tensor::from_data(
+            TensorData::new(state[..state_len].to_vec(), [1, state_len]),
+            &self.device,
+        );
+        let images = match (
+            &observation.image,
+            self.policy.features().0.camera_keys().len(),
+        ) {
+            (_, 0) => Vec::new(),
+            (Some(image), _) => vec![pixels(image, &self.device)],
+            (None, _) => {
+                anyhow::bail!("the policy reads a camera but the observation has no frame")
+            }
+        };
+        Ok(TickObservation {
+            state,
+            images,
+            env_state: None,
+        })
+    }
+}
+
+/// A camera frame as LeRobot's policies read it: `[1, 3, height, width]`, in [0, 1].
+fn pixels<B: Backend>(image: &Image, device: &B::Device) -> Tensor<B, 4> {
+    let (h, w) = (image.height as usize, image.width as usize);
+    let mut planar = vec![0.0f32; 3 * h * w];
+    for (p, rgb) in image.rgb.chunks_exact(3).enumerate() {
+        for c in 0..3 {
+            planar[c * h * w + p] = rgb[c] as f32 / 255.0;
+        }
+    }
+    Tensor::from_data(TensorData::new(planar, [1, 3, h, w]), device)
+}
+
+/// Checks that a `kind` policy's features are what a robot of `spec` gives in `units`.
+fn check_features(
+    kind: &str,
+    (inputs, outputs): (&PolicyFeatures, &PolicyFeatures),
+    spec: &RobotSpec,
+    units: &LeRobotUnits,
+) -> anyhow::Result<()> {
+    let robot = &spec.name;
+    let policy = format!("the LeRobot {kind} policy");
+    if inputs.get(ENV_STATE_KEY).is_some() {
+        anyhow::bail!(
+            "{policy} reads `{ENV_STATE_KEY}`, which {robot} does not give (imago gives `{STATE_KEY}` and a camera)"
+        );
+    }
+    let state_names: Vec<&str> = units
+        .state
+        .iter()
+        .map(|&(i, _)| spec.proprio_names.get(i).map_or("?", String::as_str))
+        .collect();
+    if let Some(len) = inputs.vector_len(STATE_KEY, "input_features")? {
+        anyhow::ensure!(
+            len == units.state.len(),
+            "{policy} reads `{STATE_KEY}` of {len} values; {robot} gives {} ({})",
+            units.state.len(),
+            state_names.join(", ")
+        );
+    }
+    let action = outputs.required_len(ACTION_KEY, "output_features")?;
+    anyhow::ensure!(
+        action == units.action.len(),
+        "{policy} writes actions of {action} values; {robot} takes {}",
+        units.action.len()
+    );
+    let cameras = inputs.camera_keys();
+    anyhow::ensure!(
+        cameras.len() <= 1,
+        "{policy} reads {} cameras ({}); {robot} has one",
+        cameras.len(),
+        cameras.join(", ")
+    );
+    if let Some([_, height, width]) = inputs.camera_shape()? {
+        let Some(camera) = &spec.camera else {
+            anyhow::bail!("{policy} reads a camera ({}); {robot} has none", cameras[0]);
+        };
+        anyhow::ensure!(
+            (camera.height as usize, camera.width as usize) == (height, width),
+            "{policy} reads {} images of {height}x{width} (height x width); {robot}'s camera gives {}x{} (set its image size in --robot-config)",
+            cameras[0],
+            camera.height,
+            camera.width
+        );
+    }
+    Ok(())
+}
