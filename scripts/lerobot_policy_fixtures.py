@@ -63,10 +63,20 @@ Needs `pip install lerobot` (0.4.4 on Python 3.11; it pins torch and brings
   ticks of chunks for two episodes, and the actions it returned (read by
   `policies/src/act/temporal_ensemble.rs`).
 
+- `diffusion_policy/` and `diffusion_policy.json`: a whole LeRobot `DiffusionPolicy`
+  (narrow backbone and U-Net, 48x48 images) as LeRobot's training saves it
+  (`pretrained_model/`: config, weights, processors with their statistics), ten ticks
+  of raw observations through its processors and `select_action` with the noise it
+  used, and its training loss on one raw batch (read by
+  `runtime/src/store/lerobot_policy/tests.rs` and `tests/lerobot_policies.rs`).
+- `act_policy/` and `act_policy.json`: the same of a whole LeRobot `ACTPolicy` (narrow
+  frozen-batch-norm backbone, 2+2 layers, VAE; dropout 0 for the loss).
+
 With `--full-size DIR`, it also writes the same ResNet-18 fixture at torchvision's own
-size (`torchvision.models.resnet18` with `FrozenBatchNorm2d`, 47 MB; not committed) to
-DIR; `IMAGO_LEROBOT_FULL_FIXTURES=DIR cargo test --release --workspace --lib resnet`
-checks it.
+size (`torchvision.models.resnet18` with `FrozenBatchNorm2d`, 47 MB) and the two
+policies with LeRobot's default sizes (1 GB and 200 MB; none committed) to DIR;
+`IMAGO_LEROBOT_FULL_FIXTURES=DIR cargo test --release --workspace --lib -- resnet
+lerobot_policy` checks them.
 
 Every array is a flat list in row-major order beside its shape.
 """
@@ -488,35 +498,43 @@ def save_pretrained_policy(policy, config, stats, directory, processors=None):
     return preprocessor, postprocessor
 
 
-def diffusion_policy(out, widths=(16, 32, 64, 128), image_shape=(3, 48, 48), name="diffusion_policy", **settings):
-    """A whole LeRobot Diffusion Policy (narrow backbone), saved as LeRobot saves it, run
-    for ten ticks of raw observations through its processors and `select_action`
-    (DDPM, 100 steps; two chunks), and its training loss on one raw batch."""
+def diffusion_policy(out, full_size=False):
+    """A whole LeRobot Diffusion Policy, saved as LeRobot saves it, run for ten ticks of
+    raw observations through its processors and `select_action` (DDPM, 100 steps; two
+    chunks), and its training loss on one raw batch. Committed: a narrow backbone and
+    U-Net on 48x48 images. `full_size`: LeRobot's own defaults on PushT's 96x96 images
+    (torchvision's ResNet-18, down_dims 512-2048: 263 M parameters) for one tick."""
     torch.manual_seed(16)
-    settings = {
-        "crop_shape": (40, 40),
-        "down_dims": (16, 32, 64),
-        "diffusion_step_embed_dim": 16,
-        "spatial_softmax_num_keypoints": 8,
-        "do_mask_loss_for_padding": True,
-        **settings,
-    }
-    config = DiffusionConfig(**settings)
+    if full_size:
+        image_shape, tick_count = (3, 96, 96), 1
+        config = DiffusionConfig(do_mask_loss_for_padding=True)
+    else:
+        image_shape, tick_count = (3, 48, 48), 10
+        config = DiffusionConfig(
+            crop_shape=(40, 40),
+            down_dims=(16, 32, 64),
+            diffusion_step_embed_dim=16,
+            spatial_softmax_num_keypoints=8,
+            do_mask_loss_for_padding=True,
+        )
     pusht_like_features(config, image_shape)
-    with narrow_backbone(list(widths)):
+    if full_size:
         policy = DiffusionPolicy(config)
+    else:
+        with narrow_backbone([16, 32, 64, 128]):
+            policy = DiffusionPolicy(config)
     policy.eval()
     with torch.no_grad():
         for module in policy.modules():
             perturb_norm(module)
     stats = pusht_like_stats(image_shape[0])
-    directory = out / name
+    directory = out / "diffusion_policy"
     preprocessor, postprocessor = save_pretrained_policy(policy, config, stats, directory)
     policy.reset()
     ticks = []
     steps = config.num_inference_steps or config.num_train_timesteps
     horizon, action_dim = config.horizon, 2
-    for tick in range(10):
+    for tick in range(tick_count):
         observation = {
             "observation.state": torch.rand(2) * 480 + 16,
             "observation.image": torch.rand(*image_shape),
@@ -541,7 +559,11 @@ def diffusion_policy(out, widths=(16, 32, 64, 128), image_shape=(3, 48, 48), nam
                 flat(torch.randn(initial.shape, generator=replay)) for _ in range(noisy)
             ]
         ticks.append(record)
-    return {"directory": name, "ticks": ticks, "loss": diffusion_policy_loss(policy, config, preprocessor, image_shape)}
+    return {
+        "directory": "diffusion_policy",
+        "ticks": ticks,
+        "loss": diffusion_policy_loss(policy, config, preprocessor, image_shape),
+    }
 
 
 def diffusion_policy_loss(policy, config, preprocessor, image_shape):
@@ -574,28 +596,34 @@ def diffusion_policy_loss(policy, config, preprocessor, image_shape):
     }
 
 
-def act_policy(out):
-    """A whole LeRobot ACT policy (narrow backbone with frozen batch norms, small
-    transformer, VAE), saved as LeRobot saves it, run for six ticks of raw observations
-    through its processors and `select_action` (chunks of 10, 4 executed), and its
-    training loss (L1 + KL) on one raw batch, dropout 0 so that training is
-    deterministic but for the latent's noise, which is replayed."""
+def act_policy(out, full_size=False):
+    """A whole LeRobot ACT policy, saved as LeRobot saves it, run for six ticks of raw
+    observations through its processors and `select_action`, and its training loss
+    (L1 + KL) on one raw batch, dropout 0 so that training is deterministic but for the
+    latent's noise, which is replayed. Committed: a narrow backbone with frozen batch
+    norms, a small transformer (chunks of 10, 4 executed) on 48x48 images.
+    `full_size`: LeRobot's own defaults (torchvision's ResNet-18, 512-wide transformer,
+    chunks of 100; 52 M parameters) on 96x96 images, the backbone not downloaded."""
     torch.manual_seed(18)
-    widths = [8, 16, 32, 64]
-    config = ACTConfig(
-        chunk_size=10,
-        n_action_steps=4,
-        dim_model=32,
-        n_heads=4,
-        dim_feedforward=64,
-        n_encoder_layers=2,
-        n_decoder_layers=2,
-        latent_dim=8,
-        n_vae_encoder_layers=2,
-        dropout=0.0,
-    )
-    image_shape = (3, 48, 48)
+    if full_size:
+        image_shape = (3, 96, 96)
+        config = ACTConfig(dropout=0.0, pretrained_backbone_weights=None)
+    else:
+        image_shape = (3, 48, 48)
+        config = ACTConfig(
+            chunk_size=10,
+            n_action_steps=4,
+            dim_model=32,
+            n_heads=4,
+            dim_feedforward=64,
+            n_encoder_layers=2,
+            n_decoder_layers=2,
+            latent_dim=8,
+            n_vae_encoder_layers=2,
+            dropout=0.0,
+        )
     pusht_like_features(config, image_shape)
+    widths = [8, 16, 32, 64]
 
     def narrow(**kwargs):
         network = NarrowResNet18(widths, norm_layer=FrozenBatchNorm2d, keep_head=True)
@@ -603,7 +631,8 @@ def act_policy(out):
         return network
 
     factory = torchvision.models.resnet18
-    torchvision.models.resnet18 = narrow
+    if not full_size:
+        torchvision.models.resnet18 = narrow
     try:
         policy = ACTPolicy(config)
     finally:
@@ -785,6 +814,8 @@ def main():
     if args.full_size:
         args.full_size.mkdir(parents=True, exist_ok=True)
         records.append((args.full_size, "resnet18", full_size_resnet18(args.full_size)))
+        records.append((args.full_size, "diffusion_policy", diffusion_policy(args.full_size, full_size=True)))
+        records.append((args.full_size, "act_policy", act_policy(args.full_size, full_size=True)))
     for out, name, record in records:
         record["versions"] = versions
         path = out / f"{name}.json"
