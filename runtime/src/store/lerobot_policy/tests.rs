@@ -86,13 +86,13 @@ struct Fixture {
     loss: Loss,
 }
 
-fn read<T: serde::de::DeserializeOwned>(name: &str) -> T {
-    let text = std::fs::read_to_string(fixtures().join(format!("{name}.json"))).unwrap();
+fn read<T: serde::de::DeserializeOwned>(dir: &Path, name: &str) -> T {
+    let text = std::fs::read_to_string(dir.join(format!("{name}.json"))).unwrap();
     serde_json::from_str(&text).unwrap()
 }
 
 fn fixture() -> Fixture {
-    read("diffusion_policy")
+    read(&fixtures(), "diffusion_policy")
 }
 
 /// LeRobot's noise, replayed: what the tick that denoises recorded.
@@ -131,10 +131,13 @@ fn act(dir: &Path) -> ActPolicy<B> {
 /// next seven execute it, the ninth denoises the next. Within the 1e-3.
 #[test]
 fn a_lerobot_diffusion_policy_acts_as_lerobot_does() {
-    let f = fixture();
-    let policy = diffusion(&fixtures().join(&f.directory));
+    diffusion_acts_as_lerobot(&fixtures());
+}
+
+fn diffusion_acts_as_lerobot(dir: &Path) {
+    let f: Fixture = read(dir, "diffusion_policy");
+    let policy = diffusion(&dir.join(&f.directory));
     let mut episode = DiffusionEpisode::default();
-    assert_eq!(policy.model.shape().n_obs_steps, 2);
     let mut noise = Replay::default();
     let mut largest = 0.0f32;
     for (i, tick) in f.ticks.iter().enumerate() {
@@ -167,8 +170,12 @@ fn a_lerobot_diffusion_policy_acts_as_lerobot_does() {
 /// noise and timesteps replayed: within the 1e-4 relative.
 #[test]
 fn a_lerobot_diffusion_policys_loss_matches_lerobots() {
-    let f = fixture();
-    let policy = diffusion(&fixtures().join(&f.directory));
+    diffusion_loss_matches_lerobot(&fixtures());
+}
+
+fn diffusion_loss_matches_lerobot(dir: &Path) {
+    let f: Fixture = read(dir, "diffusion_policy");
+    let policy = diffusion(&dir.join(&f.directory));
     let l = &f.loss;
     let pad: Vec<bool> = l.action_is_pad.concat();
     let horizon = l.action_is_pad[0].len();
@@ -321,8 +328,12 @@ struct ActFixture {
 /// 1e-4 of the normalised action (the action's standard deviations are at least 115).
 #[test]
 fn a_lerobot_act_policy_acts_as_lerobot_does() {
-    let f: ActFixture = read("act_policy");
-    let policy = act(&fixtures().join(&f.directory));
+    act_acts_as_lerobot(&fixtures());
+}
+
+fn act_acts_as_lerobot(dir: &Path) {
+    let f: ActFixture = read(dir, "act_policy");
+    let policy = act(&dir.join(&f.directory));
     let mut episode = policy.new_episode();
     let mut largest = 0.0f32;
     for (i, tick) in f.ticks.iter().enumerate() {
@@ -344,8 +355,12 @@ fn a_lerobot_act_policy_acts_as_lerobot_does() {
 /// one raw batch: each part within the 1e-4 relative.
 #[test]
 fn a_lerobot_act_policys_loss_matches_lerobots() {
-    let f: ActFixture = read("act_policy");
-    let policy = act(&fixtures().join(&f.directory));
+    act_loss_matches_lerobot(&fixtures());
+}
+
+fn act_loss_matches_lerobot(dir: &Path) {
+    let f: ActFixture = read(dir, "act_policy");
+    let policy = act(&dir.join(&f.directory));
     let l = &f.loss;
     let chunk = l.action_is_pad[0].len();
     let pad: Vec<bool> = l.action_is_pad.concat();
@@ -368,4 +383,23 @@ fn a_lerobot_act_policys_loss_matches_lerobots() {
         println!("{name} {got} vs LeRobot's {want}: relative gap {relative:e}");
         assert!(relative < 1e-4, "{name}: relative gap {relative}");
     }
+}
+
+/// The same four checks of LeRobot's default-size policies (torchvision's ResNet-18,
+/// Diffusion's 512-2048 U-Net on 96x96 images, ACT's 512-wide transformer: 1 GB and
+/// 200 MB, not committed), where `IMAGO_LEROBOT_FULL_FIXTURES` names the directory the
+/// script's `--full-size` wrote.
+#[test]
+fn default_size_lerobot_policies_match_lerobots() {
+    let Ok(dir) = std::env::var("IMAGO_LEROBOT_FULL_FIXTURES") else {
+        println!(
+            "skipped: IMAGO_LEROBOT_FULL_FIXTURES is not set (scripts/lerobot_policy_fixtures.py --full-size DIR)"
+        );
+        return;
+    };
+    let dir = Path::new(&dir);
+    diffusion_acts_as_lerobot(dir);
+    diffusion_loss_matches_lerobot(dir);
+    act_acts_as_lerobot(dir);
+    act_loss_matches_lerobot(dir);
 }
