@@ -12,6 +12,7 @@ use imago_runtime::jobs::bench::{
 };
 use imago_runtime::jobs::bench_bridge::{bench_bridge, bench_frame_codec};
 use imago_runtime::jobs::bench_learner::{LearnerBenchRow, bench_learner};
+use imago_runtime::jobs::bench_lerobot::{LeRobotBenchRow, bench_lerobot_policy};
 use imago_runtime::learn::finetune::MAX_BATCH;
 use imago_runtime::learn::world_model::WorldModelTrainConfig;
 
@@ -27,7 +28,8 @@ pub struct BenchArgs {
     /// for policy, 16 for worldmodel].
     #[arg(long)]
     batch_size: Option<usize>,
-    /// Timed steps [default: 30; 3 learning steps per replay size for learner].
+    /// Timed steps [default: 30; 3 learning steps per replay size for learner; with
+    /// --policy, 30 inferences and 3 training steps, or this many of each].
     #[arg(long)]
     steps: Option<usize>,
     /// Replay sizes, in episodes, at which the learner is timed (learner only).
@@ -39,6 +41,11 @@ pub struct BenchArgs {
     /// Also write the figures as JSON here.
     #[arg(long)]
     report: Option<PathBuf>,
+    /// Time this LeRobot policy directory (ACT or Diffusion Policy) instead of
+    /// `--what`: batch-1 inference of a chunk and a training step of `--batch-size`
+    /// (compare with scripts/lerobot_policy_speed.py).
+    #[arg(long, value_name = "DIR")]
+    policy: Option<PathBuf>,
     #[command(flatten)]
     robot: RobotArgs,
 }
@@ -82,6 +89,18 @@ pub fn run(args: BenchArgs, device: DeviceSpec) -> anyhow::Result<()> {
     let steps = args.steps.unwrap_or(default_steps);
     flag_in_range("--steps", steps, 1..=100_000)?;
     let robot = args.robot.resolve()?;
+    if let Some(dir) = &args.policy {
+        let device = resolve(device)?;
+        let train_steps = args.steps.unwrap_or(3);
+        let rows =
+            bench_lerobot_policy(dir, &device, (steps, train_steps, batch_size.unwrap_or(64)))?;
+        println!("{} on {}", dir.display(), device.description);
+        print!("{}", LeRobotBenchRow::table(&rows));
+        if let Some(path) = &report {
+            write_json(path, &rows)?;
+        }
+        return Ok(());
+    }
     if let BenchTarget::Bridge = args.what {
         let sizes = match batch_size {
             Some(side) => vec![side as u32],

@@ -156,8 +156,12 @@ impl<B: Backend> ActPolicy<B> {
             .as_ref()
             .map(|d| d.mu.clone() + d.log_sigma_x2.clone().div_scalar(2.0).exp() * latent_noise);
         let predicted = self.model.forward(&observation, latent);
-        let keep = pad.bool_not().float().reshape([size, chunk, 1]);
-        let l1 = ((actions - predicted).abs() * keep)
+        // A masked fill, not a product with the mask as floats: a boolean tensor turned
+        // to floats is not tracked by an autodiff backend and cannot meet one that is.
+        let padded = pad.reshape([size, chunk, 1]).expand([size, chunk, width]);
+        let l1 = (actions - predicted)
+            .abs()
+            .mask_fill(padded, 0.0)
             .reshape([size, chunk * width])
             .mean_dim(1)
             .reshape([size]);

@@ -30,8 +30,12 @@ pub fn noise_prediction_losses<B: Backend>(
     };
     let mut error = (predicted - target).powf_scalar(2.0);
     if let Some(pad) = action_is_pad {
-        let keep = pad.bool_not().float().reshape([batch, horizon, 1]);
-        error = error * keep;
+        // A masked fill, not a product with the mask as floats: a boolean tensor turned
+        // to floats is not tracked by an autodiff backend and cannot meet one that is.
+        let padded = pad
+            .reshape([batch, horizon, 1])
+            .expand([batch, horizon, action_dim]);
+        error = error.mask_fill(padded, 0.0);
     }
     error
         .reshape([batch, horizon * action_dim])

@@ -7,6 +7,7 @@ pub mod accelerate;
 pub mod bench;
 pub mod bench_bridge;
 pub mod bench_learner;
+pub mod bench_lerobot;
 pub mod demo;
 pub mod device_check;
 pub mod finetune;

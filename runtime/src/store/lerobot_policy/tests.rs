@@ -403,3 +403,91 @@ fn default_size_lerobot_policies_match_lerobots() {
     act_acts_as_lerobot(dir);
     act_loss_matches_lerobot(dir);
 }
+
+/// One AdamW step of each fixture policy through burn's autodiff on the runtime's
+/// backend (padded actions masked, as fine-tuning will run them): the loss is finite,
+/// and the step changes the weights the loss reaches.
+#[test]
+fn lerobot_policies_train_through_burns_autodiff() {
+    use burn::optim::{AdamWConfig, GradientsParams, Optimizer};
+
+    let device = DispatchDevice::autodiff(device());
+    let weights_of = |t: Tensor<B, 2>| -> Vec<f32> { t.into_data().to_vec().unwrap() };
+
+    let f: Fixture = read(&fixtures(), "diffusion_policy");
+    let LeRobotPolicy::Diffusion(policy) =
+        load_lerobot_policy::<B>(&fixtures().join(&f.directory), &device).unwrap()
+    else {
+        panic!("a Diffusion Policy")
+    };
+    let l = &f.loss;
+    let horizon = l.action_is_pad[0].len();
+    let on = |a: &Array| {
+        Tensor::<B, 3>::from_data(TensorData::new(a.values.clone(), a.shape.clone()), &device)
+    };
+    let batch = DemonstrationBatch {
+        history: ObservationHistory {
+            state: on(&l.state),
+            images: vec![Tensor::from_data(
+                TensorData::new(l.image.values.clone(), l.image.shape.clone()),
+                &device,
+            )],
+            env_state: None,
+        },
+        actions: on(&l.action),
+        action_is_pad: Some(Tensor::from_data(
+            TensorData::new(l.action_is_pad.concat(), [2, horizon]),
+            &device,
+        )),
+    };
+    let loss = policy.losses(batch, (on(&l.noise), &l.timesteps)).mean();
+    assert!(loss.clone().into_scalar().is_finite());
+    let before = weights_of(policy.model.unet.final_conv.weight.val().reshape([2, -1]));
+    let grads = GradientsParams::from_grads(loss.backward(), &policy.model);
+    let model = AdamWConfig::new()
+        .init()
+        .step(1e-3, policy.model.clone(), grads);
+    assert_ne!(
+        weights_of(model.unet.final_conv.weight.val().reshape([2, -1])),
+        before
+    );
+
+    let f: ActFixture = read(&fixtures(), "act_policy");
+    let LeRobotPolicy::Act(policy) =
+        load_lerobot_policy::<B>(&fixtures().join(&f.directory), &device).unwrap()
+    else {
+        panic!("ACT")
+    };
+    let l = &f.loss;
+    let chunk = l.action_is_pad[0].len();
+    let batch = ActDemonstrations {
+        observation: TickObservation {
+            state: Tensor::from_data(
+                TensorData::new(l.state.values.clone(), l.state.shape.clone()),
+                &device,
+            ),
+            images: vec![Tensor::from_data(
+                TensorData::new(l.image.values.clone(), l.image.shape.clone()),
+                &device,
+            )],
+            env_state: None,
+        },
+        actions: on(&l.action),
+        action_is_pad: Tensor::from_data(
+            TensorData::new(l.action_is_pad.concat(), [2, chunk]),
+            &device,
+        ),
+    };
+    let latent = Tensor::from_data(
+        TensorData::new(l.latent_noise.values.clone(), l.latent_noise.shape.clone()),
+        &device,
+    );
+    let loss = policy.losses(batch, latent).total.mean();
+    assert!(loss.clone().into_scalar().is_finite());
+    let before = weights_of(policy.model.action_head.weight.val());
+    let grads = GradientsParams::from_grads(loss.backward(), &policy.model);
+    let model = AdamWConfig::new()
+        .init()
+        .step(1e-3, policy.model.clone(), grads);
+    assert_ne!(weights_of(model.action_head.weight.val()), before);
+}
