@@ -106,34 +106,48 @@ impl<B: Backend> ActPolicy<B> {
         episode: &mut ActEpisode<B>,
         observation: TickObservation<B>,
     ) -> Tensor<B, 2> {
-        let action = match &mut episode.0 {
-            Execution::Queue(queue) if queue.is_empty() => {
-                let chunk = self.predict_chunk(observation);
-                queue.extend(
-                    (0..self.config.n_action_steps)
-                        .map(|i| chunk.clone().narrow(1, i, 1).squeeze_dim(1)),
-                );
-                queue.pop_front().expect("n_action_steps >= 1")
-            }
-            Execution::Queue(queue) => queue.pop_front().expect("not empty"),
-            Execution::Ensemble(ensembler) => {
-                let chunk = self.predict_chunk(observation);
-                let [batch, steps, width] = chunk.dims();
-                let device = chunk.device();
-                let values: Vec<f32> = chunk
-                    .into_data()
-                    .convert::<f32>()
-                    .to_vec()
-                    .unwrap_or_default();
-                let per_episode: Vec<Vec<f32>> =
-                    values.chunks(steps * width).map(<[f32]>::to_vec).collect();
-                let actions = ensembler
-                    .update(&per_episode)
-                    .expect("every tick's chunks have the policy's shape and batch");
-                Tensor::from_data(TensorData::new(actions.concat(), [batch, width]), &device)
-            }
-        };
-        self.outputs.unnormalise(ACTION_KEY, action)
+        let mut actions = self.select_actions(vec![(episode, observation)]);
+        actions.pop().expect("one action per episode")
+    }
+
+    /// [`Self::select_action`] for many episodes at once: those that predict on this
+    /// tick (an empty queue, or temporal ensembling) predict together, as one batch.
+    pub fn select_actions(
+        &self,
+        lanes: Vec<(&mut ActEpisode<B>, TickObservation<B>)>,
+    ) -> Vec<Tensor<B, 2>> {
+        let predicting: Vec<usize> = (0..lanes.len())
+            .filter(|&i| match &lanes[i].0.0 {
+                Execution::Queue(queue) => queue.is_empty(),
+                Execution::Ensemble(_) => true,
+            })
+            .collect();
+        let chunks = (!predicting.is_empty()).then(|| {
+            let observations: Vec<TickObservation<B>> =
+                predicting.iter().map(|&i| lanes[i].1.clone()).collect();
+            self.predict_chunk(TickObservation::cat(observations))
+        });
+        let mut out = Vec::with_capacity(lanes.len());
+        for (i, (episode, _)) in lanes.into_iter().enumerate() {
+            let own = predicting
+                .iter()
+                .position(|&p| p == i)
+                .and_then(|j| chunks.as_ref().map(|c| c.clone().narrow(0, j, 1)));
+            let action = match (&mut episode.0, own) {
+                (Execution::Queue(queue), Some(chunk)) => {
+                    queue.extend(
+                        (0..self.config.n_action_steps)
+                            .map(|k| chunk.clone().narrow(1, k, 1).squeeze_dim(1)),
+                    );
+                    queue.pop_front().expect("n_action_steps >= 1")
+                }
+                (Execution::Queue(queue), None) => queue.pop_front().expect("not empty"),
+                (Execution::Ensemble(ensembler), Some(chunk)) => ensembled(ensembler, chunk),
+                (Execution::Ensemble(_), None) => unreachable!("ensembling predicts every tick"),
+            };
+            out.push(self.outputs.unnormalise(ACTION_KEY, action));
+        }
+        out
     }
 
     /// The training loss of each demonstration of `batch` (LeRobot's preprocessor, then
@@ -177,4 +191,21 @@ impl<B: Backend> ActPolicy<B> {
         let total = l1.clone() + kld.clone().mul_scalar(self.config.kl_weight);
         ActLosses { l1, kld, total }
     }
+}
+
+/// The ensembler's action `[1, action_dim]` after this tick's `chunk` `[1, chunk,
+/// action_dim]`.
+fn ensembled<B: Backend>(ensembler: &mut TemporalEnsembler, chunk: Tensor<B, 3>) -> Tensor<B, 2> {
+    let [batch, steps, width] = chunk.dims();
+    let device = chunk.device();
+    let values: Vec<f32> = chunk
+        .into_data()
+        .convert::<f32>()
+        .to_vec()
+        .unwrap_or_default();
+    let per_episode: Vec<Vec<f32>> = values.chunks(steps * width).map(<[f32]>::to_vec).collect();
+    let actions = ensembler
+        .update(&per_episode)
+        .expect("every tick's chunks have the policy's shape and batch");
+    Tensor::from_data(TensorData::new(actions.concat(), [batch, width]), &device)
 }

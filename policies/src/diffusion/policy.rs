@@ -83,51 +83,66 @@ impl<B: Backend> DiffusionPolicy<B> {
         observation: TickObservation<B>,
         noise: &mut impl ChunkNoise<B>,
     ) -> Tensor<B, 2> {
-        let observation = observation.normalised(&self.inputs, &self.config.camera_keys());
-        let n = self.model.shape().n_obs_steps;
-        while episode.history.len() < n {
-            episode.history.push_back(observation.clone());
-        }
-        episode.history.push_back(observation);
-        while episode.history.len() > n {
-            episode.history.pop_front();
-        }
-        if episode.actions.is_empty() {
-            let chunk = self.denoise_chunk(&episode.history, noise);
-            let steps = chunk.dims()[1];
-            episode
-                .actions
-                .extend((0..steps).map(|i| chunk.clone().narrow(1, i, 1).squeeze_dim(1)));
-        }
-        let action = episode
-            .actions
-            .pop_front()
-            .expect("a chunk was just queued");
-        self.outputs.unnormalise(ACTION_KEY, action)
+        let mut actions = self.select_actions(vec![(episode, observation)], noise);
+        actions.pop().expect("one action per episode")
     }
 
-    /// A chunk of normalised actions from the observations kept.
-    fn denoise_chunk(
+    /// [`Self::select_action`] for many episodes at once: the episodes whose queues
+    /// are empty denoise their chunks together, as one batch (what makes a lock-step
+    /// evaluation of many episodes affordable).
+    pub fn select_actions(
         &self,
-        kept: &VecDeque<TickObservation<B>>,
+        lanes: Vec<(&mut DiffusionEpisode<B>, TickObservation<B>)>,
+        noise: &mut impl ChunkNoise<B>,
+    ) -> Vec<Tensor<B, 2>> {
+        let cameras = self.config.camera_keys();
+        let n = self.model.shape().n_obs_steps;
+        let mut episodes = Vec::with_capacity(lanes.len());
+        for (episode, observation) in lanes {
+            let observation = observation.normalised(&self.inputs, &cameras);
+            while episode.history.len() < n {
+                episode.history.push_back(observation.clone());
+            }
+            episode.history.push_back(observation);
+            while episode.history.len() > n {
+                episode.history.pop_front();
+            }
+            episodes.push(episode);
+        }
+        let needing: Vec<usize> = (0..episodes.len())
+            .filter(|&i| episodes[i].actions.is_empty())
+            .collect();
+        if !needing.is_empty() {
+            let histories: Vec<ObservationHistory<B>> = needing
+                .iter()
+                .map(|&i| history_of(&episodes[i].history))
+                .collect();
+            let chunk = self.denoise(concatenated(histories), noise);
+            for (j, &i) in needing.iter().enumerate() {
+                let own = chunk.clone().narrow(0, j, 1);
+                let steps = own.dims()[1];
+                episodes[i]
+                    .actions
+                    .extend((0..steps).map(|k| own.clone().narrow(1, k, 1).squeeze_dim(1)));
+            }
+        }
+        episodes
+            .into_iter()
+            .map(|episode| {
+                let action = episode.actions.pop_front().expect("a chunk is queued");
+                self.outputs.unnormalise(ACTION_KEY, action)
+            })
+            .collect()
+    }
+
+    /// A chunk of normalised actions for `history`, one per sample.
+    fn denoise(
+        &self,
+        history: ObservationHistory<B>,
         noise: &mut impl ChunkNoise<B>,
     ) -> Tensor<B, 3> {
-        let stack3 = |pick: &dyn Fn(&TickObservation<B>) -> Tensor<B, 2>| {
-            Tensor::stack(kept.iter().map(pick).collect(), 1)
-        };
-        let first = &kept[0];
-        let history = ObservationHistory {
-            state: stack3(&|o| o.state.clone()),
-            images: (0..first.images.len())
-                .map(|c| Tensor::stack(kept.iter().map(|o| o.images[c].clone()).collect(), 1))
-                .collect(),
-            env_state: first
-                .env_state
-                .as_ref()
-                .map(|_| stack3(&|o| o.env_state.clone().expect("every tick has it"))),
-        };
-        let batch = first.state.dims()[0];
-        let device = first.state.device();
+        let [batch, _, _] = history.state.dims();
+        let device = history.state.device();
         let shape = [
             batch,
             self.model.shape().horizon,
@@ -161,5 +176,44 @@ impl<B: Backend> DiffusionPolicy<B> {
         let actions = self.inputs.normalise(ACTION_KEY, batch.actions);
         self.model
             .losses(&history, actions, (noise, timesteps), batch.action_is_pad)
+    }
+}
+
+/// The observations an episode kept, stacked oldest first.
+fn history_of<B: Backend>(kept: &VecDeque<TickObservation<B>>) -> ObservationHistory<B> {
+    let stack = |pick: &dyn Fn(&TickObservation<B>) -> Tensor<B, 2>| {
+        Tensor::stack(kept.iter().map(pick).collect(), 1)
+    };
+    let first = &kept[0];
+    ObservationHistory {
+        state: stack(&|o| o.state.clone()),
+        images: (0..first.images.len())
+            .map(|c| Tensor::stack(kept.iter().map(|o| o.images[c].clone()).collect(), 1))
+            .collect(),
+        env_state: first
+            .env_state
+            .as_ref()
+            .map(|_| stack(&|o| o.env_state.clone().expect("every tick has it"))),
+    }
+}
+
+/// Histories of several episodes as one batch.
+fn concatenated<B: Backend>(histories: Vec<ObservationHistory<B>>) -> ObservationHistory<B> {
+    let cameras = histories[0].images.len();
+    let has_env = histories[0].env_state.is_some();
+    ObservationHistory {
+        state: Tensor::cat(histories.iter().map(|h| h.state.clone()).collect(), 0),
+        images: (0..cameras)
+            .map(|c| Tensor::cat(histories.iter().map(|h| h.images[c].clone()).collect(), 0))
+            .collect(),
+        env_state: has_env.then(|| {
+            Tensor::cat(
+                histories
+                    .iter()
+                    .map(|h| h.env_state.clone().expect("every episode has it"))
+                    .collect(),
+                0,
+            )
+        }),
     }
 }

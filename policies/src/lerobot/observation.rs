@@ -36,4 +36,31 @@ impl<B: Backend> TickObservation<B> {
                 .map(|e| normaliser.normalise(ENV_STATE_KEY, e)),
         }
     }
+
+    /// Observations of several episodes (each of the same features) as one batch, in
+    /// order.
+    pub fn cat(observations: Vec<Self>) -> Self {
+        let cameras = observations[0].images.len();
+        let has_env = observations[0].env_state.is_some();
+        Self {
+            state: Tensor::cat(observations.iter().map(|o| o.state.clone()).collect(), 0),
+            images: (0..cameras)
+                .map(|c| {
+                    Tensor::cat(
+                        observations.iter().map(|o| o.images[c].clone()).collect(),
+                        0,
+                    )
+                })
+                .collect(),
+            env_state: has_env.then(|| {
+                Tensor::cat(
+                    observations
+                        .iter()
+                        .map(|o| o.env_state.clone().expect("every episode has it"))
+                        .collect(),
+                    0,
+                )
+            }),
+        }
+    }
 }

@@ -252,15 +252,34 @@ impl<'c, 'a, B: Backend> EvalCommands<'c, 'a, B> {
                 }
             }
         }
+        // A LeRobot policy acts for every running lane at once (its chunks batched).
+        let mut lerobot_actions = match self.controller {
+            Controller::LeRobot(driver) => {
+                let lanes = run.lanes();
+                let observations: Vec<&Observation> = running
+                    .iter()
+                    .map(|&i| lanes[i].episode.observation())
+                    .collect();
+                let episodes = self
+                    .lerobot
+                    .iter_mut()
+                    .enumerate()
+                    .filter(|(i, _)| running.contains(i))
+                    .map(|(_, e)| e);
+                driver.act(episodes.zip(observations).collect())?
+            }
+            _ => Vec::new(),
+        }
+        .into_iter();
         let mut commands = vec![None; run.lanes().len()];
         for i in running {
             let action = match self.controller {
                 Controller::Policy { .. } => self.queues[i]
                     .pop_front()
                     .ok_or_else(|| anyhow::anyhow!("the policy planned no action"))?,
-                Controller::LeRobot(driver) => {
-                    driver.act(&mut self.lerobot[i], run.lanes()[i].episode.observation())?
-                }
+                Controller::LeRobot(_) => lerobot_actions
+                    .next()
+                    .ok_or_else(|| anyhow::anyhow!("the LeRobot policy gave no action"))?,
                 Controller::Random => Action(
                     self.action_limit
                         .iter()

@@ -58,30 +58,53 @@ impl<'p, B: Backend> LeRobotDriver<'p, B> {
         }
     }
 
-    /// The action for this tick of `episode`, given its `observation`.
+    /// The action for this tick of each episode, given its observation; the episodes
+    /// that need a new chunk predict it together, as one batch.
     pub fn act(
         &self,
-        episode: &mut LeRobotEpisode<B>,
-        observation: &Observation,
-    ) -> anyhow::Result<Action> {
-        let tick = self.tick_observation(observation)?;
-        let action = match (self.policy, episode) {
-            (LeRobotPolicy::Diffusion(p), LeRobotEpisode::Diffusion(e)) => {
-                p.select_action(e, tick, &mut StandardNormal)
+        lanes: Vec<(&mut LeRobotEpisode<B>, &Observation)>,
+    ) -> anyhow::Result<Vec<Action>> {
+        let mut ticks = Vec::with_capacity(lanes.len());
+        for (_, observation) in &lanes {
+            ticks.push(self.tick_observation(observation)?);
+        }
+        let actions = match self.policy {
+            LeRobotPolicy::Diffusion(p) => {
+                let mut episodes = Vec::with_capacity(lanes.len());
+                for ((episode, _), tick) in lanes.into_iter().zip(ticks) {
+                    let LeRobotEpisode::Diffusion(e) = episode else {
+                        anyhow::bail!("an episode of another policy");
+                    };
+                    episodes.push((e, tick));
+                }
+                p.select_actions(episodes, &mut StandardNormal)
             }
-            (LeRobotPolicy::Act(p), LeRobotEpisode::Act(e)) => p.select_action(e, tick),
-            _ => anyhow::bail!("an episode of another policy"),
+            LeRobotPolicy::Act(p) => {
+                let mut episodes = Vec::with_capacity(lanes.len());
+                for ((episode, _), tick) in lanes.into_iter().zip(ticks) {
+                    let LeRobotEpisode::Act(e) = episode else {
+                        anyhow::bail!("an episode of another policy");
+                    };
+                    episodes.push((e, tick));
+                }
+                p.select_actions(episodes)
+            }
         };
-        let values: Vec<f32> = action
-            .into_data()
-            .convert::<f32>()
-            .to_vec()
-            .map_err(|e| anyhow::anyhow!("the policy's action: {e:?}"))?;
-        anyhow::ensure!(
-            values.iter().all(|v| v.is_finite()),
-            "the policy's action is not finite: {values:?}"
-        );
-        Ok(self.units.action_from(&values))
+        actions
+            .into_iter()
+            .map(|action| {
+                let values: Vec<f32> = action
+                    .into_data()
+                    .convert::<f32>()
+                    .to_vec()
+                    .map_err(|e| anyhow::anyhow!("the policy's action: {e:?}"))?;
+                anyhow::ensure!(
+                    values.iter().all(|v| v.is_finite()),
+                    "the policy's action is not finite: {values:?}"
+                );
+                Ok(self.units.action_from(&values))
+            })
+            .collect()
     }
 
     fn tick_observation(&self, observation: &Observation) -> anyhow::Result<TickObservation<B>> {

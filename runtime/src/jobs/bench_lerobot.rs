@@ -53,8 +53,8 @@ impl LeRobotBenchRow {
     }
 }
 
-/// Times the LeRobot policy of `dir`: inference over `steps` calls after 2 warm-up
-/// calls, training over `train_steps` steps of `batch_size` after one warm-up step.
+/// Times the LeRobot policy of `dir`: inference over `steps` calls after 1 warm-up
+/// call, training over `train_steps` steps of `batch_size` after one warm-up step.
 pub fn bench_lerobot_policy(
     dir: &Path,
     device: &ResolvedDevice,
@@ -75,7 +75,7 @@ pub fn bench_lerobot_policy(
             let (sampler, sampler_steps) = policy.model.shape().sampler;
             let history = diffusion_history(&policy, 1, &device.inference);
             let time = |model: &DiffusionModel<Dispatch>| {
-                time_calls(2, steps, || {
+                time_calls(1, steps, || {
                     let shape = [1, model.shape().horizon, action_dim_of(&policy)];
                     let initial = normal(shape, &device.inference);
                     let chunk = model
@@ -85,8 +85,12 @@ pub fn bench_lerobot_policy(
                 })
             };
             let own = time(&policy.model)?;
+            let name = match sampler {
+                SamplerKind::Ddpm => "DDPM",
+                SamplerKind::Ddim => "DDIM",
+            };
             rows.push(row(
-                format!("inference, {sampler:?} {sampler_steps} steps (one chunk)"),
+                format!("inference, {name} {sampler_steps} steps (one chunk)"),
                 1,
                 (own.p50, own.p99),
                 steps,
@@ -109,7 +113,7 @@ pub fn bench_lerobot_policy(
         }
         (LeRobotPolicy::Act(policy), LeRobotPolicy::Act(trained)) => {
             let observation = act_observation(&policy, 1, &device.inference);
-            let latency = time_calls(2, steps, || {
+            let latency = time_calls(1, steps, || {
                 policy.model.forward(&observation, None).into_data();
                 Ok(())
             })?;

@@ -491,3 +491,31 @@ fn lerobot_policies_train_through_burns_autodiff() {
         .step(1e-3, policy.model.clone(), grads);
     assert_ne!(weights_of(model.action_head.weight.val()), before);
 }
+
+/// Two ACT episodes acting together out of phase (the second starts a tick later, so
+/// their queues empty on different ticks and batches mix predicting and queued
+/// episodes): each still acts as LeRobot acted on its own.
+#[test]
+fn episodes_acting_together_act_as_each_alone() {
+    let f: ActFixture = read(&fixtures(), "act_policy");
+    let policy = act(&fixtures().join(&f.directory));
+    let (mut first, mut second) = (policy.new_episode(), policy.new_episode());
+    let observation = |tick: &ActTick| TickObservation {
+        state: tick.state.batched(),
+        images: vec![tick.image.batched()],
+        env_state: None,
+    };
+    let mut largest = 0.0f32;
+    for i in 0..f.ticks.len() {
+        let mut lanes = vec![(&mut first, observation(&f.ticks[i]))];
+        if i > 0 {
+            lanes.push((&mut second, observation(&f.ticks[i - 1])));
+        }
+        let actions = policy.select_actions(lanes);
+        largest = largest.max(f.ticks[i].action.largest_gap(actions[0].clone()));
+        if i > 0 {
+            largest = largest.max(f.ticks[i - 1].action.largest_gap(actions[1].clone()));
+        }
+    }
+    assert!(largest < 1e-4 * 115.0, "largest gap {largest}");
+}
