@@ -120,3 +120,112 @@ fn a_lerobot_policy_that_does_not_fit_the_robot_is_one_clear_error() {
         "pretrained_model",
     );
 }
+
+/// `imago export policy` writes a LeRobot directory back: every tensor under LeRobot's
+/// name with LeRobot's values (the weights file reads back equal, tensor for tensor),
+/// the config and processors as they were, and the export evaluates as the source
+/// does. (That LeRobot itself loads an export and acts the same is checked by
+/// scripts/lerobot_policy_roundtrip.py, docs/lerobot-policies.md.) It never writes over
+/// its input or a directory of other files.
+#[test]
+fn a_lerobot_policy_exports_back_to_lerobots_layout() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = pusht_config(dir.path());
+    for policy in ["act_policy", "diffusion_policy"] {
+        let source = fixture(policy);
+        let out = dir.path().join(policy);
+        let output = imago(&[
+            "export",
+            "policy",
+            "--format",
+            "lerobot",
+            "--policy",
+            path(&source),
+            "--out",
+            path(&out),
+        ]);
+        assert!(output.status.success(), "{policy}: {}", stderr(&output));
+        for entry in std::fs::read_dir(&source).unwrap() {
+            let name = entry.unwrap().file_name();
+            assert!(out.join(&name).is_file(), "{policy}: {name:?} written");
+        }
+        assert_eq!(
+            std::fs::read(out.join("config.json")).unwrap(),
+            std::fs::read(source.join("config.json")).unwrap()
+        );
+        assert_eq!(tensors(&out), tensors(&source), "{policy}: the weights");
+        let report = |policy_dir: &Path, name: &str| {
+            let json = dir.path().join(name);
+            let output = imago(&[
+                "--device",
+                "cpu",
+                "eval",
+                "--policy",
+                path(policy_dir),
+                "--robot",
+                "pusht",
+                "--robot-config",
+                path(&config),
+                "--episodes",
+                "2",
+                "--report",
+                path(&json),
+            ]);
+            assert!(output.status.success(), "{}", stderr(&output));
+            let mut report: serde_json::Value =
+                serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+            report.as_object_mut().unwrap().remove("name");
+            report
+        };
+        assert_eq!(
+            report(&out, "out.json"),
+            report(&source, "source.json"),
+            "{policy}"
+        );
+    }
+    let act = path(&fixture("act_policy")).to_string();
+    assert_one_line_error(
+        &["export", "policy", "--policy", &act, "--out", &act],
+        "replace the input",
+    );
+    let other = dir.path().join("notes");
+    std::fs::create_dir_all(&other).unwrap();
+    std::fs::write(other.join("todo.txt"), "keep me").unwrap();
+    assert_one_line_error(
+        &["export", "policy", "--policy", &act, "--out", path(&other)],
+        "--force",
+    );
+    assert_eq!(
+        std::fs::read_to_string(other.join("todo.txt")).unwrap(),
+        "keep me"
+    );
+}
+
+/// Every tensor of a policy directory's weights: name, shape and bytes.
+fn tensors(dir: &Path) -> Vec<(String, Vec<usize>, Vec<u8>)> {
+    let bytes = std::fs::read(dir.join("model.safetensors")).unwrap();
+    let header_len = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    let header: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_slice(&bytes[8..8 + header_len]).unwrap();
+    let data = &bytes[8 + header_len..];
+    let mut out: Vec<_> = header
+        .into_iter()
+        .filter(|(name, _)| name != "__metadata__")
+        .map(|(name, info)| {
+            let shape = info["shape"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|d| d.as_u64().unwrap() as usize)
+                .collect();
+            let offsets = info["data_offsets"].as_array().unwrap();
+            let (start, end) = (
+                offsets[0].as_u64().unwrap() as usize,
+                offsets[1].as_u64().unwrap() as usize,
+            );
+            (name, shape, data[start..end].to_vec())
+        })
+        .collect();
+    out.sort();
+    out
+}

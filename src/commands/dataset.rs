@@ -1,13 +1,16 @@
 //! `imago import lerobot` and `imago export lerobot`: LeRobot datasets in and out
-//! (docs/datasets.md).
+//! (docs/datasets.md); `imago export policy`: a LeRobot policy directory out
+//! (docs/lerobot-policies.md).
 
 use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
+use imago_runtime::jobs::export_policy::export_lerobot_policy;
 use imago_runtime::store::lerobot::{
     CameraChoice, EpisodeRange, ExportOptions, FrameFormat, ImportOptions, export_lerobot,
     import_lerobot,
 };
+use imago_runtime::store::outputs::OutputPath;
 
 /// What to import.
 #[derive(Debug, Subcommand)]
@@ -55,6 +58,32 @@ pub struct ImportLerobotArgs {
 pub enum ExportCommand {
     /// A replay's whole episodes as a LeRobot v3.0 dataset.
     Lerobot(ExportLerobotArgs),
+    /// A policy as a LeRobot `pretrained_model/` directory (ACT or Diffusion Policy).
+    Policy(ExportPolicyArgs),
+}
+
+/// The formats `imago export policy` writes.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum PolicyFormat {
+    /// LeRobot's `pretrained_model/` layout (lerobot 0.4.4).
+    Lerobot,
+}
+
+/// Flags of `imago export policy`.
+#[derive(Debug, Args)]
+pub struct ExportPolicyArgs {
+    /// The policy: a LeRobot ACT or Diffusion Policy directory.
+    #[arg(long)]
+    pub policy: PathBuf,
+    /// The new policy directory.
+    #[arg(long)]
+    pub out: PathBuf,
+    /// The layout written.
+    #[arg(long, value_enum, default_value = "lerobot")]
+    pub format: PolicyFormat,
+    /// Replace what --out holds (kept until the new directory is complete).
+    #[arg(long)]
+    pub force: bool,
 }
 
 /// Flags of `imago export lerobot`.
@@ -122,7 +151,25 @@ pub fn run_import(command: ImportCommand) -> anyhow::Result<()> {
 
 /// Exports a replay and prints what was written.
 pub fn run_export(command: ExportCommand) -> anyhow::Result<()> {
-    let ExportCommand::Lerobot(args) = command;
+    let args = match command {
+        ExportCommand::Lerobot(args) => args,
+        ExportCommand::Policy(args) => {
+            let PolicyFormat::Lerobot = args.format;
+            let out = OutputPath {
+                path: &args.out,
+                force: args.force,
+            };
+            let export = export_lerobot_policy(&args.policy, &out)?;
+            println!(
+                "exported the {} policy of {} to {} as a LeRobot pretrained_model directory ({} tensors)",
+                export.kind,
+                args.policy.display(),
+                export.path.display(),
+                export.tensors
+            );
+            return Ok(());
+        }
+    };
     let report = export_lerobot(&ExportOptions {
         replay: args.replay,
         out: args.out.clone(),

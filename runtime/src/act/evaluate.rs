@@ -388,7 +388,8 @@ pub fn evaluate_checkpoint(
 
 /// [`evaluate_checkpoint`] of a LeRobot policy directory: the policy bound to the
 /// robot's features (an error naming both where they differ), one episode state per
-/// lane, its actions drawn from the backend's seeded generator.
+/// lane, its sampling noise drawn from the backend's generator seeded by each batch's
+/// first seed.
 fn evaluate_lerobot_policy(
     dir: &std::path::Path,
     robot: &RobotConfig,
@@ -402,6 +403,8 @@ fn evaluate_lerobot_policy(
     let controller = Controller::LeRobot(&driver);
     let mut outcome = EvalOutcome::default();
     for batch in seeds.chunks(EVAL_BATCH) {
+        // Diffusion's sampling noise: the same seeds give the same evaluation.
+        burn::Dispatch::seed(&device.inference, batch[0]);
         outcome.extend(evaluate(&controller, robot, batch, "eval")?);
     }
     Ok(outcome)

@@ -10,6 +10,7 @@ pub mod bench_learner;
 pub mod bench_lerobot;
 pub mod demo;
 pub mod device_check;
+pub mod export_policy;
 pub mod finetune;
 pub mod gate;
 pub mod inspect;

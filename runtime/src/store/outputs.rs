@@ -42,6 +42,8 @@ pub enum Holding {
     Replay,
     /// A LeRobot dataset (a folder with `meta/info.json`).
     LeRobotDataset,
+    /// A LeRobot policy directory (`config.json` and `model.safetensors`).
+    LeRobotPolicy,
     /// A run directory of this kind (`demo`, `daemon`).
     RunDirectory(String),
     /// A plain file (or anything that is not a directory).
@@ -61,6 +63,7 @@ impl std::fmt::Display for Holding {
             Self::DamagedCheckpoint => write!(f, "a checkpoint whose meta.json cannot be read"),
             Self::Replay => write!(f, "a replay"),
             Self::LeRobotDataset => write!(f, "a LeRobot dataset"),
+            Self::LeRobotPolicy => write!(f, "a LeRobot policy"),
             Self::RunDirectory(kind) => write!(f, "an `imago {kind}` run directory"),
             Self::File => write!(f, "a file"),
             Self::OtherDirectory => write!(f, "a directory of other files"),
@@ -79,6 +82,8 @@ pub enum OutputKind {
     Replay,
     /// A LeRobot dataset (`imago export lerobot`).
     LeRobotDataset,
+    /// A LeRobot policy directory (`imago export policy`).
+    LeRobotPolicy,
     /// A run directory of this kind.
     RunDirectory(&'static str),
 }
@@ -92,6 +97,7 @@ impl OutputKind {
             }
             (Self::Replay, Holding::Replay) => true,
             (Self::LeRobotDataset, Holding::LeRobotDataset) => true,
+            (Self::LeRobotPolicy, Holding::LeRobotPolicy) => true,
             (Self::RunDirectory(kind), Holding::RunDirectory(found)) => kind == found,
             _ => false,
         }
@@ -126,6 +132,9 @@ pub fn holding(path: &Path) -> Holding {
     }
     if path.join("meta").join("info.json").is_file() {
         return Holding::LeRobotDataset;
+    }
+    if crate::store::lerobot_policy::is_lerobot_policy_dir(path) {
+        return Holding::LeRobotPolicy;
     }
     // A lock file left by an earlier writer holds nothing of value.
     let only_a_lock = std::fs::read_dir(path).is_ok_and(|entries| {
@@ -264,6 +273,7 @@ pub fn check_output(
             OutputKind::PolicyCheckpoint => "a policy checkpoint".into(),
             OutputKind::Replay => "a replay".into(),
             OutputKind::LeRobotDataset => "a LeRobot dataset".into(),
+            OutputKind::LeRobotPolicy => "a LeRobot policy".into(),
             OutputKind::RunDirectory(k) => format!("an `imago {k}` run directory"),
         };
         anyhow::bail!(
