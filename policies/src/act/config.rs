@@ -7,7 +7,7 @@ use imago_robots::bounds::{ConfigError, in_range};
 use serde::{Deserialize, Serialize};
 
 use super::layers::{ActLayerConfig, FeedForwardActivation};
-use crate::lerobot::features::{ACTION_KEY, ENV_STATE_KEY, STATE_KEY};
+use crate::lerobot::features::{ACTION_KEY, ENV_STATE_KEY, STATE_KEY, require_resnet18};
 use crate::lerobot::{FeatureType, NormMode, NormalisationMapping, PolicyFeatures};
 
 /// LeRobot's `ACTConfig`, by its own key names.
@@ -144,13 +144,7 @@ impl ActPolicyConfig {
         if let Some(coeff) = self.temporal_ensemble_coeff {
             in_range("temporal_ensemble_coeff", coeff, -100.0..=100.0)?;
         }
-        if self.vision_backbone != "resnet18" {
-            return Err(ConfigError::new(
-                "vision_backbone",
-                &self.vision_backbone,
-                "resnet18 (the only backbone imago builds)",
-            ));
-        }
+        require_resnet18(&self.vision_backbone)?;
         if self.replace_final_stride_with_dilation {
             return Err(ConfigError::new(
                 "replace_final_stride_with_dilation",
@@ -175,19 +169,7 @@ impl ActPolicyConfig {
         in_range("kl_weight", self.kl_weight, 0.0..=1e6)?;
         self.state_dim()?;
         self.action_dim()?;
-        let env = self.env_state_dim()?;
-        if self.input_features.camera_shape()?.is_none() && env.is_none() {
-            return Err(ConfigError::new(
-                "input_features",
-                self.input_features
-                    .0
-                    .iter()
-                    .map(|(k, _)| k)
-                    .collect::<Vec<_>>(),
-                "at least one camera or `observation.environment_state`, as LeRobot requires",
-            ));
-        }
-        Ok(())
+        self.input_features.require_camera_or_env_state()
     }
 }
 

@@ -13,7 +13,7 @@ use super::config::ActPolicyConfig;
 use super::model::ActModel;
 use super::temporal_ensemble::TemporalEnsembler;
 use crate::lerobot::features::ACTION_KEY;
-use crate::lerobot::{FeatureNormaliser, TickObservation};
+use crate::lerobot::{PolicyProcessors, TickObservation};
 
 /// A batch of demonstrations in the robot's units: the observation and the `chunk_size`
 /// actions from it on, with which of them are padding past the episode's end.
@@ -60,23 +60,16 @@ pub struct ActPolicy<B: Backend> {
     pub model: ActModel<B>,
     /// LeRobot's config it was built from.
     pub config: ActPolicyConfig,
-    inputs: FeatureNormaliser,
-    outputs: FeatureNormaliser,
+    processors: PolicyProcessors,
 }
 
 impl<B: Backend> ActPolicy<B> {
-    /// The policy of `model`, built from `config`, with the preprocessor's normaliser
-    /// (`inputs`) and the postprocessor's unnormaliser (`outputs`).
-    pub fn new(
-        model: ActModel<B>,
-        config: ActPolicyConfig,
-        (inputs, outputs): (FeatureNormaliser, FeatureNormaliser),
-    ) -> Self {
+    /// The policy of `model`, built from `config`, scaled by LeRobot's `processors`.
+    pub fn new(model: ActModel<B>, config: ActPolicyConfig, processors: PolicyProcessors) -> Self {
         Self {
             model,
             config,
-            inputs,
-            outputs,
+            processors,
         }
     }
 
@@ -95,7 +88,8 @@ impl<B: Backend> ActPolicy<B> {
 
     /// The normalised chunk `[batch, chunk, action_dim]` for a raw observation.
     pub fn predict_chunk(&self, observation: TickObservation<B>) -> Tensor<B, 3> {
-        let observation = observation.normalised(&self.inputs, &self.config.camera_keys());
+        let observation =
+            observation.normalised(&self.processors.inputs, &self.config.camera_keys());
         self.model.forward(&observation, None)
     }
 
@@ -145,7 +139,7 @@ impl<B: Backend> ActPolicy<B> {
                 (Execution::Ensemble(ensembler), Some(chunk)) => ensembled(ensembler, chunk),
                 (Execution::Ensemble(_), None) => unreachable!("ensembling predicts every tick"),
             };
-            out.push(self.outputs.unnormalise(ACTION_KEY, action));
+            out.push(self.processors.outputs.unnormalise(ACTION_KEY, action));
         }
         out
     }
@@ -157,8 +151,8 @@ impl<B: Backend> ActPolicy<B> {
     pub fn losses(&self, batch: ActDemonstrations<B>, latent_noise: Tensor<B, 2>) -> ActLosses<B> {
         let observation = batch
             .observation
-            .normalised(&self.inputs, &self.config.camera_keys());
-        let actions = self.inputs.normalise(ACTION_KEY, batch.actions);
+            .normalised(&self.processors.inputs, &self.config.camera_keys());
+        let actions = self.processors.inputs.normalise(ACTION_KEY, batch.actions);
         let [size, chunk, width] = actions.dims();
         let pad = batch.action_is_pad;
         let distribution = self.model.latent_distribution(

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use super::rgb_encoder::DiffusionRgbEncoderConfig;
 use super::scheduler::{NoiseScheduleConfig, SamplerKind};
 use super::unet::DiffusionUnetConfig;
-use crate::lerobot::features::{ACTION_KEY, ENV_STATE_KEY, STATE_KEY};
+use crate::lerobot::features::{ACTION_KEY, ENV_STATE_KEY, STATE_KEY, require_resnet18};
 use crate::lerobot::{FeatureType, NormMode, NormalisationMapping, PolicyFeatures};
 use crate::resnet::ResNetNorm;
 
@@ -148,13 +148,7 @@ impl DiffusionPolicyConfig {
             self.n_action_steps,
             1..=(self.horizon + 1).saturating_sub(self.n_obs_steps).max(1),
         )?;
-        if self.vision_backbone != "resnet18" {
-            return Err(ConfigError::new(
-                "vision_backbone",
-                &self.vision_backbone,
-                "resnet18 (the only backbone imago builds)",
-            ));
-        }
+        require_resnet18(&self.vision_backbone)?;
         if self.resize_shape.is_some() {
             return Err(ConfigError::new(
                 "resize_shape",
@@ -179,19 +173,7 @@ impl DiffusionPolicyConfig {
         )?;
         self.state_dim()?;
         self.action_dim()?;
-        let env = self.env_state_dim()?;
-        let image = self.input_features.camera_shape()?;
-        if image.is_none() && env.is_none() {
-            return Err(ConfigError::new(
-                "input_features",
-                self.input_features
-                    .0
-                    .iter()
-                    .map(|(k, _)| k)
-                    .collect::<Vec<_>>(),
-                "at least one camera or `observation.environment_state`, as LeRobot requires",
-            ));
-        }
+        self.input_features.require_camera_or_env_state()?;
         if let Some(encoder) = self.rgb_encoder()? {
             encoder.validate()?;
         }

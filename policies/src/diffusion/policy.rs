@@ -13,7 +13,7 @@ use super::config::DiffusionPolicyConfig;
 use super::model::{DiffusionModel, ObservationHistory};
 use super::sampling::ChunkNoise;
 use crate::lerobot::features::{ACTION_KEY, ENV_STATE_KEY, STATE_KEY};
-use crate::lerobot::{FeatureNormaliser, TickObservation};
+use crate::lerobot::{PolicyProcessors, TickObservation};
 
 /// A batch of demonstrations in the robot's units, as LeRobot's training reads it:
 /// `history` of `n_obs_steps` raw observations (`ObservationHistory`'s shapes, not yet
@@ -36,8 +36,7 @@ pub struct DiffusionPolicy<B: Backend> {
     pub model: DiffusionModel<B>,
     /// LeRobot's config it was built from.
     pub config: DiffusionPolicyConfig,
-    inputs: FeatureNormaliser,
-    outputs: FeatureNormaliser,
+    processors: PolicyProcessors,
 }
 
 /// What one episode (or one batch of episodes ticking together) keeps between ticks:
@@ -59,18 +58,16 @@ impl<B: Backend> Default for DiffusionEpisode<B> {
 }
 
 impl<B: Backend> DiffusionPolicy<B> {
-    /// The policy of `model`, built from `config`, with the preprocessor's normaliser
-    /// (`inputs`) and the postprocessor's unnormaliser (`outputs`).
+    /// The policy of `model`, built from `config`, scaled by LeRobot's `processors`.
     pub fn new(
         model: DiffusionModel<B>,
         config: DiffusionPolicyConfig,
-        (inputs, outputs): (FeatureNormaliser, FeatureNormaliser),
+        processors: PolicyProcessors,
     ) -> Self {
         Self {
             model,
             config,
-            inputs,
-            outputs,
+            processors,
         }
     }
 
@@ -99,7 +96,7 @@ impl<B: Backend> DiffusionPolicy<B> {
         let n = self.model.shape().n_obs_steps;
         let mut episodes = Vec::with_capacity(lanes.len());
         for (episode, observation) in lanes {
-            let observation = observation.normalised(&self.inputs, &cameras);
+            let observation = observation.normalised(&self.processors.inputs, &cameras);
             while episode.history.len() < n {
                 episode.history.push_back(observation.clone());
             }
@@ -113,11 +110,18 @@ impl<B: Backend> DiffusionPolicy<B> {
             .filter(|&i| episodes[i].actions.is_empty())
             .collect();
         if !needing.is_empty() {
-            let histories: Vec<ObservationHistory<B>> = needing
-                .iter()
-                .map(|&i| history_of(&episodes[i].history))
+            // Each kept step of the episodes that need a chunk, as one batch.
+            let batched: VecDeque<TickObservation<B>> = (0..n)
+                .map(|step| {
+                    TickObservation::cat(
+                        needing
+                            .iter()
+                            .map(|&i| episodes[i].history[step].clone())
+                            .collect(),
+                    )
+                })
                 .collect();
-            let chunk = self.denoise(concatenated(histories), noise);
+            let chunk = self.denoise(history_of(&batched), noise);
             for (j, &i) in needing.iter().enumerate() {
                 let own = chunk.clone().narrow(0, j, 1);
                 let steps = own.dims()[1];
@@ -130,7 +134,7 @@ impl<B: Backend> DiffusionPolicy<B> {
             .into_iter()
             .map(|episode| {
                 let action = episode.actions.pop_front().expect("a chunk is queued");
-                self.outputs.unnormalise(ACTION_KEY, action)
+                self.processors.outputs.unnormalise(ACTION_KEY, action)
             })
             .collect()
     }
@@ -164,16 +168,18 @@ impl<B: Backend> DiffusionPolicy<B> {
         let cameras = self.config.camera_keys();
         let h = batch.history;
         let history = ObservationHistory {
-            state: self.inputs.normalise(STATE_KEY, h.state),
+            state: self.processors.inputs.normalise(STATE_KEY, h.state),
             images: h
                 .images
                 .into_iter()
                 .zip(&cameras)
-                .map(|(image, key)| self.inputs.normalise(key, image))
+                .map(|(image, key)| self.processors.inputs.normalise(key, image))
                 .collect(),
-            env_state: h.env_state.map(|e| self.inputs.normalise(ENV_STATE_KEY, e)),
+            env_state: h
+                .env_state
+                .map(|e| self.processors.inputs.normalise(ENV_STATE_KEY, e)),
         };
-        let actions = self.inputs.normalise(ACTION_KEY, batch.actions);
+        let actions = self.processors.inputs.normalise(ACTION_KEY, batch.actions);
         self.model
             .losses(&history, actions, (noise, timesteps), batch.action_is_pad)
     }
@@ -194,26 +200,5 @@ fn history_of<B: Backend>(kept: &VecDeque<TickObservation<B>>) -> ObservationHis
             .env_state
             .as_ref()
             .map(|_| stack(&|o| o.env_state.clone().expect("every tick has it"))),
-    }
-}
-
-/// Histories of several episodes as one batch.
-fn concatenated<B: Backend>(histories: Vec<ObservationHistory<B>>) -> ObservationHistory<B> {
-    let cameras = histories[0].images.len();
-    let has_env = histories[0].env_state.is_some();
-    ObservationHistory {
-        state: Tensor::cat(histories.iter().map(|h| h.state.clone()).collect(), 0),
-        images: (0..cameras)
-            .map(|c| Tensor::cat(histories.iter().map(|h| h.images[c].clone()).collect(), 0))
-            .collect(),
-        env_state: has_env.then(|| {
-            Tensor::cat(
-                histories
-                    .iter()
-                    .map(|h| h.env_state.clone().expect("every episode has it"))
-                    .collect(),
-                0,
-            )
-        }),
     }
 }

@@ -92,9 +92,7 @@ impl PolicyFeatures {
             )),
         }
     }
-}
 
-impl PolicyFeatures {
     /// The length of the vector feature `key`, which must be there.
     pub fn required_len(&self, key: &str, what: &str) -> Result<usize, ConfigError> {
         self.vector_len(key, what)?
@@ -137,6 +135,33 @@ impl PolicyFeatures {
             shape = Some(this);
         }
         Ok(shape)
+    }
+
+    /// Checks that these inputs hold a camera (of a shape [`Self::camera_shape`] takes)
+    /// or the environment state, as LeRobot's ACT and Diffusion Policy require.
+    pub fn require_camera_or_env_state(&self) -> Result<(), ConfigError> {
+        let env = self.vector_len(ENV_STATE_KEY, "input_features")?;
+        if self.camera_shape()?.is_none() && env.is_none() {
+            return Err(ConfigError::new(
+                "input_features",
+                self.0.iter().map(|(k, _)| k).collect::<Vec<_>>(),
+                "at least one camera or `observation.environment_state`, as LeRobot requires",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Checks LeRobot's `vision_backbone`: imago builds torchvision's `resnet18` only.
+pub fn require_resnet18(vision_backbone: &str) -> Result<(), ConfigError> {
+    if vision_backbone == "resnet18" {
+        Ok(())
+    } else {
+        Err(ConfigError::new(
+            "vision_backbone",
+            vision_backbone,
+            "resnet18 (the only backbone imago builds)",
+        ))
     }
 }
 

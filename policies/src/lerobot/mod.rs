@@ -9,5 +9,5 @@ pub mod normalise;
 pub mod observation;
 
 pub use features::{FeatureType, NormMode, NormalisationMapping, PolicyFeature, PolicyFeatures};
-pub use normalise::{FeatureNormaliser, Stat};
+pub use normalise::{FeatureNormaliser, PolicyProcessors, Stat};
 pub use observation::TickObservation;

@@ -19,6 +19,17 @@ pub struct Stat {
     pub values: Vec<f32>,
 }
 
+/// A LeRobot policy's processors: the scaling of its inputs (the preprocessor's
+/// normaliser, which also scales actions in training) and of its outputs (the
+/// postprocessor's unnormaliser).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PolicyProcessors {
+    /// Normalises observations (and, in training, actions).
+    pub inputs: FeatureNormaliser,
+    /// Unnormalises actions.
+    pub outputs: FeatureNormaliser,
+}
+
 /// A feature's scaling, ready to apply, with per-element values of the statistics'
 /// shape.
 #[derive(Debug, Clone, PartialEq)]

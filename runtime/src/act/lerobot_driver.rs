@@ -27,6 +27,8 @@ pub struct LeRobotDriver<'p, B: Backend> {
     policy: &'p LeRobotPolicy<B>,
     units: LeRobotUnits,
     reads_state: bool,
+    /// Cameras the policy reads (0 or 1: checked against the robot's).
+    cameras: usize,
     device: B::Device,
 }
 
@@ -46,6 +48,7 @@ impl<'p, B: Backend> LeRobotDriver<'p, B> {
             policy,
             units,
             reads_state: inputs.get(STATE_KEY).is_some(),
+            cameras: inputs.camera_keys().len(),
             device: device.clone(),
         })
     }
@@ -70,24 +73,17 @@ impl<'p, B: Backend> LeRobotDriver<'p, B> {
         }
         let actions = match self.policy {
             LeRobotPolicy::Diffusion(p) => {
-                let mut episodes = Vec::with_capacity(lanes.len());
-                for ((episode, _), tick) in lanes.into_iter().zip(ticks) {
-                    let LeRobotEpisode::Diffusion(e) = episode else {
-                        anyhow::bail!("an episode of another policy");
-                    };
-                    episodes.push((e, tick));
-                }
-                p.select_actions(episodes, &mut StandardNormal)
+                let lanes = paired(lanes, ticks, |episode| match episode {
+                    LeRobotEpisode::Diffusion(e) => Some(e),
+                    LeRobotEpisode::Act(_) => None,
+                })?;
+                p.select_actions(lanes, &mut StandardNormal)
             }
             LeRobotPolicy::Act(p) => {
-                let mut episodes = Vec::with_capacity(lanes.len());
-                for ((episode, _), tick) in lanes.into_iter().zip(ticks) {
-                    let LeRobotEpisode::Act(e) = episode else {
-                        anyhow::bail!("an episode of another policy");
-                    };
-                    episodes.push((e, tick));
-                }
-                p.select_actions(episodes)
+                p.select_actions(paired(lanes, ticks, |episode| match episode {
+                    LeRobotEpisode::Act(e) => Some(e),
+                    LeRobotEpisode::Diffusion(_) => None,
+                })?)
             }
         };
         actions
@@ -114,10 +110,7 @@ impl<'p, B: Backend> LeRobotDriver<'p, B> {
             TensorData::new(state[..state_len].to_vec(), [1, state_len]),
             &self.device,
         );
-        let images = match (
-            &observation.image,
-            self.policy.features().0.camera_keys().len(),
-        ) {
+        let images = match (&observation.image, self.cameras) {
             (_, 0) => Vec::new(),
             (Some(image), _) => vec![pixels(image, &self.device)],
             (None, _) => {
@@ -130,6 +123,24 @@ impl<'p, B: Backend> LeRobotDriver<'p, B> {
             env_state: None,
         })
     }
+}
+
+/// Each lane's episode state of the kind `pick` takes, with its tick's observation; an
+/// episode of another policy is an error.
+fn paired<'e, B: Backend, E>(
+    lanes: Vec<(&'e mut LeRobotEpisode<B>, &Observation)>,
+    ticks: Vec<TickObservation<B>>,
+    pick: impl Fn(&'e mut LeRobotEpisode<B>) -> Option<&'e mut E>,
+) -> anyhow::Result<Vec<(&'e mut E, TickObservation<B>)>> {
+    lanes
+        .into_iter()
+        .zip(ticks)
+        .map(|((episode, _), tick)| {
+            let episode =
+                pick(episode).ok_or_else(|| anyhow::anyhow!("an episode of another policy"))?;
+            Ok((episode, tick))
+        })
+        .collect()
 }
 
 /// A camera frame as LeRobot's policies read it: `[1, 3, height, width]`, in [0, 1].

@@ -592,7 +592,7 @@ fn load_weights<B: Backend, M: Module<B>>(
         let applied = model
             .load_from(&mut store)
             .map_err(|e| weights_err(e.to_string()))?;
-        let differences = applied_differences(&applied);
+        let differences = applied_differences(&applied, |_| false);
         if !differences.is_empty() {
             return Err(CheckpointError::ShapeMismatch {
                 path: dir.to_path_buf(),
@@ -617,8 +617,12 @@ fn load_weights<B: Backend, M: Module<B>>(
 }
 
 /// Every tensor a safetensors file did not fit the model with, one line each: missing,
-/// extra, or of another shape or type.
-fn applied_differences(applied: &ApplyResult) -> Vec<String> {
+/// extra (but those `harmlessly_unused` says a loader may leave), or of another shape
+/// or type.
+pub(crate) fn applied_differences(
+    applied: &ApplyResult,
+    harmlessly_unused: impl Fn(&str) -> bool,
+) -> Vec<String> {
     let mut out: Vec<String> = applied
         .errors
         .iter()
@@ -650,6 +654,7 @@ fn applied_differences(applied: &ApplyResult) -> Vec<String> {
         applied
             .unused
             .iter()
+            .filter(|path| !harmlessly_unused(path))
             .map(|path| format!("tensor {path}: not in the model the config gives")),
     );
     out

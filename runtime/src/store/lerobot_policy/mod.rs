@@ -15,7 +15,7 @@ use imago_policies::act::{ActPolicy, ActPolicyConfig};
 use imago_policies::diffusion::{DiffusionPolicy, DiffusionPolicyConfig};
 use imago_policies::lerobot::PolicyFeatures;
 
-pub use processors::{PolicyProcessors, read_processors};
+pub use processors::read_processors;
 pub use weights::load_lerobot_weights;
 
 /// The file LeRobot's config is in.
@@ -97,9 +97,7 @@ pub fn load_lerobot_policy<B: Backend>(
             let model = load_lerobot_weights(model, &dir.join(WEIGHTS_FILE), &keys)?;
             let processors = read_processors(dir, &config.input_features, &config.output_features)?;
             Ok(LeRobotPolicy::Diffusion(DiffusionPolicy::new(
-                model,
-                config,
-                (processors.inputs, processors.outputs),
+                model, config, processors,
             )))
         }
         "act" => {
@@ -115,9 +113,7 @@ pub fn load_lerobot_policy<B: Backend>(
             let model = load_lerobot_weights(model, &dir.join(WEIGHTS_FILE), &weights::act_keys())?;
             let processors = read_processors(dir, &config.input_features, &config.output_features)?;
             Ok(LeRobotPolicy::Act(ActPolicy::new(
-                model,
-                config,
-                (processors.inputs, processors.outputs),
+                model, config, processors,
             )))
         }
         "" => bail!(

@@ -9,23 +9,15 @@ use std::path::Path;
 
 use anyhow::{Context, anyhow, bail};
 use burn_store::{ModuleStore, SafetensorsStore};
-use imago_policies::lerobot::{FeatureNormaliser, NormalisationMapping, PolicyFeatures, Stat};
+use imago_policies::lerobot::{
+    FeatureNormaliser, NormalisationMapping, PolicyFeatures, PolicyProcessors, Stat,
+};
 use serde::Deserialize;
 
 /// The preprocessor's file.
 pub const PREPROCESSOR_FILE: &str = "policy_preprocessor.json";
 /// The postprocessor's file.
 pub const POSTPROCESSOR_FILE: &str = "policy_postprocessor.json";
-
-/// The scaling of a policy's inputs (the preprocessor's) and outputs (the
-/// postprocessor's).
-#[derive(Debug, Clone, PartialEq)]
-pub struct PolicyProcessors {
-    /// Normalises observations (and, in training, actions).
-    pub inputs: FeatureNormaliser,
-    /// Unnormalises actions.
-    pub outputs: FeatureNormaliser,
-}
 
 #[derive(Deserialize)]
 struct Pipeline {

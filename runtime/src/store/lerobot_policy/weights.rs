@@ -9,15 +9,14 @@ use std::path::Path;
 use anyhow::{anyhow, bail};
 use burn::prelude::*;
 use burn_store::{
-    ApplyError, ChainAdapter, KeyRemapper, ModuleSnapshot, ModuleStore, PyTorchToBurnAdapter,
-    SafetensorsStore,
+    ChainAdapter, KeyRemapper, ModuleSnapshot, ModuleStore, PyTorchToBurnAdapter, SafetensorsStore,
 };
 use imago_policies::diffusion::DiffusionPolicyConfig;
 use imago_policies::diffusion::rgb_encoder::LEROBOT_RGB_KEYS;
 use imago_policies::diffusion::unet::LEROBOT_KEYS;
 use imago_policies::resnet::TORCHVISION_KEYS;
 
-use crate::store::checkpoint::ToF32;
+use crate::store::checkpoint::{ToF32, applied_differences};
 
 /// A key map: `(pattern, replacement)` applied in order.
 pub type KeyMap = Vec<(String, String)>;
@@ -137,35 +136,7 @@ pub fn load_lerobot_weights<B: Backend, M: ModuleSnapshot<B>>(
     let applied = model
         .load_from(&mut store)
         .map_err(|e| anyhow!("{}: {e}", path.display()))?;
-    let mut problems: Vec<String> = applied
-        .errors
-        .iter()
-        .map(|error| match error {
-            ApplyError::ShapeMismatch {
-                path,
-                expected,
-                found,
-            } => format!(
-                "tensor {path}: stored {:?}, config.json gives {:?}",
-                found.as_slice(),
-                expected.as_slice()
-            ),
-            other => other.to_string(),
-        })
-        .collect();
-    problems.extend(
-        applied
-            .missing
-            .iter()
-            .map(|(p, _)| format!("tensor {p}: missing")),
-    );
-    problems.extend(
-        applied
-            .unused
-            .iter()
-            .filter(|name| !harmlessly_unused(name, &applied.applied))
-            .map(|name| format!("tensor {name}: not in the model config.json gives")),
-    );
+    let problems = applied_differences(&applied, |name| harmlessly_unused(name, &applied.applied));
     if !problems.is_empty() {
         let shown = problems.len().min(8);
         bail!(
