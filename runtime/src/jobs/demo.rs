@@ -212,6 +212,9 @@ pub struct DemoOptions {
 /// a half-replaced run directory.
 pub fn run_demo(options: &DemoOptions) -> anyhow::Result<DemoReport> {
     let run_dir = &options.run_dir;
+    // An absent device is the user's to fix before anything about the run directory
+    // is said or done.
+    let device = resolve(options.device)?;
     let plan = check_output(
         "--run-dir",
         run_dir,
@@ -228,7 +231,7 @@ pub fn run_demo(options: &DemoOptions) -> anyhow::Result<DemoReport> {
         );
     }
     let staged = atomic::sibling_temp(run_dir, "staged");
-    let report = run_demo_in(options, &staged).and_then(|report| {
+    let report = run_demo_in(options, device, &staged).and_then(|report| {
         mark_run_directory(&staged, "demo")?;
         atomic::replace_dir(&staged, run_dir)?;
         Ok(report)
@@ -245,11 +248,15 @@ pub fn run_demo(options: &DemoOptions) -> anyhow::Result<DemoReport> {
 
 /// The demo, writing its replay and checkpoints into `work`: one phase after another,
 /// each timed.
-fn run_demo_in(options: &DemoOptions, work: &Path) -> anyhow::Result<DemoReport> {
+fn run_demo_in(
+    options: &DemoOptions,
+    device: ResolvedDevice,
+    work: &Path,
+) -> anyhow::Result<DemoReport> {
     let mut run = DemoRun {
         options,
         plan: DemoPlan::for_robot(&options.robot, options.quick),
-        device: resolve(options.device)?,
+        device,
         work,
         phases: BTreeMap::new(),
     };
