@@ -229,3 +229,187 @@ fn tensors(dir: &Path) -> Vec<(String, Vec<usize>, Vec<u8>)> {
     out.sort();
     out
 }
+
+/// A LeRobot policy learns on the device through its own loss and comes back as a
+/// LeRobot directory: one fine-tuning round of each (DAgger with the scripted coach,
+/// advantage weights from imagination) and behaviour cloning on a replay. Trainable
+/// tensors move, ACT's frozen batch-norm statistics do not, and the result runs in
+/// `imago eval`. Mistakes are one clear error that writes nothing.
+#[test]
+fn lerobot_policies_fine_tune_and_imitate_on_pusht_into_lerobot_directories() {
+    let dir = tempfile::tempdir().unwrap();
+    let robot_config = dir.path().join("pusht.toml");
+    std::fs::write(&robot_config, "image_size = 48\nmax_steps = 20\n").unwrap();
+    let replay = dir.path().join("replay");
+    let output = imago(&[
+        "collect",
+        "--robot",
+        "pusht",
+        "--robot-config",
+        path(&robot_config),
+        "--episodes",
+        "4",
+        "--out",
+        path(&replay),
+    ]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let settings = dir.path().join("finetune.toml");
+    std::fs::write(
+        &settings,
+        "episodes_per_round = 2\ngroup_size = 1\npolicy_steps = 3\nbatch_size = 4\n\
+         world_model_steps = 2\ncritic_steps = 2\ncritic_batch = 8\ninitial_world_model_steps = 2\n\
+         [rollout]\ncoaching = { probability = 0.3, ticks = 3 }\n",
+    )
+    .unwrap();
+    let train = |args: &[&str]| {
+        let mut all = vec!["--device", "cpu", "train", "--replay", path(&replay)];
+        all.extend(args);
+        let output = imago(&all);
+        assert!(output.status.success(), "{args:?}: {}", stderr(&output));
+    };
+    let evaluates = |policy_dir: &Path| {
+        let output = imago(&[
+            "--device",
+            "cpu",
+            "eval",
+            "--policy",
+            path(policy_dir),
+            "--robot",
+            "pusht",
+            "--robot-config",
+            path(&robot_config),
+            "--episodes",
+            "1",
+        ]);
+        assert!(output.status.success(), "{}", stderr(&output));
+    };
+    for policy in ["act_policy", "diffusion_policy"] {
+        let source = fixture(policy);
+        for method in ["dagger", "awr-imagination"] {
+            let out = dir.path().join(format!("{policy}-{method}"));
+            let report = dir.path().join(format!("{policy}-{method}.json"));
+            train(&[
+                "--what",
+                "finetune",
+                "--init",
+                path(&source),
+                "--out",
+                path(&out),
+                "--method",
+                method,
+                "--rounds",
+                "1",
+                "--config",
+                path(&settings),
+                "--report",
+                path(&report),
+            ]);
+            let report: serde_json::Value =
+                serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+            let round = &report["rounds"][0];
+            assert_eq!(report["version"], 1, "{policy} {method}: {report}");
+            assert_eq!(round["episodes"], 2, "{policy} {method}: {round}");
+            assert!(
+                round["update"]["eligible"].as_u64().unwrap() > 0
+                    && round["update"]["last_loss"].as_f64().unwrap().is_finite(),
+                "{policy} {method}: {round}"
+            );
+            if method == "dagger" {
+                // The coach stepped in, and only expert commands were imitated.
+                assert!(round["interventions"].as_u64().unwrap() > 0, "{round}");
+                assert_eq!(round["advantages"]["weighted"], 0, "{round}");
+            } else {
+                assert!(round["advantages"]["weighted"].as_u64().unwrap() > 0);
+            }
+            assert_learned(&source, &out, policy);
+            evaluates(&out);
+        }
+        let imitated = dir.path().join(format!("{policy}-bc"));
+        train(&[
+            "--what",
+            "bc",
+            "--init",
+            path(&source),
+            "--out",
+            path(&imitated),
+            "--steps",
+            "3",
+            "--batch-size",
+            "4",
+        ]);
+        assert_learned(&source, &imitated, policy);
+        evaluates(&imitated);
+    }
+    let act = fixture("act_policy");
+    let before = tensors(&act);
+    let refused = |args: &[&str], needle: &str| {
+        let mut all = vec!["--device", "cpu", "train", "--replay", path(&replay)];
+        all.extend(args);
+        assert_one_line_error(&all, needle);
+    };
+    refused(
+        &[
+            "--what",
+            "finetune",
+            "--init",
+            path(&act),
+            "--out",
+            path(&dir.path().join("flow")),
+            "--method",
+            "advantage-flow",
+        ],
+        "advantage-flow fine-tunes a flow head",
+    );
+    refused(
+        &[
+            "--what",
+            "finetune",
+            "--init",
+            path(&act),
+            "--out",
+            path(&act),
+            "--config",
+            path(&settings),
+        ],
+        "replace the input",
+    );
+    refused(
+        &[
+            "--what",
+            "bc",
+            "--init",
+            path(&act),
+            "--out",
+            path(&dir.path().join("head")),
+            "--head",
+            "flow",
+        ],
+        "leave --head out",
+    );
+    assert_eq!(
+        tensors(&act),
+        before,
+        "a refused run leaves its input as it was"
+    );
+    assert!(!dir.path().join("flow").exists() && !dir.path().join("head").exists());
+}
+
+/// `trained` holds `source`'s tensors under the same names and shapes, some of them
+/// changed by training; batch-norm statistics (ACT's frozen backbone) unchanged.
+fn assert_learned(source: &Path, trained: &Path, policy: &str) {
+    let (before, after) = (tensors(source), tensors(trained));
+    assert_eq!(before.len(), after.len(), "{policy}");
+    let mut moved = 0;
+    for ((name, shape, old), (new_name, new_shape, new)) in before.iter().zip(&after) {
+        assert_eq!((name, shape), (new_name, new_shape), "{policy}");
+        if name.ends_with("running_mean") || name.ends_with("running_var") {
+            assert_eq!(old, new, "{policy}: {name} is a frozen statistic");
+        }
+        moved += (old != new) as usize;
+    }
+    assert!(
+        moved > before.len() / 4,
+        "{policy}: {moved} of {} tensors moved",
+        before.len()
+    );
+}

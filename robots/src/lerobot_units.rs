@@ -62,6 +62,17 @@ impl LeRobotUnits {
                 .collect(),
         )
     }
+
+    /// LeRobot's `action` of imago's `action`: the inverse of [`Self::action_from`],
+    /// how a recorded command becomes a LeRobot policy's training target.
+    pub fn action_of(&self, action: &Action) -> Vec<f32> {
+        action
+            .0
+            .iter()
+            .zip(&self.action)
+            .map(|(v, a)| a.scale * v + a.offset)
+            .collect()
+    }
 }
 
 #[cfg(test)]
@@ -80,5 +91,7 @@ mod tests {
         let action = units.action_from(&[100.0, 400.0]);
         let want = [to_normalised(100.0), to_normalised(400.0)];
         assert!(action.0.iter().zip(want).all(|(a, w)| (a - w).abs() < 1e-6));
+        let back = units.action_of(&action);
+        assert!((back[0] - 100.0).abs() < 1e-3 && (back[1] - 400.0).abs() < 1e-3);
     }
 }

@@ -85,6 +85,12 @@ const KEYS: &[(&str, Kind, f64, f64)] = &[
     ("learner.finetune.policy_steps", Kind::Integer, 0.0, 1e7),
     ("learner.finetune.batch_size", Kind::Integer, 1.0, 4096.0),
     ("learner.finetune.learning_rate", Kind::Float64, 1e-9, 1.0),
+    (
+        "learner.finetune.lerobot_learning_rate",
+        Kind::Float64,
+        1e-9,
+        1.0,
+    ),
     ("learner.finetune.beta", Kind::Float, 1e-6, 1e6),
     ("learner.finetune.max_weight", Kind::Float, 1.0, 1e9),
     ("learner.finetune.discount", Kind::Float, 0.0, 1.0),

@@ -8,10 +8,12 @@ use imago_policies::{ActionHeadKind, Architecture};
 use imago_runtime::device::{DeviceSpec, resolve};
 use imago_runtime::jobs::finetune::finetune_offline;
 use imago_runtime::jobs::train::{PolicyShape, train_bc_offline};
+use imago_runtime::jobs::train_lerobot::{LeRobotImitation, train_lerobot_offline};
 use imago_runtime::jobs::train_world_model::train_world_model_offline;
 use imago_runtime::learn::bc::BcConfig;
 use imago_runtime::learn::finetune::{FinetuneConfig, FinetuneMethod, MAX_BATCH, MAX_STEPS};
 use imago_runtime::learn::world_model::WorldModelTrainConfig;
+use imago_runtime::store::lerobot_policy::names_lerobot_policy;
 use imago_runtime::store::outputs::{Input, OutputKind, OutputPath};
 use imago_runtime::store::replay::ReplaySource;
 use imago_runtime::telemetry::{Telemetry, TelemetryConfig};
@@ -42,7 +44,8 @@ pub struct TrainArgs {
     /// with a warning).
     #[arg(long)]
     strict: bool,
-    /// Continue from this checkpoint.
+    /// Continue from this checkpoint, or from a LeRobot policy directory (ACT,
+    /// Diffusion Policy; bc and finetune write a LeRobot directory back).
     #[arg(long)]
     init: Option<PathBuf>,
     /// Optimiser steps [default: 1500 for bc, 1000 for worldmodel].
@@ -52,7 +55,8 @@ pub struct TrainArgs {
     /// for worldmodel].
     #[arg(long)]
     batch_size: Option<usize>,
-    /// Peak learning rate [default: 1e-3 for bc, 3e-3 for worldmodel].
+    /// Peak learning rate [default: 1e-3 for bc and finetune, 3e-3 for worldmodel; a
+    /// LeRobot policy's own `optimizer_lr` from its config.json].
     #[arg(long)]
     learning_rate: Option<f64>,
     /// World model: the transition family of the ensemble members [default: salt].
@@ -213,6 +217,9 @@ fn train_bc(
     telemetry: &Telemetry,
 ) -> anyhow::Result<()> {
     let defaults = BcConfig::default();
+    if let Some(init) = args.init.as_deref().filter(|dir| names_lerobot_policy(dir)) {
+        return train_lerobot_bc(args, init, device, telemetry);
+    }
     let steps = args.steps.unwrap_or(defaults.steps);
     let bc = BcConfig {
         steps,
@@ -296,6 +303,51 @@ fn train_world_model(
     Ok(())
 }
 
+/// `--what bc --init DIR` of a LeRobot policy directory.
+fn train_lerobot_bc(
+    args: &TrainArgs,
+    init: &std::path::Path,
+    device: &imago_runtime::device::ResolvedDevice,
+    telemetry: &Telemetry,
+) -> anyhow::Result<()> {
+    let shaping = [
+        ("--policy", args.policy.is_some()),
+        ("--head", args.head.is_some()),
+        ("--chunk-len", args.chunk_len.is_some()),
+    ];
+    if let Some((flag, _)) = shaping.iter().find(|(_, given)| *given) {
+        anyhow::bail!(
+            "{flag}: {} is a LeRobot policy, whose architecture, head and chunk length are its config.json's; leave {flag} out",
+            init.display()
+        );
+    }
+    let defaults = BcConfig::default();
+    let summary = train_lerobot_offline(
+        source(args),
+        output(args),
+        init,
+        &LeRobotImitation {
+            steps: args.steps.unwrap_or(defaults.steps),
+            batch_size: args.batch_size.unwrap_or(defaults.batch_size),
+            learning_rate: args.learning_rate,
+            seed: args.seed,
+        },
+        device,
+        telemetry,
+    )?;
+    println!(
+        "trained {} on {} episodes ({} transitions) on {}: loss {:.3} -> {:.3}; LeRobot policy directory in {}",
+        init.display(),
+        summary.episodes,
+        summary.transitions,
+        device.description,
+        summary.first_loss,
+        summary.last_loss,
+        args.out.display()
+    );
+    Ok(())
+}
+
 fn train_finetune(
     args: &TrainArgs,
     device: &imago_runtime::device::ResolvedDevice,
@@ -304,13 +356,19 @@ fn train_finetune(
     let init = args.init.as_deref().ok_or_else(|| {
         anyhow::anyhow!("fine-tuning needs --init, the policy checkpoint to improve")
     })?;
+    let lerobot = names_lerobot_policy(init);
     let mut settings = match &args.config {
         Some(path) => {
             let config_file = Input {
                 flag: "--config",
                 path,
             };
-            output(args).check(OutputKind::PolicyCheckpoint, &[config_file])?;
+            let kind = if lerobot {
+                OutputKind::LeRobotPolicy
+            } else {
+                OutputKind::PolicyCheckpoint
+            };
+            output(args).check(kind, &[config_file])?;
             read_toml::<FinetuneConfig>(path)?
         }
         None => FinetuneConfig::default(),
@@ -320,7 +378,12 @@ fn train_finetune(
     settings.rounds = args.rounds.unwrap_or(settings.rounds);
     settings.policy_steps = args.steps.unwrap_or(settings.policy_steps);
     settings.batch_size = args.batch_size.unwrap_or(settings.batch_size);
-    settings.learning_rate = args.learning_rate.unwrap_or(settings.learning_rate);
+    // `--learning-rate` sets the rate of the policy being fine-tuned, whichever it is.
+    if lerobot {
+        settings.lerobot_learning_rate = args.learning_rate.or(settings.lerobot_learning_rate);
+    } else {
+        settings.learning_rate = args.learning_rate.unwrap_or(settings.learning_rate);
+    }
     settings
         .validate()
         .map_err(|e| anyhow::anyhow!("fine-tuning settings: {e}"))?;
@@ -333,8 +396,13 @@ fn train_finetune(
         device,
         telemetry,
     )?;
+    let written = if lerobot {
+        "LeRobot policy directory, version"
+    } else {
+        "checkpoint version"
+    };
     println!(
-        "fine-tuned {} ({}, {} rounds) on {}: checkpoint version {} in {}",
+        "fine-tuned {} ({}, {} rounds) on {}: {written} {} in {}",
         init.display(),
         settings.method,
         summary.rounds.len(),

@@ -1,7 +1,8 @@
 //! A LeRobot ACT policy's `config.json` (lerobot 0.4.4's `ACTConfig`), read as
 //! written: keys it lacks take LeRobot's defaults, keys imago has no use for
-//! (optimiser, hub and device settings) are ignored, and settings imago cannot run
-//! are refused by [`ActPolicyConfig::validate`] with the key named.
+//! (hub and device settings, the optimiser's but its learning rate) are ignored, and
+//! settings imago cannot run are refused by [`ActPolicyConfig::validate`] with the key
+//! named.
 
 use imago_robots::bounds::{ConfigError, in_range};
 use serde::{Deserialize, Serialize};
@@ -58,6 +59,9 @@ pub struct ActPolicyConfig {
     pub dropout: f64,
     /// Weight of the KL term of the loss.
     pub kl_weight: f32,
+    /// The learning rate LeRobot trains at (Adam): what imago fine-tunes it at unless
+    /// told otherwise.
+    pub optimizer_lr: f64,
     /// The backbone's stage widths: not in LeRobot's config (its ResNet-18 is
     /// torchvision's, 64-512); read from the checkpoint's weights.
     #[serde(skip)]
@@ -94,6 +98,7 @@ impl Default for ActPolicyConfig {
             temporal_ensemble_coeff: None,
             dropout: 0.1,
             kl_weight: 10.0,
+            optimizer_lr: 1e-5,
             backbone_widths: [64, 128, 256, 512],
         }
     }

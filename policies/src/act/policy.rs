@@ -7,7 +7,9 @@
 
 use std::collections::VecDeque;
 
+use burn::module::AutodiffModule;
 use burn::prelude::*;
+use burn::tensor::backend::AutodiffBackend;
 
 use super::config::ActPolicyConfig;
 use super::model::ActModel;
@@ -61,6 +63,17 @@ pub struct ActPolicy<B: Backend> {
     /// LeRobot's config it was built from.
     pub config: ActPolicyConfig,
     processors: PolicyProcessors,
+}
+
+impl<B: AutodiffBackend> ActPolicy<B> {
+    /// The same policy without gradient tracking: what acts while it trains.
+    pub fn valid(&self) -> ActPolicy<B::InnerBackend> {
+        ActPolicy::new(
+            self.model.valid(),
+            self.config.clone(),
+            self.processors.clone(),
+        )
+    }
 }
 
 impl<B: Backend> ActPolicy<B> {

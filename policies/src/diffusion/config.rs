@@ -1,7 +1,8 @@
 //! A LeRobot Diffusion Policy's `config.json` (lerobot 0.4.4's `DiffusionConfig`), read
 //! as written: keys it lacks take LeRobot's defaults, keys imago has no use for
-//! (optimiser, hub and device settings) are ignored, and settings imago cannot run
-//! are refused by [`DiffusionPolicyConfig::validate`] with the key named.
+//! (hub and device settings, the optimiser's but its learning rate) are ignored, and
+//! settings imago cannot run are refused by [`DiffusionPolicyConfig::validate`] with the
+//! key named.
 
 use imago_robots::bounds::{ConfigError, in_range, length_in_range};
 use serde::{Deserialize, Serialize};
@@ -66,6 +67,9 @@ pub struct DiffusionPolicyConfig {
     pub num_inference_steps: Option<usize>,
     /// Padded actions (copies past an episode's end) left out of the loss.
     pub do_mask_loss_for_padding: bool,
+    /// The learning rate LeRobot trains at (Adam): what imago fine-tunes it at unless
+    /// told otherwise.
+    pub optimizer_lr: f64,
     /// The backbone's stage widths: not in LeRobot's config (its ResNet-18 is
     /// torchvision's, 64-512); read from the checkpoint's weights.
     #[serde(skip)]
@@ -104,6 +108,7 @@ impl Default for DiffusionPolicyConfig {
             schedule: NoiseScheduleConfig::default(),
             num_inference_steps: None,
             do_mask_loss_for_padding: false,
+            optimizer_lr: 1e-4,
             backbone_widths: [64, 128, 256, 512],
         }
     }

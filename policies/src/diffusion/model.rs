@@ -7,6 +7,8 @@
 use burn::prelude::*;
 use imago_robots::bounds::ConfigError;
 
+use crate::lerobot::TickObservation;
+
 use super::config::DiffusionPolicyConfig;
 use super::loss::noise_prediction_losses;
 use super::rgb_encoder::DiffusionRgbEncoder;
@@ -23,6 +25,28 @@ pub struct ObservationHistory<B: Backend> {
     pub images: Vec<Tensor<B, 5>>,
     /// The environment state `[batch, n_obs_steps, env_dim]`, if the policy reads one.
     pub env_state: Option<Tensor<B, 3>>,
+}
+
+impl<B: Backend> ObservationHistory<B> {
+    /// The history of `steps` (each a batch of one tick's observations), oldest first.
+    pub fn stacked(steps: &[TickObservation<B>]) -> Self {
+        let first = &steps[0];
+        ObservationHistory {
+            state: Tensor::stack(steps.iter().map(|o| o.state.clone()).collect(), 1),
+            images: (0..first.images.len())
+                .map(|c| Tensor::stack(steps.iter().map(|o| o.images[c].clone()).collect(), 1))
+                .collect(),
+            env_state: first.env_state.as_ref().map(|_| {
+                Tensor::stack(
+                    steps
+                        .iter()
+                        .map(|o| o.env_state.clone().expect("every tick has it"))
+                        .collect(),
+                    1,
+                )
+            }),
+        }
+    }
 }
 
 /// The sizes the model runs with (not parameters).

@@ -7,7 +7,9 @@
 
 use std::collections::VecDeque;
 
+use burn::module::AutodiffModule;
 use burn::prelude::*;
+use burn::tensor::backend::AutodiffBackend;
 
 use super::config::DiffusionPolicyConfig;
 use super::model::{DiffusionModel, ObservationHistory};
@@ -54,6 +56,17 @@ impl<B: Backend> Default for DiffusionEpisode<B> {
             history: VecDeque::new(),
             actions: VecDeque::new(),
         }
+    }
+}
+
+impl<B: AutodiffBackend> DiffusionPolicy<B> {
+    /// The same policy without gradient tracking: what acts while it trains.
+    pub fn valid(&self) -> DiffusionPolicy<B::InnerBackend> {
+        DiffusionPolicy::new(
+            self.model.valid(),
+            self.config.clone(),
+            self.processors.clone(),
+        )
     }
 }
 
@@ -111,7 +124,7 @@ impl<B: Backend> DiffusionPolicy<B> {
             .collect();
         if !needing.is_empty() {
             // Each kept step of the episodes that need a chunk, as one batch.
-            let batched: VecDeque<TickObservation<B>> = (0..n)
+            let batched: Vec<TickObservation<B>> = (0..n)
                 .map(|step| {
                     TickObservation::cat(
                         needing
@@ -121,7 +134,7 @@ impl<B: Backend> DiffusionPolicy<B> {
                     )
                 })
                 .collect();
-            let chunk = self.denoise(history_of(&batched), noise);
+            let chunk = self.denoise(ObservationHistory::stacked(&batched), noise);
             for (j, &i) in needing.iter().enumerate() {
                 let own = chunk.clone().narrow(0, j, 1);
                 let steps = own.dims()[1];
@@ -182,23 +195,5 @@ impl<B: Backend> DiffusionPolicy<B> {
         let actions = self.processors.inputs.normalise(ACTION_KEY, batch.actions);
         self.model
             .losses(&history, actions, (noise, timesteps), batch.action_is_pad)
-    }
-}
-
-/// The observations an episode kept, stacked oldest first.
-fn history_of<B: Backend>(kept: &VecDeque<TickObservation<B>>) -> ObservationHistory<B> {
-    let stack = |pick: &dyn Fn(&TickObservation<B>) -> Tensor<B, 2>| {
-        Tensor::stack(kept.iter().map(pick).collect(), 1)
-    };
-    let first = &kept[0];
-    ObservationHistory {
-        state: stack(&|o| o.state.clone()),
-        images: (0..first.images.len())
-            .map(|c| Tensor::stack(kept.iter().map(|o| o.images[c].clone()).collect(), 1))
-            .collect(),
-        env_state: first
-            .env_state
-            .as_ref()
-            .map(|_| stack(&|o| o.env_state.clone().expect("every tick has it"))),
     }
 }

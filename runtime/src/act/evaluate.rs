@@ -21,7 +21,7 @@ use crate::progress;
 use crate::robot::RobotConfig;
 use crate::stats::{MeanInterval, mean_interval, quantile, wilson_interval};
 use crate::store::checkpoint::{ensure_trained_for, load_policy};
-use crate::store::lerobot_policy::{is_lerobot_policy_dir, load_lerobot_policy};
+use crate::store::lerobot_policy::{load_lerobot_policy, names_lerobot_policy};
 
 /// What drives the robot during an evaluation.
 pub enum Controller<'a, B: Backend> {
@@ -361,7 +361,7 @@ pub fn evaluate_checkpoint(
         .collect();
     // A LeRobot directory, or the training checkpoint above one (refused there with
     // a pointer to it).
-    if is_lerobot_policy_dir(dir) || is_lerobot_policy_dir(&dir.join("pretrained_model")) {
+    if names_lerobot_policy(dir) {
         return evaluate_lerobot_policy(dir, robot, &seeds, device);
     }
     ensure_trained_for(dir, &robot.spec())?;

@@ -22,9 +22,10 @@ pub enum LeRobotEpisode<B: Backend> {
     Act(ActEpisode<B>),
 }
 
-/// A LeRobot policy bound to a robot whose features it reads.
-pub struct LeRobotDriver<'p, B: Backend> {
-    policy: &'p LeRobotPolicy<B>,
+/// A LeRobot policy's features bound to a robot that gives them: how the robot's
+/// observations and commands read in the policy's terms, on one device.
+#[derive(Debug, Clone)]
+pub struct LeRobotBinding<B: Backend> {
     units: LeRobotUnits,
     reads_state: bool,
     /// Cameras the policy reads (0 or 1: checked against the robot's).
@@ -32,24 +33,81 @@ pub struct LeRobotDriver<'p, B: Backend> {
     device: B::Device,
 }
 
-impl<'p, B: Backend> LeRobotDriver<'p, B> {
-    /// `policy` driving robots of `spec` read in `units`, on `device`; a policy that
+impl<B: Backend> LeRobotBinding<B> {
+    /// `policy` bound to robots of `spec` read in `units`, on `device`; a policy that
     /// reads features the robot does not give (another state or action length, a
     /// second camera, another image size, an environment state) is one error naming
     /// both sides.
-    pub fn new(
-        policy: &'p LeRobotPolicy<B>,
+    pub fn new<P: Backend>(
+        policy: &LeRobotPolicy<P>,
         (spec, units): (&RobotSpec, LeRobotUnits),
         device: &B::Device,
     ) -> anyhow::Result<Self> {
         let (inputs, outputs) = policy.features();
         check_features(policy.kind(), (inputs, outputs), spec, &units)?;
         Ok(Self {
-            policy,
             units,
             reads_state: inputs.get(STATE_KEY).is_some(),
             cameras: inputs.camera_keys().len(),
             device: device.clone(),
+        })
+    }
+
+    /// The device its tensors are made on.
+    pub fn device(&self) -> &B::Device {
+        &self.device
+    }
+
+    /// The robot's command `action` as the policy writes it (LeRobot's units): what a
+    /// recorded command becomes as a training target.
+    pub fn lerobot_action(&self, action: &Action) -> Vec<f32> {
+        self.units.action_of(action)
+    }
+
+    /// `observation` as the policy reads it (one sample, raw: LeRobot's units, pixels
+    /// in [0, 1]).
+    pub fn tick_observation(
+        &self,
+        observation: &Observation,
+    ) -> anyhow::Result<TickObservation<B>> {
+        let state = self.units.state_of(&observation.proprio);
+        let state_len = if self.reads_state { state.len() } else { 0 };
+        let state = Tensor::from_data(
+            TensorData::new(state[..state_len].to_vec(), [1, state_len]),
+            &self.device,
+        );
+        let images = match (&observation.image, self.cameras) {
+            (_, 0) => Vec::new(),
+            (Some(image), _) => vec![pixels(image, &self.device)],
+            (None, _) => {
+                anyhow::bail!("the policy reads a camera but the observation has no frame")
+            }
+        };
+        Ok(TickObservation {
+            state,
+            images,
+            env_state: None,
+        })
+    }
+}
+
+/// A LeRobot policy acting on a robot whose features it reads.
+pub struct LeRobotDriver<'p, B: Backend> {
+    policy: &'p LeRobotPolicy<B>,
+    binding: LeRobotBinding<B>,
+}
+
+impl<'p, B: Backend> LeRobotDriver<'p, B> {
+    /// `policy` driving robots of `spec` read in `units`, on `device`; see
+    /// [`LeRobotBinding::new`] for the features checked.
+    pub fn new(
+        policy: &'p LeRobotPolicy<B>,
+        robot: (&RobotSpec, LeRobotUnits),
+        device: &B::Device,
+    ) -> anyhow::Result<Self> {
+        Ok(Self {
+            policy,
+            binding: LeRobotBinding::new(policy, robot, device)?,
         })
     }
 
@@ -69,7 +127,7 @@ impl<'p, B: Backend> LeRobotDriver<'p, B> {
     ) -> anyhow::Result<Vec<Action>> {
         let mut ticks = Vec::with_capacity(lanes.len());
         for (_, observation) in &lanes {
-            ticks.push(self.tick_observation(observation)?);
+            ticks.push(self.binding.tick_observation(observation)?);
         }
         let actions = match self.policy {
             LeRobotPolicy::Diffusion(p) => {
@@ -98,30 +156,9 @@ impl<'p, B: Backend> LeRobotDriver<'p, B> {
                     values.iter().all(|v| v.is_finite()),
                     "the policy's action is not finite: {values:?}"
                 );
-                Ok(self.units.action_from(&values))
+                Ok(self.binding.units.action_from(&values))
             })
             .collect()
-    }
-
-    fn tick_observation(&self, observation: &Observation) -> anyhow::Result<TickObservation<B>> {
-        let state = self.units.state_of(&observation.proprio);
-        let state_len = if self.reads_state { state.len() } else { 0 };
-        let state = Tensor::from_data(
-            TensorData::new(state[..state_len].to_vec(), [1, state_len]),
-            &self.device,
-        );
-        let images = match (&observation.image, self.cameras) {
-            (_, 0) => Vec::new(),
-            (Some(image), _) => vec![pixels(image, &self.device)],
-            (None, _) => {
-                anyhow::bail!("the policy reads a camera but the observation has no frame")
-            }
-        };
-        Ok(TickObservation {
-            state,
-            images,
-            env_state: None,
-        })
     }
 }
 

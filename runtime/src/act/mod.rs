@@ -1,7 +1,7 @@
 //! Running controllers on robots: one episode as every loop records it ([`episode`]),
 //! simulated robots stepped in lock-step ([`lock_step`]), scripted demonstrations
 //! ([`collect`]), closed-loop evaluation ([`evaluate`], [`paired`]), policy rollouts
-//! that record what they did ([`rollout`]), the action sampling rollouts and the
+//! that record what they did ([`rollout`]; a LeRobot policy's in [`lerobot_rollout`]), the action sampling rollouts and the
 //! daemon's actor share ([`sampling`]), camera frames of many robots at once
 //! ([`camera`]), and the action queue of real-time chunking ([`chunk_queue`]).
 
@@ -11,6 +11,7 @@ pub mod collect;
 pub mod episode;
 pub mod evaluate;
 pub mod lerobot_driver;
+pub mod lerobot_rollout;
 pub mod lock_step;
 pub mod paired;
 pub mod promotion_run;

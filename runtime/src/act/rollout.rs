@@ -111,6 +111,17 @@ pub struct ActingPolicy<'a, B: Backend> {
     pub version: u64,
 }
 
+/// Who commands the ticks a policy acts on while episodes are collected.
+pub trait PolicyCommands {
+    /// A command for each of `lanes` (of those `run` has running, the ones the policy
+    /// commands this tick; none for the others).
+    fn commands(
+        &mut self,
+        run: &LockStep<'_>,
+        lanes: &[usize],
+    ) -> anyhow::Result<Vec<Option<TickCommand>>>;
+}
+
 /// Runs one episode per seed with `acting`, sampling its action chunks and executing
 /// the first action of each, and appends every finished episode whole to `writer`
 /// (flushed as it ends). Returns the episodes in seed order.
@@ -125,7 +136,28 @@ where
     B::Device: 'static,
 {
     let camera = BatchCamera::for_device::<B>(acting.device, robot, seeds.len());
-    let mut run = LockStep::start(robot, seeds, &camera, rollout.takeover.as_ref())?;
+    let mut sampler = RolloutSampler::new(acting, seeds, rollout.exploration);
+    collect_episodes(
+        (&mut sampler, acting.version),
+        (robot, &camera),
+        seeds,
+        rollout,
+        writer,
+    )
+}
+
+/// Runs one episode per seed on `robot` (frames drawn by `camera`), the policy's ticks
+/// commanded by `policy` (its transitions stamped with `version`), the expert's where
+/// `rollout` lets it take over or coach, and appends every finished episode whole to
+/// `writer` (flushed as it ends). Returns the episodes in seed order.
+pub fn collect_episodes(
+    (policy, version): (&mut impl PolicyCommands, u64),
+    (robot, camera): (&RobotConfig, &BatchCamera),
+    seeds: &[u64],
+    rollout: &RolloutConfig,
+    writer: &mut ReplayWriter,
+) -> anyhow::Result<Vec<Episode>> {
+    let mut run = LockStep::start(robot, seeds, camera, rollout.takeover.as_ref())?;
     let mut coaches: Vec<CoachStretches> = run
         .lanes_mut()
         .iter_mut()
@@ -137,10 +169,9 @@ where
                 .coaching
                 .as_ref()
                 .filter(|_| lane.robot.start_expert(&ExpertConfig::noiseless(), seed));
-            CoachStretches::new(coaching, seed, acting.version)
+            CoachStretches::new(coaching, seed, version)
         })
         .collect();
-    let mut sampler = RolloutSampler::new(acting, seeds, rollout.exploration);
     let mut transitions: Vec<Vec<Transition>> = vec![Vec::new(); seeds.len()];
     let mut episodes: Vec<Option<Episode>> = vec![None; seeds.len()];
     let bar = progress::bar("collect policy episodes", robot.spec().max_steps as u64);
@@ -150,10 +181,10 @@ where
         let (expert_commands, policy_lanes): (Vec<usize>, Vec<usize>) = running
             .iter()
             .partition(|&&i| run.lanes()[i].takeover.is_active() || coaches[i].coaches_this_tick());
-        let mut commands = sampler.commands(&run, &policy_lanes)?;
+        let mut commands = policy.commands(&run, &policy_lanes)?;
         for &i in &expert_commands {
             let action = run.lanes_mut()[i].expert_action()?;
-            commands[i] = Some(TickCommand::intervention(action, acting.version));
+            commands[i] = Some(TickCommand::intervention(action, version));
         }
         for (i, transition) in run.step(commands)? {
             transitions[i].push(transition);
@@ -202,8 +233,9 @@ impl<'a, B: Backend> RolloutSampler<'a, B> {
             exploration,
         }
     }
+}
 
-    /// A command for each of `lanes` (none for the others).
+impl<B: Backend> PolicyCommands for RolloutSampler<'_, B> {
     fn commands(
         &mut self,
         run: &LockStep<'_>,

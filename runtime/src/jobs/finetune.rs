@@ -1,21 +1,28 @@
 //! `imago train --what finetune`: advantage-weighted fine-tuning of a policy
-//! checkpoint from a replay directory that the collected episodes are appended to,
-//! with a given world-model checkpoint or one trained on the replay first.
+//! checkpoint, or of a LeRobot policy directory, from a replay directory that the
+//! collected episodes are appended to, with a given world-model checkpoint or one
+//! trained on the replay first. A LeRobot policy comes back as a LeRobot directory.
 
 use std::path::Path;
 
 use burn::Dispatch;
 use burn::prelude::Backend;
+use imago_robots::Robot;
 use imago_worldmodel::{TransitionFamily, WorldModelConfig};
 use serde::{Deserialize, Serialize};
 
 use crate::device::ResolvedDevice;
-use crate::learn::finetune::{FinetuneConfig, FinetuneStart, RoundReport, finetune};
+use crate::learn::finetune::{
+    FinetuneConfig, FinetuneStart, LeRobotLearner, RoundLearner, RoundReport, finetune, run_rounds,
+};
 use crate::learn::world_model::{
     WindowDataset, WorldModelTrainConfig, log_world_model_losses, train_world_model,
 };
 use crate::store::checkpoint::{
     CheckpointMeta, ensure_trained_for, load_policy, load_world_model, save_policy,
+};
+use crate::store::lerobot_policy::{
+    LeRobotPolicy, load_lerobot_policy, names_lerobot_policy, write_lerobot_policy,
 };
 use crate::store::outputs::{Input, OutputKind, OutputPath};
 use crate::store::replay::{ReplaySource, ReplayWriter, ReplayWriterConfig, read_training_replay};
@@ -33,7 +40,9 @@ pub struct FinetuneRunSummary {
 }
 
 /// Fine-tunes the policy checkpoint `init` on the replay at `replay` (collected episodes
-/// are appended to it) and writes the policy to `out`. Imagination runs in the world
+/// are appended to it) and writes the policy to `out`: an imago checkpoint, or for a
+/// LeRobot policy directory `init`, a LeRobot directory with `init`'s config and
+/// processors. Imagination runs in the world
 /// model checkpoint `world_model`; without one, a SALT world model is first trained on
 /// the replay for `config.initial_world_model_steps` steps. Training curves, sampled
 /// rollouts and learning steps go to `telemetry`. Episodes are collected on the robot
@@ -57,7 +66,15 @@ pub fn finetune_offline(
         flag: "--world-model",
         path,
     }));
-    out.check(OutputKind::PolicyCheckpoint, &inputs)?;
+    // A LeRobot directory, or the training checkpoint above one (refused by the loader
+    // with a pointer to it).
+    let lerobot = names_lerobot_policy(init);
+    let kind = if lerobot {
+        OutputKind::LeRobotPolicy
+    } else {
+        OutputKind::PolicyCheckpoint
+    };
+    out.check(kind, &inputs)?;
     let read = read_training_replay(replay)?;
     let spec = read.spec.clone();
     let robot_config = read.robot.clone().ok_or_else(|| {
@@ -70,8 +87,18 @@ pub fn finetune_offline(
     let episodes = read.contents.episodes;
     let episodes_before = episodes.len();
     Dispatch::seed(&device.training, config.seed);
-    ensure_trained_for(init, &spec)?;
-    let (policy, policy_config, meta) = load_policy::<Dispatch>(init, None, &device.training)?;
+    let policy = if lerobot {
+        let policy = load_lerobot_policy::<Dispatch>(init, &device.training)?;
+        let units = robot_config.build()?.lerobot_units();
+        // Checked before a world model is trained for it.
+        LeRobotLearner::binding(&policy, (&spec, units.clone()), config, device)
+            .map_err(|e| anyhow::anyhow!("{}: {e:#}", init.display()))?;
+        StartingPolicy::LeRobot(policy, units)
+    } else {
+        ensure_trained_for(init, &spec)?;
+        let (policy, config, meta) = load_policy::<Dispatch>(init, None, &device.training)?;
+        StartingPolicy::Imago(policy, config, meta.version)
+    };
     let (model, wm_config) = match world_model {
         Some(dir) => {
             ensure_trained_for(dir, &spec)?;
@@ -116,30 +143,73 @@ pub fn finetune_offline(
     )?;
     repaired.warn();
     writer.ensure_episode_ids_for((config.rounds * config.episodes_per_round) as u64)?;
-    let outcome = finetune(
-        FinetuneStart {
-            policy: (policy, &policy_config),
-            version: meta.version,
-            world_model: (model, &wm_config),
-            world_model_training: WorldModelTrainConfig::default(),
-            episodes,
-        },
-        config,
-        &robot_config,
-        &mut writer,
-        device,
-        telemetry,
-    )?;
-    writer.close()?;
-    let mut meta = CheckpointMeta::new(&spec, outcome.version, Some(init.display().to_string()));
-    if let Some(last) = outcome.rounds.last() {
-        meta.metrics
-            .insert("rollout_success_rate".into(), last.rollout_success_rate);
-    }
-    save_policy(&outcome.policy, &policy_config, meta, out.path)?;
+    let (rounds, version) = match policy {
+        StartingPolicy::Imago(policy, policy_config, version) => {
+            let outcome = finetune(
+                FinetuneStart {
+                    policy: (policy, &policy_config),
+                    version,
+                    world_model: (model, &wm_config),
+                    world_model_training: WorldModelTrainConfig::default(),
+                    episodes,
+                },
+                config,
+                &robot_config,
+                &mut writer,
+                device,
+                telemetry,
+            )?;
+            writer.close()?;
+            let mut meta =
+                CheckpointMeta::new(&spec, outcome.version, Some(init.display().to_string()));
+            if let Some(last) = outcome.rounds.last() {
+                meta.metrics
+                    .insert("rollout_success_rate".into(), last.rollout_success_rate);
+            }
+            save_policy(&outcome.policy, &policy_config, meta, out.path)?;
+            (outcome.rounds, outcome.version)
+        }
+        StartingPolicy::LeRobot(policy, units) => {
+            let mut learner = LeRobotLearner::new(
+                policy,
+                (spec.clone(), units),
+                0,
+                (model, wm_config),
+                WorldModelTrainConfig::default(),
+                config,
+                device,
+            )
+            .map_err(|e| anyhow::anyhow!("{}: {e:#}", init.display()))?
+            .with_telemetry(telemetry.clone());
+            let rounds = run_rounds(
+                &mut learner,
+                episodes,
+                config,
+                (&robot_config, &mut writer),
+                device,
+                telemetry,
+            )?;
+            writer.close()?;
+            write_lerobot_policy(&learner.policy(), init, out.path)?;
+            (rounds, learner.version())
+        }
+    };
     Ok(FinetuneRunSummary {
         episodes_before,
-        rounds: outcome.rounds,
-        version: outcome.version,
+        rounds,
+        version,
     })
+}
+
+/// The policy a run starts from (made once, held while the run lasts).
+#[allow(clippy::large_enum_variant)]
+enum StartingPolicy {
+    /// An imago checkpoint's policy, its config and version.
+    Imago(
+        imago_policies::Policy<Dispatch>,
+        imago_policies::PolicyConfig,
+        u64,
+    ),
+    /// A LeRobot policy and the robot's units it reads.
+    LeRobot(LeRobotPolicy<Dispatch>, imago_robots::LeRobotUnits),
 }

@@ -16,4 +16,5 @@ pub mod gate;
 pub mod inspect;
 pub mod report;
 pub mod train;
+pub mod train_lerobot;
 pub mod train_world_model;

@@ -91,6 +91,11 @@ impl<'a> ImitationDataset<'a> {
         self.samples[i]
     }
 
+    /// Every transition's episode and step index, in replay order.
+    pub fn samples(&self) -> &[(usize, usize)] {
+        &self.samples
+    }
+
     /// The episodes the transitions come from.
     pub fn episodes(&self) -> &'a [Episode] {
         self.episodes
@@ -159,7 +164,7 @@ impl<'a> ImitationDataset<'a> {
 /// episode from `t` on, except that an intervention's chunk ends where the
 /// intervention does (the commands after it are the policy's, not what the expert
 /// meant to do next).
-fn chunk_from(episode: &[Transition], t: usize) -> impl Iterator<Item = &Transition> {
+pub fn chunk_from(episode: &[Transition], t: usize) -> impl Iterator<Item = &Transition> {
     let intervention = episode[t].intervention;
     episode[t..]
         .iter()

@@ -116,6 +116,10 @@ pub struct FinetuneConfig {
     pub batch_size: usize,
     /// Policy learning rate (Adam, constant). Range: [1e-9, 1].
     pub learning_rate: f64,
+    /// A LeRobot policy's learning rate (Adam, constant); unset, its own
+    /// `optimizer_lr` from its `config.json` (the rate LeRobot trained it at: 1e-4 for
+    /// Diffusion Policy, 1e-5 for ACT by default). Range: [1e-9, 1].
+    pub lerobot_learning_rate: Option<f64>,
     /// AWR temperature: weights are `exp(A / beta)`. Range: [1e-6, 1e6].
     pub beta: f32,
     /// Largest AWR weight. Range: [1, 1e9].
@@ -195,6 +199,7 @@ impl Default for FinetuneConfig {
             policy_steps: 400,
             batch_size: 32,
             learning_rate: 1e-3,
+            lerobot_learning_rate: None,
             beta: 1.0,
             max_weight: 20.0,
             normaliser: AdvantageNormaliser::MeanStd,
@@ -297,6 +302,9 @@ impl FinetuneConfig {
         in_range("policy_steps", self.policy_steps, 0..=MAX_STEPS)?;
         in_range("batch_size", self.batch_size, 1..=MAX_BATCH)?;
         in_range("learning_rate", self.learning_rate, 1e-9..=1.0)?;
+        if let Some(rate) = self.lerobot_learning_rate {
+            in_range("lerobot_learning_rate", rate, 1e-9..=1.0)?;
+        }
         in_range("beta", self.beta, 1e-6..=1e6)?;
         in_range("max_weight", self.max_weight, 1.0..=1e9)?;
         self.normaliser

@@ -6,21 +6,17 @@
 use burn::Dispatch;
 use burn::module::{AutodiffModule, Module};
 use imago_policies::{Policy, PolicyConfig};
-use imago_worldmodel::{LatentCritic, LatentCriticConfig, WorldModel, WorldModelConfig};
-use rand::SeedableRng;
-use rand::rngs::StdRng;
+use imago_worldmodel::{WorldModel, WorldModelConfig};
 use serde::{Deserialize, Serialize};
 
-use super::advantages::{AdvantageSummary, transition_weights};
+use super::advantage_models::{AdvantageModels, Weighed};
+use super::advantages::{AdvantageSummary, TransitionWeights};
 use super::config::FinetuneConfig;
-use super::critic::{CriticLosses, train_critic};
-use super::latents::EncodedEpisodes;
+use super::critic::CriticLosses;
 use super::update::{PolicyUpdateReport, update_policy};
 use crate::device::ResolvedDevice;
 use crate::learn::bc::ImitationDataset;
-use crate::learn::world_model::{
-    WindowDataset, WorldModelTrainConfig, mean_loss, train_world_model,
-};
+use crate::learn::world_model::WorldModelTrainConfig;
 use crate::store::replay::Episode;
 use crate::telemetry::{Telemetry, TelemetryEvent, scalars_of};
 
@@ -37,6 +33,36 @@ pub struct LearnReport {
     pub update: PolicyUpdateReport,
 }
 
+impl LearnReport {
+    /// The report of a step that weighed the replay as `weighed` and updated the
+    /// policy as `update`.
+    pub fn of(weighed: &Weighed, update: PolicyUpdateReport) -> Self {
+        Self {
+            world_model_prediction_loss: weighed.world_model_prediction_loss,
+            critic: weighed.critic,
+            advantages: weighed.advantages,
+            update,
+        }
+    }
+
+    /// Sends this step's scalars, version and (at most [`LOGGED_TRANSITIONS`]) newest
+    /// transition weights to `telemetry`.
+    pub fn log(&self, telemetry: &Telemetry, version: u64, weights: &TransitionWeights) {
+        if !telemetry.is_on() {
+            return;
+        }
+        let mut values = scalars_of(self);
+        values.push(("policy_version".into(), version as f64));
+        telemetry.send(TelemetryEvent::LearnerScalars { version, values });
+        let (advantages, weights) = weights.newest(LOGGED_TRANSITIONS).into_iter().unzip();
+        telemetry.send(TelemetryEvent::TransitionWeights {
+            version,
+            advantages,
+            weights,
+        });
+    }
+}
+
 /// Transitions whose advantages and weights are logged per learning step, at most.
 const LOGGED_TRANSITIONS: usize = 1024;
 
@@ -45,13 +71,8 @@ pub struct Learner {
     telemetry: Telemetry,
     policy: Policy<Dispatch>,
     policy_config: PolicyConfig,
-    world_model: WorldModel<Dispatch>,
-    wm_config: WorldModelConfig,
-    wm_training: WorldModelTrainConfig,
-    critic: LatentCritic<Dispatch>,
-    rng: StdRng,
+    models: AdvantageModels,
     version: u64,
-    max_steps: u32,
 }
 
 impl Learner {
@@ -76,13 +97,8 @@ impl Learner {
             telemetry: Telemetry::off(),
             policy: initialised,
             policy_config: policy.1,
-            critic: LatentCriticConfig::new(world_model.1.latent_dim).init(&device.training),
-            world_model: world_model.0,
-            wm_config: world_model.1,
-            wm_training,
-            rng: StdRng::seed_from_u64(config.seed ^ 0xf1e7_0000),
+            models: AdvantageModels::new(world_model, wm_training, config, max_steps, device),
             version,
-            max_steps,
         }
     }
 
@@ -124,81 +140,22 @@ impl Learner {
         config: &FinetuneConfig,
         device: &ResolvedDevice,
     ) -> anyhow::Result<LearnReport> {
-        let train = WorldModelTrainConfig {
-            steps: config.world_model_steps,
-            warmup_steps: 0,
-            seed: config.seed + self.version,
-            ..self.wm_training.clone()
-        };
-        let windows = WindowDataset::new(
-            episodes,
-            train.horizon,
-            &self.wm_config.action_limit,
-            train.discount,
-        );
-        let history;
-        (self.world_model, history) = train_world_model(
-            self.world_model.clone(),
-            &self.wm_config,
-            &windows,
-            &train,
-            &device.training,
-        )?;
-        let wm = self.world_model.valid();
-        let encoded = EncodedEpisodes::encode(&wm, &self.wm_config, episodes, &device.inference)?;
-        let critic_losses;
-        (self.critic, critic_losses) = train_critic(
-            self.critic.clone(),
-            &wm,
-            &encoded,
-            episodes,
-            config,
-            device,
-            &mut self.rng,
-        )?;
-        let (weights, advantages) = transition_weights(
-            episodes,
-            &encoded,
-            &self.critic.valid(),
-            config,
-            self.max_steps,
-        )?;
+        let weighed = self.models.weigh(episodes, self.version, config, device)?;
         let behaviour = self.policy.clone();
         let data = ImitationDataset::new(episodes, &self.policy_config);
         let update;
         (self.policy, update) = update_policy(
             (self.policy.clone(), &self.policy_config),
-            (&data, &weights.weights),
+            (&data, &weighed.weights.weights),
             Some(&behaviour),
             self.version + 1,
             config,
             device,
-            &mut self.rng,
+            &mut self.models.rng,
         )?;
         self.version += 1;
-        let report = LearnReport {
-            world_model_prediction_loss: mean_loss(
-                &history[history.len().saturating_sub(20)..],
-                "prediction",
-            ),
-            critic: critic_losses,
-            advantages,
-            update,
-        };
-        if self.telemetry.is_on() {
-            let mut values = scalars_of(&report);
-            values.push(("policy_version".into(), self.version as f64));
-            self.telemetry.send(TelemetryEvent::LearnerScalars {
-                version: self.version,
-                values,
-            });
-            let (advantages, weights) = weights.newest(LOGGED_TRANSITIONS).into_iter().unzip();
-            self.telemetry.send(TelemetryEvent::TransitionWeights {
-                version: self.version,
-                advantages,
-                weights,
-            });
-        }
+        let report = LearnReport::of(&weighed, update);
+        report.log(&self.telemetry, self.version, &weighed.weights);
         Ok(report)
     }
 }

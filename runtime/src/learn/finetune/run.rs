@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use super::config::FinetuneConfig;
 use super::learner::{LearnReport, Learner};
-use crate::act::rollout::{ActingPolicy, collect_policy_episodes};
+use crate::act::rollout::{ActingPolicy, RolloutConfig, collect_policy_episodes};
 use crate::device::ResolvedDevice;
 use crate::learn::world_model::WorldModelTrainConfig;
 use crate::robot::RobotConfig;
@@ -64,6 +64,68 @@ pub struct FinetuneStart<'a> {
     pub episodes: Vec<Episode>,
 }
 
+/// A policy fine-tuned in rounds: imago's own ([`Learner`]) or a LeRobot policy
+/// ([`super::LeRobotLearner`]).
+pub trait RoundLearner {
+    /// The current policy's version.
+    fn version(&self) -> u64;
+
+    /// One episode per seed on `robot` with the current policy, appended to `writer`.
+    fn collect(
+        &self,
+        robot: &RobotConfig,
+        seeds: &[u64],
+        rollout: &RolloutConfig,
+        writer: &mut ReplayWriter,
+        device: &ResolvedDevice,
+    ) -> anyhow::Result<Vec<Episode>>;
+
+    /// One learning step on `episodes` (all replay so far); the version goes up by one.
+    fn learn(
+        &mut self,
+        episodes: &[Episode],
+        config: &FinetuneConfig,
+        device: &ResolvedDevice,
+    ) -> anyhow::Result<LearnReport>;
+}
+
+impl RoundLearner for Learner {
+    fn version(&self) -> u64 {
+        Learner::version(self)
+    }
+
+    fn collect(
+        &self,
+        robot: &RobotConfig,
+        seeds: &[u64],
+        rollout: &RolloutConfig,
+        writer: &mut ReplayWriter,
+        device: &ResolvedDevice,
+    ) -> anyhow::Result<Vec<Episode>> {
+        collect_policy_episodes(
+            &ActingPolicy {
+                policy: &self.policy(),
+                config: self.policy_config(),
+                device: &device.inference,
+                version: self.version(),
+            },
+            robot,
+            seeds,
+            rollout,
+            writer,
+        )
+    }
+
+    fn learn(
+        &mut self,
+        episodes: &[Episode],
+        config: &FinetuneConfig,
+        device: &ResolvedDevice,
+    ) -> anyhow::Result<LearnReport> {
+        Learner::learn(self, episodes, config, device)
+    }
+}
+
 /// Runs `config.rounds` rounds of advantage-weighted fine-tuning on `robot`,
 /// appending every collected episode to `writer`. Sampled rollouts, every learning
 /// step and each round's rollout success go to `telemetry`.
@@ -83,7 +145,7 @@ pub fn finetune(
         version: first_version,
         world_model: (world_model, wm_config),
         world_model_training,
-        mut episodes,
+        episodes,
     } = start;
     let mut learner = Learner::new(
         (policy, policy_config.clone()),
@@ -95,6 +157,31 @@ pub fn finetune(
         device,
     )
     .with_telemetry(telemetry.clone());
+    let rounds = run_rounds(
+        &mut learner,
+        episodes,
+        config,
+        (robot, writer),
+        device,
+        telemetry,
+    )?;
+    Ok(FinetuneOutcome {
+        policy: learner.policy(),
+        version: learner.version(),
+        rounds,
+    })
+}
+
+/// `config.rounds` rounds of `learner` on `robot` from the recorded `episodes`, every
+/// collected episode appended to `writer`; each round's report.
+pub fn run_rounds(
+    learner: &mut impl RoundLearner,
+    mut episodes: Vec<Episode>,
+    config: &FinetuneConfig,
+    (robot, writer): (&RobotConfig, &mut ReplayWriter),
+    device: &ResolvedDevice,
+    telemetry: &Telemetry,
+) -> anyhow::Result<Vec<RoundReport>> {
     let mut rounds = Vec::with_capacity(config.rounds);
     let seeds_per_round = config.episodes_per_round.div_ceil(config.group_size);
     for round in 0..config.rounds {
@@ -111,18 +198,7 @@ pub fn finetune(
             config.rounds,
             seeds.len()
         );
-        let collected = collect_policy_episodes(
-            &ActingPolicy {
-                policy: &learner.policy(),
-                config: policy_config,
-                device: &device.inference,
-                version,
-            },
-            robot,
-            &seeds,
-            &config.rollout,
-            writer,
-        )?;
+        let collected = learner.collect(robot, &seeds, &config.rollout, writer, device)?;
         let successes = collected.iter().filter(|e| e.end.success).count();
         let interventions = collected
             .iter()
@@ -175,9 +251,5 @@ pub fn finetune(
         );
         rounds.push(report);
     }
-    Ok(FinetuneOutcome {
-        policy: learner.policy(),
-        version: learner.version(),
-        rounds,
-    })
+    Ok(rounds)
 }

@@ -53,7 +53,8 @@ pub fn update_policy(
     rng: &mut StdRng,
 ) -> anyhow::Result<(Policy<Dispatch>, PolicyUpdateReport)> {
     let episodes = data.episodes();
-    let (eligible, stale) = eligible_samples(data, weights, version, config);
+    let (eligible, stale) =
+        eligible_samples(data.episodes(), data.samples(), weights, version, config);
     anyhow::ensure!(
         !eligible.is_empty(),
         "no transition fresh enough to train on"
@@ -143,26 +144,27 @@ pub fn update_policy(
     ))
 }
 
-/// The samples of `data` with a positive weight, split into those fresh enough to
-/// train the policy's `version` on and the stale ones. Transitions of weight 0 (the
+/// The indices of `samples` (transitions `(e, t)` of `episodes`) with a positive
+/// weight, split into those fresh enough to train the policy's `version` on and the
+/// stale ones. Transitions of weight 0 (the
 /// policy's own, under DAgger) carry nothing to learn; an intervention's command never
 /// goes stale (it does not depend on the policy that reached the state), nor does a
 /// demonstration.
-fn eligible_samples(
-    data: &ImitationDataset,
+pub fn eligible_samples(
+    episodes: &[Episode],
+    samples: &[(usize, usize)],
     weights: &[Vec<f32>],
     version: u64,
     config: &FinetuneConfig,
 ) -> (Vec<usize>, Vec<usize>) {
-    let episodes = data.episodes();
     let newest = newest_policy_version(episodes);
-    (0..data.len())
+    (0..samples.len())
         .filter(|&i| {
-            let (e, t) = data.sample(i);
+            let (e, t) = samples[i];
             weights[e][t] > 0.0
         })
         .partition(|&i| {
-            let (e, t) = data.sample(i);
+            let (e, t) = samples[i];
             let transition = &episodes[e].transitions[t];
             let v = transition.policy_version;
             v == 0 || transition.intervention || config.fresh_enough(v, version, newest)

@@ -6,17 +6,20 @@
 
 pub mod processors;
 pub mod weights;
+pub mod write;
 
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
 use burn::prelude::*;
+use burn::tensor::backend::AutodiffBackend;
 use imago_policies::act::{ActPolicy, ActPolicyConfig};
 use imago_policies::diffusion::{DiffusionPolicy, DiffusionPolicyConfig};
 use imago_policies::lerobot::PolicyFeatures;
 
 pub use processors::read_processors;
 pub use weights::load_lerobot_weights;
+pub use write::write_lerobot_policy;
 
 /// The file LeRobot's config is in.
 pub const CONFIG_FILE: &str = "config.json";
@@ -52,12 +55,37 @@ impl<B: Backend> LeRobotPolicy<B> {
     }
 }
 
+impl<B: AutodiffBackend> LeRobotPolicy<B> {
+    /// The same policy without gradient tracking: what acts while it trains.
+    pub fn valid(&self) -> LeRobotPolicy<B::InnerBackend> {
+        match self {
+            Self::Diffusion(p) => LeRobotPolicy::Diffusion(p.valid()),
+            Self::Act(p) => LeRobotPolicy::Act(p.valid()),
+        }
+    }
+
+    /// The learning rate LeRobot trained it at (`config.json`'s `optimizer_lr`).
+    pub fn optimizer_lr(&self) -> f64 {
+        match self {
+            Self::Diffusion(p) => p.config.optimizer_lr,
+            Self::Act(p) => p.config.optimizer_lr,
+        }
+    }
+}
+
 /// Whether `dir` looks like a LeRobot policy directory (a `config.json` and a
 /// `model.safetensors`, no imago `meta.json`).
 pub fn is_lerobot_policy_dir(dir: &Path) -> bool {
     dir.join(CONFIG_FILE).is_file()
         && dir.join(WEIGHTS_FILE).is_file()
         && !dir.join("meta.json").exists()
+}
+
+/// Whether `dir` is a LeRobot policy directory or the training checkpoint above one
+/// (whose `pretrained_model/` [`load_lerobot_policy`] refuses to guess at, naming it):
+/// what commands taking a policy ask before treating `dir` as LeRobot's.
+pub fn names_lerobot_policy(dir: &Path) -> bool {
+    is_lerobot_policy_dir(dir) || is_lerobot_policy_dir(&dir.join("pretrained_model"))
 }
 
 /// The policy of the LeRobot directory `dir`, on `device`.

@@ -1,0 +1,181 @@
+//! Fine-tuning a LeRobot policy (ACT, Diffusion Policy) on the device: the same rounds,
+//! world model, critic and transition weights as imago's own policies
+//! ([`AdvantageModels`]), with the policy updated through its own training loss
+//! (Diffusion's noise prediction, ACT's L1 + KL), per demonstration, weighted by each
+//! transition's weight, in burn's autodiff. Its commands carry no log-density, so
+//! older data gets no importance correction; staleness still bounds it.
+
+use burn::Dispatch;
+use imago_robots::{LeRobotUnits, RobotSpec};
+use imago_worldmodel::{WorldModel, WorldModelConfig};
+
+use super::advantage_models::AdvantageModels;
+use super::config::{FinetuneConfig, FinetuneMethod};
+use super::learner::LearnReport;
+use super::run::RoundLearner;
+use super::update::{PolicyUpdateReport, eligible_samples};
+use crate::act::lerobot_driver::{LeRobotBinding, LeRobotDriver};
+use crate::act::lerobot_rollout::collect_lerobot_episodes;
+use crate::act::rollout::RolloutConfig;
+use crate::device::ResolvedDevice;
+use crate::learn::lerobot_update::{WeightedDraws, update_lerobot_policy};
+use crate::learn::world_model::WorldModelTrainConfig;
+use crate::robot::RobotConfig;
+use crate::store::lerobot_policy::LeRobotPolicy;
+use crate::store::replay::{Episode, ReplayWriter};
+use crate::telemetry::Telemetry;
+
+/// A LeRobot policy, world model and critic being fine-tuned (training device).
+pub struct LeRobotLearner {
+    telemetry: Telemetry,
+    /// The policy; taken out only while an update runs (Adam consumes the module it
+    /// steps, and a copy left behind would keep every tensor twice).
+    policy: Option<LeRobotPolicy<Dispatch>>,
+    robot: (RobotSpec, LeRobotUnits),
+    /// The policy's features bound to the robot, on the training device.
+    binding: LeRobotBinding<Dispatch>,
+    models: AdvantageModels,
+    version: u64,
+}
+
+impl LeRobotLearner {
+    /// A learner starting from `policy` (training device; version `version`) on
+    /// robots of `robot` (its spec and LeRobot units), weighing with `world_model`
+    /// trained by `wm_training`. A policy whose features the robot does not give, or a
+    /// method that needs a flow head (`advantage-flow`), is an error.
+    pub fn new(
+        policy: LeRobotPolicy<Dispatch>,
+        robot: (RobotSpec, LeRobotUnits),
+        version: u64,
+        world_model: (WorldModel<Dispatch>, WorldModelConfig),
+        wm_training: WorldModelTrainConfig,
+        config: &FinetuneConfig,
+        device: &ResolvedDevice,
+    ) -> anyhow::Result<Self> {
+        let binding = Self::binding(&policy, (&robot.0, robot.1.clone()), config, device)?;
+        let max_steps = robot.0.max_steps;
+        Ok(Self {
+            telemetry: Telemetry::off(),
+            policy: Some(policy),
+            robot,
+            binding,
+            models: AdvantageModels::new(world_model, wm_training, config, max_steps, device),
+            version,
+        })
+    }
+
+    /// `policy`'s features bound to `robot` on the training device, checked before
+    /// anything is trained: features the robot does not give, or a method that needs a
+    /// flow head (`advantage-flow`), are an error.
+    pub fn binding(
+        policy: &LeRobotPolicy<Dispatch>,
+        robot: (&RobotSpec, LeRobotUnits),
+        config: &FinetuneConfig,
+        device: &ResolvedDevice,
+    ) -> anyhow::Result<LeRobotBinding<Dispatch>> {
+        anyhow::ensure!(
+            config.method != FinetuneMethod::AdvantageFlow,
+            "advantage-flow fine-tunes a flow head, which a LeRobot {} policy does not have; use awr-returns, awr-imagination, habc or dagger",
+            policy.kind()
+        );
+        LeRobotBinding::new(policy, robot, &device.training)
+    }
+
+    /// Logs every learning step's losses, weights and version to `telemetry`.
+    pub fn with_telemetry(mut self, telemetry: Telemetry) -> Self {
+        self.telemetry = telemetry;
+        self
+    }
+
+    /// The current policy, for inference.
+    pub fn policy(&self) -> LeRobotPolicy<Dispatch> {
+        self.trained().valid()
+    }
+
+    fn trained(&self) -> &LeRobotPolicy<Dispatch> {
+        self.policy
+            .as_ref()
+            .expect("the policy is back in place after every update")
+    }
+}
+
+impl RoundLearner for LeRobotLearner {
+    fn version(&self) -> u64 {
+        self.version
+    }
+
+    fn collect(
+        &self,
+        robot: &RobotConfig,
+        seeds: &[u64],
+        rollout: &RolloutConfig,
+        writer: &mut ReplayWriter,
+        device: &ResolvedDevice,
+    ) -> anyhow::Result<Vec<Episode>> {
+        let policy = self.policy();
+        let driver = LeRobotDriver::new(
+            &policy,
+            (&self.robot.0, self.robot.1.clone()),
+            &device.inference,
+        )?;
+        collect_lerobot_episodes((&driver, self.version), robot, seeds, rollout, writer)
+    }
+
+    fn learn(
+        &mut self,
+        episodes: &[Episode],
+        config: &FinetuneConfig,
+        device: &ResolvedDevice,
+    ) -> anyhow::Result<LearnReport> {
+        let weighed = self.models.weigh(episodes, self.version, config, device)?;
+        let samples: Vec<(usize, usize)> = episodes
+            .iter()
+            .enumerate()
+            .flat_map(|(e, ep)| (0..ep.transitions.len()).map(move |t| (e, t)))
+            .collect();
+        let (eligible, stale) = eligible_samples(
+            episodes,
+            &samples,
+            &weighed.weights.weights,
+            self.version + 1,
+            config,
+        );
+        anyhow::ensure!(
+            !eligible.is_empty(),
+            "no transition fresh enough to train on"
+        );
+        let draws = WeightedDraws {
+            samples: eligible.iter().map(|&i| samples[i]).collect(),
+            weights: Some(&weighed.weights.weights),
+            batch_size: config.batch_size,
+        };
+        let learning_rate = config
+            .lerobot_learning_rate
+            .unwrap_or_else(|| self.trained().optimizer_lr());
+        let policy = self
+            .policy
+            .take()
+            .expect("the policy is back in place after every update");
+        let (policy, losses) = update_lerobot_policy(
+            policy,
+            (&self.binding, episodes),
+            &draws,
+            (config.policy_steps, learning_rate),
+            &mut self.models.rng,
+        )?;
+        self.policy = Some(policy);
+        self.version += 1;
+        let mean = |xs: &[f32]| xs.iter().sum::<f32>() / xs.len().max(1) as f32;
+        let update = PolicyUpdateReport {
+            eligible: eligible.len(),
+            stale: stale.len(),
+            first_loss: mean(&losses[..losses.len().min(20)]),
+            last_loss: mean(&losses[losses.len().saturating_sub(20)..]),
+            importance_ess_fraction: 1.0,
+            truncated_fraction: 0.0,
+        };
+        let report = LearnReport::of(&weighed, update);
+        report.log(&self.telemetry, self.version, &weighed.weights);
+        Ok(report)
+    }
+}
