@@ -117,6 +117,7 @@ fn main() -> ExitCode {
         // SAFETY: no other thread exists yet. Vulkan loaders warn without this variable.
         unsafe { std::env::set_var("XDG_RUNTIME_DIR", std::env::temp_dir()) };
     }
+    imago_runtime::allocator::reuse_freed_tensor_memory();
     let cli = Cli::parse();
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,

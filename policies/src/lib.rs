@@ -43,6 +43,7 @@ pub mod readback;
 pub mod resnet;
 pub mod rows;
 mod stem_host;
+pub mod temporal_conv;
 pub mod tokenizer;
 pub mod vision;
 

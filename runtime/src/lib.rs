@@ -20,6 +20,7 @@
 //! on CUDA.
 
 pub mod act;
+pub mod allocator;
 pub mod bridge;
 pub mod device;
 pub mod engine;

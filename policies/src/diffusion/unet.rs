@@ -6,6 +6,7 @@
 //! LeRobot's decoder stages all upsample (its `is_last` test never holds there), so
 //! the number of upsamplings equals the number of downsamplings; kept as is.
 
+use crate::temporal_conv::conv1d_as_matmul;
 use burn::nn::conv::{Conv1d, Conv1dConfig, ConvTranspose1d, ConvTranspose1dConfig};
 use burn::nn::{GroupNorm, GroupNormConfig, Linear, LinearConfig, PaddingConfig1d};
 use burn::prelude::*;
@@ -187,7 +188,7 @@ impl<B: Backend> Conv1dBlock<B> {
     }
 
     fn forward(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
-        mish(self.norm.forward(self.conv.forward(x)))
+        mish(self.norm.forward(conv1d_as_matmul(&self.conv, x)))
     }
 }
 
