@@ -413,3 +413,64 @@ fn assert_learned(source: &Path, trained: &Path, policy: &str) {
         before.len()
     );
 }
+
+/// `imago accelerate` of a LeRobot Diffusion Policy tries DDIM in fewer steps than the
+/// policy's DDPM 100, fewest first, each in paired episodes with the reference; a
+/// random policy solves nothing, so nothing is certified and the reference is kept.
+/// ACT has no steps to cut: one clear error.
+#[test]
+fn accelerate_tries_fewer_denoising_steps_of_a_lerobot_diffusion_policy() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = pusht_config(dir.path());
+    let report = dir.path().join("accelerate.json");
+    let diffusion = fixture("diffusion_policy");
+    let output = imago(&[
+        "--device",
+        "cpu",
+        "accelerate",
+        "--ckpt",
+        path(&diffusion),
+        "--robot",
+        "pusht",
+        "--robot-config",
+        path(&config),
+        "--max-episodes",
+        "2",
+        "--report",
+        path(&report),
+    ]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(stdout.contains("chosen: the reference"), "{stdout}");
+    let report: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+    assert_eq!(report["reference"]["sampler"], "DDPM", "{report}");
+    assert_eq!(report["reference"]["steps"], 100, "{report}");
+    let variants = report["variants"].as_array().unwrap();
+    let steps: Vec<u64> = variants
+        .iter()
+        .map(|v| v["steps"].as_u64().unwrap())
+        .collect();
+    assert_eq!(steps, [1, 3, 6, 12, 25, 50], "{report}");
+    assert!(
+        variants
+            .iter()
+            .all(|v| v["sampler"] == "DDIM" && v["episodes"] == 2)
+    );
+    // One denoising step against a hundred: faster by far on any machine.
+    assert!(variants[0]["speedup"].as_f64().unwrap() > 3.0, "{report}");
+    assert_one_line_error(
+        &[
+            "--device",
+            "cpu",
+            "accelerate",
+            "--ckpt",
+            path(&fixture("act_policy")),
+            "--robot",
+            "pusht",
+            "--robot-config",
+            path(&config),
+        ],
+        "no denoising steps",
+    );
+}

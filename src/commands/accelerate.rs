@@ -5,7 +5,9 @@ use std::path::PathBuf;
 use clap::Args;
 use imago_runtime::device::{DeviceSpec, resolve};
 use imago_runtime::jobs::accelerate::{AccelerateOptions, run_accelerate};
+use imago_runtime::jobs::accelerate_lerobot::{SamplerReport, accelerate_lerobot_policy};
 use imago_runtime::jobs::demo::EVAL_SEED_BASE;
+use imago_runtime::store::lerobot_policy::names_lerobot_policy;
 use imago_runtime::store::outputs::{Input, check_file_output};
 
 use crate::args::{RobotArgs, write_json};
@@ -13,7 +15,8 @@ use crate::args::{RobotArgs, write_json};
 /// Flags of `imago accelerate`.
 #[derive(Debug, Args)]
 pub struct AccelerateArgs {
-    /// The policy's checkpoint.
+    /// The policy's checkpoint, or a LeRobot Diffusion Policy directory (its
+    /// denoising steps are what is cut).
     #[arg(long)]
     ckpt: PathBuf,
     /// Largest share of the episodes the reference solves that a faster variant may
@@ -55,17 +58,23 @@ pub fn run(args: AccelerateArgs, device: DeviceSpec) -> anyhow::Result<()> {
     );
     let robot = args.robot.resolve()?;
     let device = resolve(device)?;
-    let report = run_accelerate(
-        &AccelerateOptions {
-            ckpt: &args.ckpt,
-            robot: &robot,
-            budget: args.budget,
-            confidence: args.confidence,
-            max_episodes: args.max_episodes,
-            first_seed: args.seed,
-        },
-        &device,
-    )?;
+    let options = AccelerateOptions {
+        ckpt: &args.ckpt,
+        robot: &robot,
+        budget: args.budget,
+        confidence: args.confidence,
+        max_episodes: args.max_episodes,
+        first_seed: args.seed,
+    };
+    if names_lerobot_policy(&args.ckpt) {
+        let report = accelerate_lerobot_policy(&options, &device)?;
+        print_samplers(&report);
+        if let Some(path) = &args.report {
+            write_json(path, &report)?;
+        }
+        return Ok(());
+    }
+    let report = run_accelerate(&options, &device)?;
     let steps = |s: Option<usize>| s.map_or("-".to_string(), |s| s.to_string());
     println!(
         "{:>13} {:>10} {:>9} {:>8} {:>14} {:>9} {:>17} {:>8} {:>9}",
@@ -132,4 +141,54 @@ pub fn run(args: AccelerateArgs, device: DeviceSpec) -> anyhow::Result<()> {
         write_json(path, &report)?;
     }
     Ok(())
+}
+
+/// The table of a LeRobot Diffusion Policy's samplers and the choice.
+fn print_samplers(report: &SamplerReport) {
+    println!(
+        "{:>8} {:>6} {:>9} {:>8} {:>9} {:>17} {:>8} {:>9}",
+        "sampler",
+        "steps",
+        "chunk ms",
+        "speed-up",
+        "episodes",
+        "failed/ref-solved",
+        "bound",
+        "certified"
+    );
+    let r = &report.reference;
+    println!(
+        "{:>8} {:>6} {:>9.1} {:>8} {:>9} {:>17} {:>8} {:>9}",
+        r.sampler, r.steps, r.chunk_ms, "1.0x", "-", "-", "-", "reference"
+    );
+    for v in &report.variants {
+        println!(
+            "{:>8} {:>6} {:>9.1} {:>7.1}x {:>9} {:>17} {:>8.3} {:>9}",
+            v.sampler,
+            v.steps,
+            v.chunk_ms,
+            v.speedup,
+            v.episodes,
+            format!("{}/{}", v.variant_failed, v.reference_solved),
+            v.certified_bound,
+            v.certified
+        );
+    }
+    if report.variants.iter().any(|v| v.certified) {
+        println!(
+            "chosen: noise_scheduler_type = \"{}\", num_inference_steps = {} in config.json ({:.1}x less compute per chunk), failure rate among reference-solved episodes certified below {:.3} at {:.0}% (budget {})",
+            report.chosen_sampler,
+            report.chosen_steps,
+            report.chosen_speedup,
+            report.chosen_bound,
+            report.confidence * 100.0,
+            report.budget
+        );
+    } else {
+        println!(
+            "chosen: the reference (no faster sampler's failure rate among reference-solved episodes was certified below {} at {:.0}%)",
+            report.budget,
+            report.confidence * 100.0
+        );
+    }
 }

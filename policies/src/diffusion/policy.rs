@@ -10,10 +10,12 @@ use std::collections::VecDeque;
 use burn::module::AutodiffModule;
 use burn::prelude::*;
 use burn::tensor::backend::AutodiffBackend;
+use imago_robots::bounds::ConfigError;
 
 use super::config::DiffusionPolicyConfig;
 use super::model::{DiffusionModel, ObservationHistory};
 use super::sampling::ChunkNoise;
+use super::scheduler::SamplerKind;
 use crate::lerobot::features::{ACTION_KEY, ENV_STATE_KEY, STATE_KEY};
 use crate::lerobot::{PolicyProcessors, TickObservation};
 
@@ -82,6 +84,16 @@ impl<B: Backend> DiffusionPolicy<B> {
             config,
             processors,
         }
+    }
+
+    /// The same policy (a copy of its weights) denoising with `sampler` in `steps`
+    /// steps: what `imago accelerate` tries against the policy as configured.
+    pub fn sampling_with(&self, sampler: SamplerKind, steps: usize) -> Result<Self, ConfigError> {
+        Ok(Self::new(
+            self.model.clone().with_sampler(sampler, steps)?,
+            self.config.clone(),
+            self.processors.clone(),
+        ))
     }
 
     /// LeRobot's `select_action`: the action for this tick of `episode` `[batch,

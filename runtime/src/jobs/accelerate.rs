@@ -7,11 +7,13 @@
 //! reference solves, the share the variant fails is bounded by an anytime-valid
 //! confidence bound ([`FailureCounts`]). Variants are tried fastest first (measured
 //! policy compute per tick); the first whose bound is certified below the budget is
-//! chosen, else the reference.
+//! chosen, else the reference. A LeRobot Diffusion Policy's fewer denoising steps are
+//! certified the same way ([`super::accelerate_lerobot`]).
 
 use std::path::Path;
 use std::time::Instant;
 
+use burn::prelude::Backend;
 use imago_policies::{ActionHeadKind, Policy, PolicyConfig, Precision};
 use imago_robots::{Observation, Robot};
 use serde::Serialize;
@@ -163,7 +165,7 @@ pub fn run_accelerate(
             episodes,
             reference_wins,
             variant_wins,
-        } = run_pairs(&reference, &variant, options, threshold)?;
+        } = run_pairs(&reference, &variant, options, threshold, &device.inference)?;
         let certified_bound = counts.certified_bound(options.confidence);
         let certified = counts.evidence_below(options.budget) >= threshold;
         variants.push(VariantReport {
@@ -202,21 +204,29 @@ pub fn run_accelerate(
     })
 }
 
-/// The reference's and a variant's paired episodes, until the variant's failures on
-/// episodes the reference solves are certified below the budget (evidence past
-/// `threshold`) or `options.max_episodes` ran.
-struct PairedRun {
-    counts: FailureCounts,
-    episodes: usize,
-    reference_wins: usize,
-    variant_wins: usize,
+/// What a variant's paired episodes with the reference found.
+pub struct PairedRun {
+    /// Failures among the episodes the reference solved.
+    pub counts: FailureCounts,
+    /// Paired episodes run.
+    pub episodes: usize,
+    /// Episodes the reference solved.
+    pub reference_wins: usize,
+    /// Episodes the variant solved.
+    pub variant_wins: usize,
 }
 
-fn run_pairs(
+/// The reference's and a variant's paired episodes, until the variant's failures on
+/// episodes the reference solves are certified below the budget (evidence past
+/// `threshold`) or `options.max_episodes` ran. Before each batch of each, the backend's
+/// generator on `device` is seeded by the batch's first seed, so that sampling noise
+/// drawn from it (a LeRobot Diffusion Policy's) is paired too.
+pub fn run_pairs(
     reference: &Controller<'_, burn::Dispatch>,
     variant: &Controller<'_, burn::Dispatch>,
     options: &AccelerateOptions<'_>,
     threshold: f64,
+    device: &burn::DispatchDevice,
 ) -> anyhow::Result<PairedRun> {
     let mut run = PairedRun {
         counts: FailureCounts::default(),
@@ -231,7 +241,9 @@ fn run_pairs(
         let seeds: Vec<u64> = (0..batch)
             .map(|i| options.first_seed.wrapping_add(run.episodes as u64 + i))
             .collect();
+        burn::Dispatch::seed(device, seeds[0]);
         let a = evaluate(reference, options.robot, &seeds, "reference")?;
+        burn::Dispatch::seed(device, seeds[0]);
         let b = evaluate(variant, options.robot, &seeds, "variant")?;
         for (&ra, &vb) in a.success.iter().zip(&b.success) {
             if ra {

@@ -4,6 +4,7 @@
 //! tables they print.
 
 pub mod accelerate;
+pub mod accelerate_lerobot;
 pub mod bench;
 pub mod bench_bridge;
 pub mod bench_learner;
