@@ -234,7 +234,7 @@ fn tensors(dir: &Path) -> Vec<(String, Vec<usize>, Vec<u8>)> {
 /// LeRobot directory: one fine-tuning round of each (DAgger with the scripted coach,
 /// advantage weights from imagination) and behaviour cloning on a replay. Trainable
 /// tensors move, ACT's frozen batch-norm statistics do not, and the result runs in
-/// `imago eval`. Mistakes are one clear error that writes nothing.
+/// `imago eval` and meets its source in `imago gate`. Mistakes are one clear error that writes nothing.
 #[test]
 fn lerobot_policies_fine_tune_and_imitate_on_pusht_into_lerobot_directories() {
     let dir = tempfile::tempdir().unwrap();
@@ -323,6 +323,26 @@ fn lerobot_policies_fine_tune_and_imitate_on_pusht_into_lerobot_directories() {
             }
             assert_learned(&source, &out, policy);
             evaluates(&out);
+            // The promotion gate takes the pair as it takes imago's checkpoints: a
+            // random policy fine-tuned for one round is not proven better.
+            let output = imago(&[
+                "--device",
+                "cpu",
+                "gate",
+                "--champion",
+                path(&source),
+                "--challenger",
+                path(&out),
+                "--robot",
+                "pusht",
+                "--robot-config",
+                path(&robot_config),
+                "--max-episodes",
+                "4",
+            ]);
+            assert!(output.status.success(), "{}", stderr(&output));
+            let stdout = String::from_utf8_lossy(&output.stdout);
+            assert!(stdout.contains("keep the champion"), "{stdout}");
         }
         let imitated = dir.path().join(format!("{policy}-bc"));
         train(&[

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 use imago_runtime::act::collect::MAX_EPISODES;
-use imago_runtime::act::evaluate::evaluate_checkpoint;
+use imago_runtime::act::loaded_policy::evaluate_checkpoint;
 use imago_runtime::device::{DeviceSpec, resolve};
 use imago_runtime::jobs::demo::EVAL_SEED_BASE;
 use imago_runtime::jobs::report::{ControllerRow, PairedReport};

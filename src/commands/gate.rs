@@ -14,10 +14,10 @@ use crate::args::{RobotArgs, write_json};
 /// Flags of `imago gate`.
 #[derive(Debug, Args)]
 pub struct GateArgs {
-    /// The deployed policy's checkpoint.
+    /// The deployed policy's checkpoint (or a LeRobot policy directory).
     #[arg(long)]
     champion: PathBuf,
-    /// The candidate policy's checkpoint.
+    /// The candidate policy's checkpoint (or a LeRobot policy directory).
     #[arg(long)]
     challenger: PathBuf,
     /// What is compared per paired episode: success, or steps_to_success (faster

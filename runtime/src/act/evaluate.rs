@@ -20,8 +20,6 @@ use crate::act::sampling::{plan, plan_on_host};
 use crate::progress;
 use crate::robot::RobotConfig;
 use crate::stats::{MeanInterval, mean_interval, quantile, wilson_interval};
-use crate::store::checkpoint::{ensure_trained_for, load_policy};
-use crate::store::lerobot_policy::{load_lerobot_policy, names_lerobot_policy};
 
 /// What drives the robot during an evaluation.
 pub enum Controller<'a, B: Backend> {
@@ -40,7 +38,7 @@ pub enum Controller<'a, B: Backend> {
         execute_steps: usize,
     },
     /// A LeRobot policy, through its own queues (one per episode).
-    LeRobot(&'a LeRobotDriver<'a, B>),
+    LeRobot(&'a LeRobotDriver<B>),
     /// Uniformly random actions within the limits.
     Random,
     /// The robot's scripted expert with the given imperfections.
@@ -142,6 +140,12 @@ where
             spec.summary(),
             spec.action_limit
         );
+    }
+    if let (Controller::LeRobot(driver), Some(&first)) = (controller, seeds.first()) {
+        // A Diffusion Policy's noise comes from the backend's generator: seeded by the
+        // batch's first seed, the same seeds give the same evaluation, and two policies
+        // evaluated on them meet the same noise (paired comparisons).
+        B::seed(driver.device(), first);
     }
     let mut run = LockStep::start(robot, seeds, camera, None)?;
     let mut commands = EvalCommands::new(controller, &mut run, robot)?;
@@ -345,73 +349,6 @@ pub fn time_calls(
         p99: quantile(&times, 0.99),
     })
 }
-
-/// Evaluates the policy checkpoint at `dir` on `robot` on `episodes` seeds from
-/// `first_seed`; a checkpoint trained for a robot of another spec is an error naming
-/// both.
-pub fn evaluate_checkpoint(
-    dir: &std::path::Path,
-    robot: &RobotConfig,
-    episodes: usize,
-    first_seed: u64,
-    device: &crate::device::ResolvedDevice,
-) -> anyhow::Result<EvalOutcome> {
-    let seeds: Vec<u64> = (0..episodes as u64)
-        .map(|i| first_seed.wrapping_add(i))
-        .collect();
-    // A LeRobot directory, or the training checkpoint above one (refused there with
-    // a pointer to it).
-    if names_lerobot_policy(dir) {
-        return evaluate_lerobot_policy(dir, robot, &seeds, device);
-    }
-    ensure_trained_for(dir, &robot.spec())?;
-    let (policy, config, _) = load_policy::<burn::Dispatch>(dir, None, &device.inference)?;
-    let controller = Controller::Policy {
-        policy: &policy,
-        config: &config,
-        device: &device.inference,
-        wrong_instruction: false,
-        execute_steps: 1,
-    };
-    // Episodes are independent: running them in bounded batches keeps memory flat for
-    // any number of them and gives the same outcomes.
-    let mut outcome = EvalOutcome {
-        success: Vec::with_capacity(episodes),
-        length: Vec::with_capacity(episodes),
-        max_coverage: Vec::new(),
-    };
-    for batch in seeds.chunks(EVAL_BATCH) {
-        outcome.extend(evaluate(&controller, robot, batch, "eval")?);
-    }
-    Ok(outcome)
-}
-
-/// [`evaluate_checkpoint`] of a LeRobot policy directory: the policy bound to the
-/// robot's features (an error naming both where they differ), one episode state per
-/// lane, its sampling noise drawn from the backend's generator seeded by each batch's
-/// first seed.
-fn evaluate_lerobot_policy(
-    dir: &std::path::Path,
-    robot: &RobotConfig,
-    seeds: &[u64],
-    device: &crate::device::ResolvedDevice,
-) -> anyhow::Result<EvalOutcome> {
-    let policy = load_lerobot_policy::<burn::Dispatch>(dir, &device.inference)?;
-    let units = robot.build()?.lerobot_units();
-    let driver = LeRobotDriver::new(&policy, (&robot.spec(), units), &device.inference)
-        .map_err(|e| anyhow::anyhow!("{}: {e:#}", dir.display()))?;
-    let controller = Controller::LeRobot(&driver);
-    let mut outcome = EvalOutcome::default();
-    for batch in seeds.chunks(EVAL_BATCH) {
-        // Diffusion's sampling noise: the same seeds give the same evaluation.
-        burn::Dispatch::seed(&device.inference, batch[0]);
-        outcome.extend(evaluate(&controller, robot, batch, "eval")?);
-    }
-    Ok(outcome)
-}
-
-/// Episodes one lock-step evaluation of a checkpoint runs at once.
-pub const EVAL_BATCH: usize = 1024;
 
 #[cfg(test)]
 mod tests {

@@ -92,28 +92,36 @@ impl<B: Backend> LeRobotBinding<B> {
 }
 
 /// A LeRobot policy acting on a robot whose features it reads.
-pub struct LeRobotDriver<'p, B: Backend> {
-    policy: &'p LeRobotPolicy<B>,
+pub struct LeRobotDriver<B: Backend> {
+    policy: LeRobotPolicy<B>,
     binding: LeRobotBinding<B>,
 }
 
-impl<'p, B: Backend> LeRobotDriver<'p, B> {
+impl<B: Backend> LeRobotDriver<B> {
     /// `policy` driving robots of `spec` read in `units`, on `device`; see
     /// [`LeRobotBinding::new`] for the features checked.
     pub fn new(
-        policy: &'p LeRobotPolicy<B>,
+        policy: LeRobotPolicy<B>,
         robot: (&RobotSpec, LeRobotUnits),
         device: &B::Device,
     ) -> anyhow::Result<Self> {
-        Ok(Self {
-            policy,
-            binding: LeRobotBinding::new(policy, robot, device)?,
-        })
+        let binding = LeRobotBinding::new(&policy, robot, device)?;
+        Ok(Self { policy, binding })
+    }
+
+    /// The policy.
+    pub fn policy(&self) -> &LeRobotPolicy<B> {
+        &self.policy
+    }
+
+    /// The device the policy runs on.
+    pub fn device(&self) -> &B::Device {
+        self.binding.device()
     }
 
     /// The state of a new episode.
     pub fn new_episode(&self) -> LeRobotEpisode<B> {
-        match self.policy {
+        match &self.policy {
             LeRobotPolicy::Diffusion(_) => LeRobotEpisode::Diffusion(DiffusionEpisode::default()),
             LeRobotPolicy::Act(p) => LeRobotEpisode::Act(p.new_episode()),
         }
@@ -129,7 +137,7 @@ impl<'p, B: Backend> LeRobotDriver<'p, B> {
         for (_, observation) in &lanes {
             ticks.push(self.binding.tick_observation(observation)?);
         }
-        let actions = match self.policy {
+        let actions = match &self.policy {
             LeRobotPolicy::Diffusion(p) => {
                 let lanes = paired(lanes, ticks, |episode| match episode {
                     LeRobotEpisode::Diffusion(e) => Some(e),

@@ -19,7 +19,7 @@ use crate::store::replay::{Episode, ReplayWriter};
 /// on `robot`, the expert taking over or coaching as `rollout` says, and appends every
 /// finished episode to `writer`. Returns the episodes in seed order.
 pub fn collect_lerobot_episodes<B: Backend>(
-    (driver, version): (&LeRobotDriver<'_, B>, u64),
+    (driver, version): (&LeRobotDriver<B>, u64),
     robot: &RobotConfig,
     seeds: &[u64],
     rollout: &RolloutConfig,
@@ -41,8 +41,8 @@ pub fn collect_lerobot_episodes<B: Backend>(
 }
 
 /// A LeRobot policy commanding its lanes' ticks, with each lane's queues.
-struct LeRobotCommands<'d, 'p, B: Backend> {
-    driver: &'d LeRobotDriver<'p, B>,
+struct LeRobotCommands<'d, B: Backend> {
+    driver: &'d LeRobotDriver<B>,
     version: u64,
     episodes: Vec<LeRobotEpisode<B>>,
     /// Per lane, the tick the policy would command next if the expert had not stepped
@@ -52,7 +52,7 @@ struct LeRobotCommands<'d, 'p, B: Backend> {
     next_tick: Vec<u32>,
 }
 
-impl<B: Backend> PolicyCommands for LeRobotCommands<'_, '_, B> {
+impl<B: Backend> PolicyCommands for LeRobotCommands<'_, B> {
     fn commands(
         &mut self,
         run: &LockStep<'_>,

@@ -12,6 +12,7 @@ pub mod episode;
 pub mod evaluate;
 pub mod lerobot_driver;
 pub mod lerobot_rollout;
+pub mod loaded_policy;
 pub mod lock_step;
 pub mod paired;
 pub mod promotion_run;

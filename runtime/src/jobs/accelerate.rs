@@ -13,7 +13,6 @@
 use std::path::Path;
 use std::time::Instant;
 
-use burn::prelude::Backend;
 use imago_policies::{ActionHeadKind, Policy, PolicyConfig, Precision};
 use imago_robots::{Observation, Robot};
 use serde::Serialize;
@@ -165,7 +164,7 @@ pub fn run_accelerate(
             episodes,
             reference_wins,
             variant_wins,
-        } = run_pairs(&reference, &variant, options, threshold, &device.inference)?;
+        } = run_pairs(&reference, &variant, options, threshold)?;
         let certified_bound = counts.certified_bound(options.confidence);
         let certified = counts.evidence_below(options.budget) >= threshold;
         variants.push(VariantReport {
@@ -218,15 +217,12 @@ pub struct PairedRun {
 
 /// The reference's and a variant's paired episodes, until the variant's failures on
 /// episodes the reference solves are certified below the budget (evidence past
-/// `threshold`) or `options.max_episodes` ran. Before each batch of each, the backend's
-/// generator on `device` is seeded by the batch's first seed, so that sampling noise
-/// drawn from it (a LeRobot Diffusion Policy's) is paired too.
+/// `threshold`) or `options.max_episodes` ran.
 pub fn run_pairs(
     reference: &Controller<'_, burn::Dispatch>,
     variant: &Controller<'_, burn::Dispatch>,
     options: &AccelerateOptions<'_>,
     threshold: f64,
-    device: &burn::DispatchDevice,
 ) -> anyhow::Result<PairedRun> {
     let mut run = PairedRun {
         counts: FailureCounts::default(),
@@ -241,9 +237,7 @@ pub fn run_pairs(
         let seeds: Vec<u64> = (0..batch)
             .map(|i| options.first_seed.wrapping_add(run.episodes as u64 + i))
             .collect();
-        burn::Dispatch::seed(device, seeds[0]);
         let a = evaluate(reference, options.robot, &seeds, "reference")?;
-        burn::Dispatch::seed(device, seeds[0]);
         let b = evaluate(variant, options.robot, &seeds, "variant")?;
         for (&ra, &vb) in a.success.iter().zip(&b.success) {
             if ra {

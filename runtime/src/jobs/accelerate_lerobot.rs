@@ -2,7 +2,7 @@
 //! certified as for imago's own policies ([`super::accelerate`]). Each variant denoises
 //! with DDIM in fewer steps (halved from the policy's own down to 1) and runs paired
 //! episodes with the reference (the policy as its `config.json` sets it, DDPM 100 by
-//! default) from identical seeds, the backend's noise seeded alike; among episodes the
+//! default) from identical seeds (and noise seeds: `act::evaluate`); among episodes the
 //! reference solves, the share the variant fails is bounded by an anytime-valid bound.
 //! Variants are tried fastest first (measured time to denoise one chunk at batch 1);
 //! the first certified below the budget is chosen, else the reference. The choice is
@@ -102,10 +102,7 @@ pub fn accelerate_lerobot_policy(
         LeRobotDriver::new(policy, (&spec, units.clone()), &device.inference)
             .map_err(|e| anyhow::anyhow!("{}: {e:#}", dir.display()))
     };
-    let reference_driver = bind(&policy)?;
     let (reference_sampler, reference_steps) = diffusion.model.shape().sampler;
-    let reference_ms = chunk_ms(&reference_driver, &observation)?;
-    let reference = Controller::LeRobot(&reference_driver);
     let steps: Vec<usize> =
         std::iter::successors(Some(reference_steps / 2), |&s| (s > 1).then_some(s / 2))
             .filter(|&s| s >= 1)
@@ -119,10 +116,13 @@ pub fn accelerate_lerobot_policy(
                 .map_err(|e| anyhow::anyhow!("DDIM in {s} steps: {e}"))
         })
         .collect::<anyhow::Result<_>>()?;
+    let reference_driver = bind(policy)?;
+    let reference_ms = chunk_ms(&reference_driver, &observation)?;
+    let reference = Controller::LeRobot(&reference_driver);
     let threshold = 1.0 / (1.0 - options.confidence);
     let mut variants = Vec::new();
     // Fewest steps (fastest) first.
-    for (candidate, &s) in candidates.iter().zip(&steps).rev() {
+    for (candidate, &s) in candidates.into_iter().zip(&steps).rev() {
         let driver = bind(candidate)?;
         let ms = chunk_ms(&driver, &observation)?;
         let PairedRun {
@@ -135,7 +135,6 @@ pub fn accelerate_lerobot_policy(
             &Controller::LeRobot(&driver),
             options,
             threshold,
-            &device.inference,
         )?;
         let certified = counts.evidence_below(options.budget) >= threshold;
         variants.push(SamplerVariant {
@@ -184,10 +183,7 @@ pub fn accelerate_lerobot_policy(
 
 /// The time to denoise one chunk at batch 1: a new episode's first action (its queue
 /// empty), p50 of 3 calls after one warm-up, ms.
-fn chunk_ms(
-    driver: &LeRobotDriver<'_, Dispatch>,
-    observation: &Observation,
-) -> anyhow::Result<f64> {
+fn chunk_ms(driver: &LeRobotDriver<Dispatch>, observation: &Observation) -> anyhow::Result<f64> {
     let latency = time_calls(1, 3, || {
         let mut episode = driver.new_episode();
         driver.act(vec![(&mut episode, observation)]).map(drop)

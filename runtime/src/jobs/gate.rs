@@ -1,24 +1,24 @@
-//! `imago gate`: the champion-challenger promotion test offline, on two checkpoints,
-//! in simulation ([`run_promotion_test`]).
+//! `imago gate`: the champion-challenger promotion test offline, on two checkpoints
+//! (imago's or LeRobot policy directories, either side either kind), in simulation
+//! ([`run_promotion_test`]).
 
 use std::path::Path;
 use std::time::Instant;
 
 use serde::Serialize;
 
-use crate::act::evaluate::Controller;
+use crate::act::loaded_policy::LoadedPolicy;
 use crate::act::promotion_run::{PromotionRun, run_promotion_test};
 use crate::device::ResolvedDevice;
 use crate::promotion::PromotionTestConfig;
 use crate::robot::RobotConfig;
-use crate::store::checkpoint::{ensure_trained_for, load_policy};
 
 /// What `imago gate` compares, and how.
 #[derive(Debug, Clone)]
 pub struct GateOptions<'a> {
-    /// The deployed policy's checkpoint.
+    /// The deployed policy's checkpoint or LeRobot directory.
     pub champion: &'a Path,
-    /// The candidate's checkpoint.
+    /// The candidate's checkpoint or LeRobot directory.
     pub challenger: &'a Path,
     /// The simulated robot both run on.
     pub robot: &'a RobotConfig,
@@ -51,25 +51,12 @@ pub fn run_gate(options: &GateOptions<'_>, device: &ResolvedDevice) -> anyhow::R
         .validate()
         .map_err(|e| anyhow::anyhow!("promotion test: {e}"))?;
     let started = Instant::now();
-    let spec = options.robot.spec();
-    for ckpt in [options.champion, options.challenger] {
-        ensure_trained_for(ckpt, &spec)?;
-    }
-    let (champion, champion_config, _) =
-        load_policy::<burn::Dispatch>(options.champion, None, &device.inference)?;
-    let (challenger, challenger_config, _) =
-        load_policy::<burn::Dispatch>(options.challenger, None, &device.inference)?;
-    let controller = |policy, config| Controller::Policy {
-        policy,
-        config,
-        device: &device.inference,
-        wrong_instruction: false,
-        execute_steps: 1,
-    };
+    let champion = LoadedPolicy::load(options.champion, options.robot, &device.inference)?;
+    let challenger = LoadedPolicy::load(options.challenger, options.robot, &device.inference)?;
     let run = run_promotion_test(
         (
-            &controller(&champion, &champion_config),
-            &controller(&challenger, &challenger_config),
+            &champion.controller(&device.inference),
+            &challenger.controller(&device.inference),
         ),
         options.robot,
         &options.test,

@@ -112,9 +112,8 @@ impl RoundLearner for LeRobotLearner {
         writer: &mut ReplayWriter,
         device: &ResolvedDevice,
     ) -> anyhow::Result<Vec<Episode>> {
-        let policy = self.policy();
         let driver = LeRobotDriver::new(
-            &policy,
+            self.policy(),
             (&self.robot.0, self.robot.1.clone()),
             &device.inference,
         )?;

@@ -1,0 +1,94 @@
+//! A policy to act with, read from a directory: an imago policy checkpoint or a
+//! LeRobot policy directory (ACT, Diffusion Policy), bound to the robot it will drive.
+//! What `imago eval` and `imago gate` load, so either side of a comparison may be
+//! either kind.
+
+use std::path::Path;
+
+use burn::{Dispatch, DispatchDevice};
+use imago_policies::{Policy, PolicyConfig};
+use imago_robots::Robot;
+
+use crate::act::evaluate::{Controller, EvalOutcome, evaluate};
+use crate::act::lerobot_driver::LeRobotDriver;
+use crate::device::ResolvedDevice;
+use crate::robot::RobotConfig;
+use crate::store::checkpoint::{ensure_trained_for, load_policy};
+use crate::store::lerobot_policy::{load_lerobot_policy, names_lerobot_policy};
+
+/// Episodes one lock-step evaluation of a checkpoint runs at once.
+pub const EVAL_BATCH: usize = 1024;
+
+/// A loaded policy, ready to drive robots of one spec.
+#[allow(clippy::large_enum_variant)]
+pub enum LoadedPolicy {
+    /// An imago checkpoint's policy and config.
+    Imago {
+        /// The policy.
+        policy: Policy<Dispatch>,
+        /// Its config.
+        config: PolicyConfig,
+    },
+    /// A LeRobot policy with its features bound to the robot.
+    LeRobot(LeRobotDriver<Dispatch>),
+}
+
+impl LoadedPolicy {
+    /// The policy of `dir` on `device`, for robots of `robot`: a checkpoint trained
+    /// for another spec, or a LeRobot policy that reads features the robot does not
+    /// give, is one error naming both. A LeRobot directory is recognised also by the
+    /// training checkpoint above it (refused, pointing to its `pretrained_model`).
+    pub fn load(dir: &Path, robot: &RobotConfig, device: &DispatchDevice) -> anyhow::Result<Self> {
+        if names_lerobot_policy(dir) {
+            let policy = load_lerobot_policy::<Dispatch>(dir, device)?;
+            let units = robot.build()?.lerobot_units();
+            let driver = LeRobotDriver::new(policy, (&robot.spec(), units), device)
+                .map_err(|e| anyhow::anyhow!("{}: {e:#}", dir.display()))?;
+            return Ok(Self::LeRobot(driver));
+        }
+        ensure_trained_for(dir, &robot.spec())?;
+        let (policy, config, _) = load_policy::<Dispatch>(dir, None, device)?;
+        Ok(Self::Imago { policy, config })
+    }
+
+    /// The policy as an evaluation's controller on `device` (the device it was loaded
+    /// on): an imago policy acting on the mean of its chunks, re-planning every tick.
+    pub fn controller<'a>(&'a self, device: &'a DispatchDevice) -> Controller<'a, Dispatch> {
+        match self {
+            Self::Imago { policy, config } => Controller::Policy {
+                policy,
+                config,
+                device,
+                wrong_instruction: false,
+                execute_steps: 1,
+            },
+            Self::LeRobot(driver) => Controller::LeRobot(driver),
+        }
+    }
+}
+
+/// Evaluates the policy of `dir` (a checkpoint or a LeRobot directory) on `robot` on
+/// `episodes` seeds from `first_seed`, in lock-step batches of at most [`EVAL_BATCH`]
+/// (memory stays flat for any number, with the same outcomes).
+pub fn evaluate_checkpoint(
+    dir: &Path,
+    robot: &RobotConfig,
+    episodes: usize,
+    first_seed: u64,
+    device: &ResolvedDevice,
+) -> anyhow::Result<EvalOutcome> {
+    let seeds: Vec<u64> = (0..episodes as u64)
+        .map(|i| first_seed.wrapping_add(i))
+        .collect();
+    let policy = LoadedPolicy::load(dir, robot, &device.inference)?;
+    let controller = policy.controller(&device.inference);
+    let mut outcome = EvalOutcome {
+        success: Vec::with_capacity(episodes),
+        length: Vec::with_capacity(episodes),
+        max_coverage: Vec::new(),
+    };
+    for batch in seeds.chunks(EVAL_BATCH) {
+        outcome.extend(evaluate(&controller, robot, batch, "eval")?);
+    }
+    Ok(outcome)
+}
