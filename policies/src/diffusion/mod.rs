@@ -20,7 +20,7 @@ pub use config::DiffusionPolicyConfig;
 pub use loss::noise_prediction_losses;
 pub use model::{DiffusionModel, DiffusionShape, ObservationHistory};
 pub use policy::{DemonstrationBatch, DiffusionEpisode, DiffusionPolicy};
-pub use rgb_encoder::{DiffusionRgbEncoder, DiffusionRgbEncoderConfig};
+pub use rgb_encoder::{DiffusionRgbEncoder, DiffusionRgbEncoderConfig, ImageCrop};
 pub use sampling::{ChunkNoise, StandardNormal, denoise};
 pub use scheduler::{BetaSchedule, NoiseSchedule, NoiseScheduleConfig, Prediction, SamplerKind};
 pub use spatial_softmax::{SpatialSoftmax, SpatialSoftmaxConfig};

@@ -11,7 +11,7 @@ use crate::lerobot::TickObservation;
 
 use super::config::DiffusionPolicyConfig;
 use super::loss::noise_prediction_losses;
-use super::rgb_encoder::DiffusionRgbEncoder;
+use super::rgb_encoder::{DiffusionRgbEncoder, ImageCrop};
 use super::sampling::denoise;
 use super::scheduler::{NoiseSchedule, SamplerKind};
 use super::unet::DiffusionUnet;
@@ -139,10 +139,19 @@ impl<B: Backend> DiffusionModel<B> {
     /// cameras' features and the environment state, concatenated, the observations
     /// flattened into `[batch, n_obs_steps * width]`.
     pub fn global_conditioning(&self, history: &ObservationHistory<B>) -> Tensor<B, 2> {
+        self.global_conditioning_cropped(history, ImageCrop::Centre)
+    }
+
+    /// [`Self::global_conditioning`] with the images cropped where `crop` says.
+    fn global_conditioning_cropped(
+        &self,
+        history: &ObservationHistory<B>,
+        crop: ImageCrop,
+    ) -> Tensor<B, 2> {
         let [batch, steps, _] = history.state.dims();
         let mut parts = vec![history.state.clone()];
         if !history.images.is_empty() {
-            parts.push(self.image_features(&history.images, batch, steps));
+            parts.push(self.image_features(&history.images, (batch, steps), crop));
         }
         if let Some(env) = &history.env_state {
             parts.push(env.clone());
@@ -154,7 +163,12 @@ impl<B: Backend> DiffusionModel<B> {
 
     /// Every camera's features `[batch, steps, cameras * features]`, cameras in order
     /// (LeRobot's `(b s n) -> b s (n ...)`).
-    fn image_features(&self, images: &[Tensor<B, 5>], batch: usize, steps: usize) -> Tensor<B, 3> {
+    fn image_features(
+        &self,
+        images: &[Tensor<B, 5>],
+        (batch, steps): (usize, usize),
+        crop: ImageCrop,
+    ) -> Tensor<B, 3> {
         let flat = |image: &Tensor<B, 5>| {
             let [_, _, c, h, w] = image.dims();
             image.clone().reshape([batch * steps, c, h, w])
@@ -164,14 +178,14 @@ impl<B: Backend> DiffusionModel<B> {
                 images
                     .iter()
                     .zip(&self.rgb_encoder)
-                    .map(|(image, encoder)| encoder.forward(flat(image)))
+                    .map(|(image, encoder)| encoder.forward_cropped(flat(image), crop))
                     .collect()
             } else {
                 // One shared encoder over every camera at once: `(b s n)` order.
                 let stacked = Tensor::stack::<6>(images.to_vec(), 2);
                 let [_, _, n, c, h, w] = stacked.dims();
-                let features =
-                    self.rgb_encoder[0].forward(stacked.reshape([batch * steps * n, c, h, w]));
+                let features = self.rgb_encoder[0]
+                    .forward_cropped(stacked.reshape([batch * steps * n, c, h, w]), crop);
                 let width = features.dims()[1];
                 return features.reshape([batch, steps, n * width]);
             };
@@ -204,15 +218,16 @@ impl<B: Backend> DiffusionModel<B> {
 
     /// LeRobot's `compute_loss`, per sample: `actions` `[batch, horizon, action_dim]`
     /// noised with `noise` to `timesteps` and predicted back, padded actions
-    /// (`action_is_pad` `[batch, horizon]`) left out where the config says so.
+    /// (`action_is_pad` `[batch, horizon]`) left out where the config says so, the
+    /// images cropped where `crop` says.
     pub fn losses(
         &self,
-        history: &ObservationHistory<B>,
+        (history, crop): (&ObservationHistory<B>, ImageCrop),
         actions: Tensor<B, 3>,
         (noise, timesteps): (Tensor<B, 3>, &[usize]),
         action_is_pad: Option<Tensor<B, 2, Bool>>,
     ) -> Tensor<B, 1> {
-        let cond = self.global_conditioning(history);
+        let cond = self.global_conditioning_cropped(history, crop);
         let pad = action_is_pad.filter(|_| self.shape.mask_padding);
         noise_prediction_losses(
             (&self.unet, &self.schedule),

@@ -14,6 +14,7 @@ use imago_robots::bounds::ConfigError;
 
 use super::config::DiffusionPolicyConfig;
 use super::model::{DiffusionModel, ObservationHistory};
+use super::rgb_encoder::ImageCrop;
 use super::sampling::ChunkNoise;
 use super::scheduler::SamplerKind;
 use crate::lerobot::features::{ACTION_KEY, ENV_STATE_KEY, STATE_KEY};
@@ -31,6 +32,8 @@ pub struct DemonstrationBatch<B: Backend> {
     pub actions: Tensor<B, 3>,
     /// `[batch, horizon]`.
     pub action_is_pad: Option<Tensor<B, 2, Bool>>,
+    /// Where the batch's images are cropped ([`DiffusionPolicy::training_crop`]).
+    pub crop: ImageCrop,
 }
 
 /// A Diffusion Policy with its processors.
@@ -94,6 +97,19 @@ impl<B: Backend> DiffusionPolicy<B> {
             self.config.clone(),
             self.processors.clone(),
         ))
+    }
+
+    /// Where a training batch's images are cropped, as LeRobot's training does: with
+    /// `crop_is_random` (and a crop), one offset for the whole batch, each side drawn
+    /// by `draw(n)` (uniform in `0..n`); else the centre.
+    pub fn training_crop(&self, mut draw: impl FnMut(usize) -> usize) -> ImageCrop {
+        let image = self.config.input_features.camera_shape().ok().flatten();
+        match (self.config.crop_is_random, self.config.crop_shape, image) {
+            (true, Some([height, width]), Some([_, h, w])) if height <= h && width <= w => {
+                ImageCrop::At([draw(h - height + 1), draw(w - width + 1)])
+            }
+            _ => ImageCrop::Centre,
+        }
     }
 
     /// LeRobot's `select_action`: the action for this tick of `episode` `[batch,
@@ -205,7 +221,11 @@ impl<B: Backend> DiffusionPolicy<B> {
                 .map(|e| self.processors.inputs.normalise(ENV_STATE_KEY, e)),
         };
         let actions = self.processors.inputs.normalise(ACTION_KEY, batch.actions);
-        self.model
-            .losses(&history, actions, (noise, timesteps), batch.action_is_pad)
+        self.model.losses(
+            (&history, batch.crop),
+            actions,
+            (noise, timesteps),
+            batch.action_is_pad,
+        )
     }
 }

@@ -1,5 +1,6 @@
 //! Diffusion Policy's image encoder as LeRobot writes it (`DiffusionRgbEncoder`): the
-//! image centre-cropped (at inference; LeRobot's training crops at random), a
+//! image cropped (at the centre at inference; in training with `crop_is_random`, at
+//! one random offset per batch as LeRobot's `RandomCrop` does: [`ImageCrop`]), a
 //! ResNet-18 up to its last stage, spatial-softmax keypoints, and `ReLU(Linear)` of
 //! their coordinates. LeRobot's optional resize before the crop is not supported yet
 //! (a configuration with `resize_shape` is refused where configurations are read).
@@ -92,6 +93,18 @@ impl DiffusionRgbEncoderConfig {
 }
 
 /// LeRobot's `DiffusionRgbEncoder`, at inference.
+/// Where an encoder crops its images (when its config crops at all).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ImageCrop {
+    /// torchvision's `CenterCrop`: inference, and training without `crop_is_random`.
+    #[default]
+    Centre,
+    /// At `[top, left]` for every image of the batch: a training batch's random crop
+    /// (torchvision's `RandomCrop` on a batch draws one offset for all of it). Offsets
+    /// past the image are clamped to its edge.
+    At([usize; 2]),
+}
+
 #[derive(Module, Debug)]
 pub struct DiffusionRgbEncoder<B: Backend> {
     /// The ResNet-18.
@@ -108,9 +121,20 @@ impl<B: Backend> DiffusionRgbEncoder<B> {
     /// The features `[batch, 2 keypoints]` of `images` `[batch, 3, height, width]`
     /// (pixels in [0, 1], as LeRobot's normaliser leaves them).
     pub fn forward(&self, images: Tensor<B, 4>) -> Tensor<B, 2> {
-        let images = match self.crop {
-            Some(crop) => center_crop(images, crop),
-            None => images,
+        self.forward_cropped(images, ImageCrop::Centre)
+    }
+
+    /// [`Self::forward`] with the images cropped where `crop` says.
+    pub fn forward_cropped(&self, images: Tensor<B, 4>, crop: ImageCrop) -> Tensor<B, 2> {
+        let images = match (self.crop, crop) {
+            (Some(size), ImageCrop::Centre) => center_crop(images, size),
+            (Some([height, width]), ImageCrop::At([top, left])) => {
+                let [_, _, h, w] = images.dims();
+                images
+                    .narrow(2, top.min(h - height), height)
+                    .narrow(3, left.min(w - width), width)
+            }
+            (None, _) => images,
         };
         let keypoints = self.pool.forward(self.backbone.forward(images));
         let [batch, k, _] = keypoints.dims();

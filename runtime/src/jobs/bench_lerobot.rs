@@ -12,7 +12,9 @@ use burn::prelude::*;
 use burn::tensor::Distribution;
 use burn::{Dispatch, DispatchDevice};
 use imago_policies::act::{ActDemonstrations, ActPolicy};
-use imago_policies::diffusion::{DiffusionModel, DiffusionPolicy, ObservationHistory, SamplerKind};
+use imago_policies::diffusion::{
+    DiffusionModel, DiffusionPolicy, ImageCrop, ObservationHistory, SamplerKind,
+};
 use imago_policies::lerobot::TickObservation;
 use serde::{Deserialize, Serialize};
 
@@ -187,7 +189,7 @@ fn diffusion_training(
     let mut optimizer = AdamWConfig::new().init();
     timed_steps(steps, || {
         let losses = model.losses(
-            &history,
+            (&history, ImageCrop::Centre),
             uniform(shape, device),
             (normal(shape, device), &timesteps),
             None,

@@ -9,7 +9,7 @@
 use burn::Dispatch;
 use burn::prelude::*;
 use imago_policies::act::ActDemonstrations;
-use imago_policies::diffusion::{DemonstrationBatch, ObservationHistory};
+use imago_policies::diffusion::{DemonstrationBatch, ImageCrop, ObservationHistory};
 use imago_policies::lerobot::TickObservation;
 
 use crate::act::lerobot_driver::LeRobotBinding;
@@ -18,11 +18,12 @@ use crate::store::replay::{Episode, Transition};
 
 /// Diffusion Policy's batch of `samples` (transitions `(e, t)` of `episodes`): the
 /// `n_obs_steps` observations up to `t`, and the `horizon` actions from the oldest of
-/// them on.
+/// them on; its images cropped where `crop` says.
 pub fn diffusion_batch(
     binding: &LeRobotBinding<Dispatch>,
     (episodes, samples): (&[Episode], &[(usize, usize)]),
     (n_obs_steps, horizon): (usize, usize),
+    crop: ImageCrop,
 ) -> anyhow::Result<DemonstrationBatch<Dispatch>> {
     let first = 1 - n_obs_steps as isize;
     let mut steps = Vec::with_capacity(n_obs_steps);
@@ -38,6 +39,7 @@ pub fn diffusion_batch(
         history: ObservationHistory::stacked(&steps),
         actions,
         action_is_pad: Some(action_is_pad),
+        crop,
     })
 }
 

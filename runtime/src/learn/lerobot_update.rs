@@ -81,10 +81,13 @@ pub fn update_lerobot_policy(
             let timesteps = p.config.schedule.num_train_timesteps;
             for step in 0..steps {
                 let (batch, weights) = draws.draw(rng, &device);
+                // LeRobot's training augmentation: one random crop per batch.
+                let crop = p.training_crop(|n| rng.random_range(0..n));
                 let demonstrations = diffusion_batch(
                     binding,
                     (episodes, &batch),
                     (shape.n_obs_steps, shape.horizon),
+                    crop,
                 )?;
                 let noise = Tensor::random(
                     demonstrations.actions.dims(),

@@ -10,7 +10,8 @@ use burn::prelude::*;
 use burn::{Dispatch, DispatchDevice};
 use imago_policies::act::{ActDemonstrations, ActPolicy};
 use imago_policies::diffusion::{
-    ChunkNoise, DemonstrationBatch, DiffusionEpisode, DiffusionPolicy, ObservationHistory,
+    ChunkNoise, DemonstrationBatch, DiffusionEpisode, DiffusionPolicy, ImageCrop,
+    ObservationHistory,
 };
 use imago_policies::lerobot::TickObservation;
 
@@ -190,6 +191,8 @@ fn diffusion_loss_matches_lerobot(dir: &Path) {
             TensorData::new(pad, [2, horizon]),
             &device(),
         )),
+        // LeRobot's loss of the fixture was taken in eval mode: the centre crop.
+        crop: ImageCrop::Centre,
     };
     let losses = policy.losses(batch, (l.noise.tensor(), &l.timesteps));
     let loss: f32 = losses.mean().into_scalar();
@@ -199,6 +202,41 @@ fn diffusion_loss_matches_lerobot(dir: &Path) {
         l.loss
     );
     assert!(relative < 1e-4, "relative gap {relative}");
+}
+
+/// LeRobot's training augmentation: with `crop_is_random`, one crop offset per batch,
+/// each side uniform over where the crop fits (48x48 images, 40x40 crops: 0..=8); the
+/// centre crop is the offset 4 (`(48 - 40) / 2`), and another offset sees other pixels.
+#[test]
+fn a_training_batch_is_cropped_at_one_random_offset() {
+    let f: Fixture = read(&fixtures(), "diffusion_policy");
+    let LeRobotPolicy::Diffusion(policy) =
+        load_lerobot_policy::<B>(&fixtures().join(&f.directory), &device()).unwrap()
+    else {
+        panic!("a Diffusion Policy")
+    };
+    let mut asked = Vec::new();
+    let crop = policy.training_crop(|n| {
+        asked.push(n);
+        n - 1
+    });
+    assert_eq!(asked, [9, 9]);
+    assert_eq!(crop, ImageCrop::At([8, 8]));
+    let encoder = &policy.model.rgb_encoder[0];
+    let images = Tensor::<B, 4>::random(
+        [2, 3, 48, 48],
+        burn::tensor::Distribution::Uniform(0.0, 1.0),
+        &device(),
+    );
+    let features = |crop| -> Vec<f32> {
+        encoder
+            .forward_cropped(images.clone(), crop)
+            .into_data()
+            .to_vec()
+            .unwrap()
+    };
+    assert_eq!(features(ImageCrop::Centre), features(ImageCrop::At([4, 4])));
+    assert_ne!(features(ImageCrop::Centre), features(ImageCrop::At([0, 8])));
 }
 
 /// A copy of the fixture's directory that a test may damage.
@@ -439,6 +477,7 @@ fn lerobot_policies_train_through_burns_autodiff() {
             TensorData::new(l.action_is_pad.concat(), [2, horizon]),
             &device,
         )),
+        crop: ImageCrop::Centre,
     };
     let loss = policy.losses(batch, (on(&l.noise), &l.timesteps)).mean();
     assert!(loss.clone().into_scalar().is_finite());
