@@ -8,7 +8,7 @@
 //! confidence bound ([`FailureCounts`]). Variants are tried fastest first (measured
 //! policy compute per tick); the first whose bound is certified below the budget is
 //! chosen, else the reference. A LeRobot Diffusion Policy's fewer denoising steps are
-//! certified the same way ([`super::accelerate_lerobot`]).
+//! certified the same way (`jobs::accelerate_lerobot`, which uses this module).
 
 use std::path::Path;
 use std::time::Instant;
