@@ -25,32 +25,49 @@ fn pusht_config(dir: &Path) -> PathBuf {
     config
 }
 
+/// `imago eval` of `policy_dir` on pusht set by `robot_config` over `episodes`
+/// episodes, which must succeed; its report (written in `dir`), without the policy's
+/// name.
+fn eval_report(
+    dir: &Path,
+    policy_dir: &Path,
+    robot_config: &Path,
+    episodes: &str,
+) -> serde_json::Value {
+    let json = dir.join("eval.json");
+    let output = imago(&[
+        "--device",
+        "cpu",
+        "eval",
+        "--policy",
+        path(policy_dir),
+        "--robot",
+        "pusht",
+        "--robot-config",
+        path(robot_config),
+        "--episodes",
+        episodes,
+        "--report",
+        path(&json),
+    ]);
+    assert!(
+        output.status.success(),
+        "{}: {}",
+        policy_dir.display(),
+        stderr(&output)
+    );
+    let mut report: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    report.as_object_mut().unwrap().remove("name");
+    report
+}
+
 #[test]
 fn lerobot_act_and_diffusion_policies_run_in_imago_eval_on_pusht() {
     let dir = tempfile::tempdir().unwrap();
     let config = pusht_config(dir.path());
     for policy in ["act_policy", "diffusion_policy"] {
-        let report = dir.path().join(format!("{policy}.json"));
-        let policy_dir = fixture(policy);
-        let args = [
-            "--device",
-            "cpu",
-            "eval",
-            "--policy",
-            path(&policy_dir),
-            "--robot",
-            "pusht",
-            "--robot-config",
-            path(&config),
-            "--episodes",
-            "2",
-            "--report",
-            path(&report),
-        ];
-        let output = imago(&args);
-        assert!(output.status.success(), "{policy}: {}", stderr(&output));
-        let report: serde_json::Value =
-            serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+        let report = eval_report(dir.path(), &fixture(policy), &config, "2");
         // Every episode ran to its end: the policy acted on every tick.
         assert_eq!(report["episodes"], 2, "{report}");
         assert_eq!(report["mean_length"], 40.0, "{report}");
@@ -154,32 +171,9 @@ fn a_lerobot_policy_exports_back_to_lerobots_layout() {
             std::fs::read(source.join("config.json")).unwrap()
         );
         assert_eq!(tensors(&out), tensors(&source), "{policy}: the weights");
-        let report = |policy_dir: &Path, name: &str| {
-            let json = dir.path().join(name);
-            let output = imago(&[
-                "--device",
-                "cpu",
-                "eval",
-                "--policy",
-                path(policy_dir),
-                "--robot",
-                "pusht",
-                "--robot-config",
-                path(&config),
-                "--episodes",
-                "2",
-                "--report",
-                path(&json),
-            ]);
-            assert!(output.status.success(), "{}", stderr(&output));
-            let mut report: serde_json::Value =
-                serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
-            report.as_object_mut().unwrap().remove("name");
-            report
-        };
         assert_eq!(
-            report(&out, "out.json"),
-            report(&source, "source.json"),
+            eval_report(dir.path(), &out, &config, "2"),
+            eval_report(dir.path(), &source, &config, "2"),
             "{policy}"
         );
     }
@@ -268,20 +262,7 @@ fn lerobot_policies_fine_tune_and_imitate_on_pusht_into_lerobot_directories() {
         assert!(output.status.success(), "{args:?}: {}", stderr(&output));
     };
     let evaluates = |policy_dir: &Path| {
-        let output = imago(&[
-            "--device",
-            "cpu",
-            "eval",
-            "--policy",
-            path(policy_dir),
-            "--robot",
-            "pusht",
-            "--robot-config",
-            path(&robot_config),
-            "--episodes",
-            "1",
-        ]);
-        assert!(output.status.success(), "{}", stderr(&output));
+        eval_report(dir.path(), policy_dir, &robot_config, "1");
     };
     for policy in ["act_policy", "diffusion_policy"] {
         let source = fixture(policy);

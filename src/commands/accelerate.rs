@@ -108,10 +108,10 @@ pub fn run(args: AccelerateArgs, device: DeviceSpec) -> anyhow::Result<()> {
             v.precision.to_string(),
             v.speedup,
             v.policy_ms_per_tick,
-            v.episodes,
-            format!("{}/{}", v.variant_failed, v.reference_solved),
-            v.certified_bound,
-            v.certified
+            v.test.episodes,
+            format!("{}/{}", v.test.variant_failed, v.test.reference_solved),
+            v.test.certified_bound,
+            v.test.certified
         );
     }
     let precisions: Vec<String> = report.precisions.iter().map(|p| p.to_string()).collect();
@@ -119,7 +119,7 @@ pub fn run(args: AccelerateArgs, device: DeviceSpec) -> anyhow::Result<()> {
         "precisions measured on this device: {}",
         precisions.join(", ")
     );
-    if report.variants.iter().any(|v| v.certified) {
+    if report.variants.iter().any(|v| v.test.certified) {
         println!(
             "chosen: execute_steps = {}, flow_steps = {}, precision = {} ({:.1}x less policy compute per tick), failure rate among reference-solved episodes certified below {:.3} at {:.0}% (budget {})",
             report.chosen_execute_steps,
@@ -168,13 +168,13 @@ fn print_samplers(report: &SamplerReport) {
             v.steps,
             v.chunk_ms,
             v.speedup,
-            v.episodes,
-            format!("{}/{}", v.variant_failed, v.reference_solved),
-            v.certified_bound,
-            v.certified
+            v.test.episodes,
+            format!("{}/{}", v.test.variant_failed, v.test.reference_solved),
+            v.test.certified_bound,
+            v.test.certified
         );
     }
-    if report.variants.iter().any(|v| v.certified) {
+    if report.variants.iter().any(|v| v.test.certified) {
         println!(
             "chosen: noise_scheduler_type = \"{}\", num_inference_steps = {} in config.json ({:.1}x less compute per chunk), failure rate among reference-solved episodes certified below {:.3} at {:.0}% (budget {})",
             report.chosen_sampler,

@@ -57,11 +57,7 @@ impl<B: Backend> PolicyCommands for LeRobotCommands<'_, B> {
         &mut self,
         run: &LockStep<'_>,
         lanes: &[usize],
-    ) -> anyhow::Result<Vec<Option<TickCommand>>> {
-        let mut commands = vec![None; run.lanes().len()];
-        if lanes.is_empty() {
-            return Ok(commands);
-        }
+    ) -> anyhow::Result<Vec<TickCommand>> {
         for &i in lanes {
             let tick = run.lanes()[i].episode.steps();
             if tick != self.next_tick[i] {
@@ -77,14 +73,14 @@ impl<B: Backend> PolicyCommands for LeRobotCommands<'_, B> {
             }
         }
         let actions = self.driver.act(acting)?;
-        for (&i, action) in lanes.iter().zip(actions) {
-            commands[i] = Some(TickCommand {
+        Ok(actions
+            .into_iter()
+            .map(|action| TickCommand {
                 action,
                 behaviour_log_prob: None,
                 intervention: false,
                 policy_version: self.version,
-            });
-        }
-        Ok(commands)
+            })
+            .collect())
     }
 }

@@ -113,13 +113,10 @@ pub struct ActingPolicy<'a, B: Backend> {
 
 /// Who commands the ticks a policy acts on while episodes are collected.
 pub trait PolicyCommands {
-    /// A command for each of `lanes` (of those `run` has running, the ones the policy
-    /// commands this tick; none for the others).
-    fn commands(
-        &mut self,
-        run: &LockStep<'_>,
-        lanes: &[usize],
-    ) -> anyhow::Result<Vec<Option<TickCommand>>>;
+    /// One command per lane of `lanes`, in their order: of the lanes `run` has
+    /// running, the ones the policy commands this tick (never empty, ascending).
+    fn commands(&mut self, run: &LockStep<'_>, lanes: &[usize])
+    -> anyhow::Result<Vec<TickCommand>>;
 }
 
 /// Runs one episode per seed with `acting`, sampling its action chunks and executing
@@ -181,7 +178,15 @@ pub fn collect_episodes(
         let (expert_commands, policy_lanes): (Vec<usize>, Vec<usize>) = running
             .iter()
             .partition(|&&i| run.lanes()[i].takeover.is_active() || coaches[i].coaches_this_tick());
-        let mut commands = policy.commands(&run, &policy_lanes)?;
+        let mut commands = vec![None; seeds.len()];
+        if !policy_lanes.is_empty() {
+            for (&i, command) in policy_lanes
+                .iter()
+                .zip(policy.commands(&run, &policy_lanes)?)
+            {
+                commands[i] = Some(command);
+            }
+        }
         for &i in &expert_commands {
             let action = run.lanes_mut()[i].expert_action()?;
             commands[i] = Some(TickCommand::intervention(action, version));
@@ -240,11 +245,7 @@ impl<B: Backend> PolicyCommands for RolloutSampler<'_, B> {
         &mut self,
         run: &LockStep<'_>,
         lanes: &[usize],
-    ) -> anyhow::Result<Vec<Option<TickCommand>>> {
-        let mut commands = vec![None; run.lanes().len()];
-        if lanes.is_empty() {
-            return Ok(commands);
-        }
+    ) -> anyhow::Result<Vec<TickCommand>> {
         self.batch.clear();
         for &i in lanes {
             self.batch.push(run.lanes()[i].episode.observation())?;
@@ -259,15 +260,15 @@ impl<B: Backend> PolicyCommands for RolloutSampler<'_, B> {
             self.exploration,
         )?;
         let limits = self.acting.config.action_limit();
-        for (&i, command) in lanes.iter().zip(sampled) {
-            commands[i] = Some(TickCommand {
+        Ok(sampled
+            .into_iter()
+            .map(|command| TickCommand {
                 action: to_robot_units(&command.action, limits),
                 behaviour_log_prob: command.log_prob,
                 intervention: false,
                 policy_version: self.acting.version,
-            });
-        }
-        Ok(commands)
+            })
+            .collect())
     }
 }
 

@@ -58,6 +58,14 @@ pub struct VariantReport {
     /// Speed-up of the policy compute per tick over the reference: `k` times the
     /// reference's latency over this variant's.
     pub speedup: f64,
+    /// Its paired test against the reference.
+    #[serde(flatten)]
+    pub test: PairedTest,
+}
+
+/// What a variant's paired episodes with the reference found.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct PairedTest {
     /// Paired episodes run.
     pub episodes: usize,
     /// Episodes the reference solved (the trials).
@@ -150,7 +158,6 @@ pub fn run_accelerate(
         .filter(|&(i, k, speedup)| (i, k) != (0, 1) && speedup > 1.0)
         .collect();
     candidates.sort_by(|a, b| b.2.total_cmp(&a.2));
-    let threshold = 1.0 / (1.0 - options.confidence);
     let mut variants = Vec::new();
     for (sampler, k, speedup) in candidates {
         let Sampler {
@@ -159,14 +166,8 @@ pub fn run_accelerate(
             latency_ms,
         } = &samplers[sampler];
         let variant = controller(policy, k);
-        let PairedRun {
-            counts,
-            episodes,
-            reference_wins,
-            variant_wins,
-        } = run_pairs(&reference, &variant, options, threshold)?;
-        let certified_bound = counts.certified_bound(options.confidence);
-        let certified = counts.evidence_below(options.budget) >= threshold;
+        let test = run_pairs(&reference, &variant, options)?;
+        let certified = test.certified;
         variants.push(VariantReport {
             execute_steps: k,
             flow_steps: *flow_steps,
@@ -174,25 +175,19 @@ pub fn run_accelerate(
             policy_calls_per_tick: 1.0 / k as f64,
             policy_ms_per_tick: latency_ms / k as f64,
             speedup,
-            episodes,
-            reference_solved: counts.trials,
-            variant_failed: counts.failures,
-            variant_success_rate: variant_wins as f64 / episodes.max(1) as f64,
-            reference_success_rate: reference_wins as f64 / episodes.max(1) as f64,
-            certified_bound,
-            certified,
+            test,
         });
         if certified {
             break;
         }
     }
-    let chosen = variants.iter().find(|v| v.certified);
+    let chosen = variants.iter().find(|v| v.test.certified);
     Ok(AccelerateReport {
         chosen_execute_steps: chosen.map_or(1, |v| v.execute_steps),
         chosen_flow_steps: chosen.map_or(samplers[0].flow_steps, |v| v.flow_steps),
         chosen_precision: chosen.map_or(Precision::F32, |v| v.precision),
         chosen_speedup: chosen.map_or(1.0, |v| v.speedup),
-        chosen_bound: chosen.map_or(0.0, |v| v.certified_bound),
+        chosen_bound: chosen.map_or(0.0, |v| v.test.certified_bound),
         budget: options.budget,
         confidence: options.confidence,
         reference_policy_ms: reference_ms,
@@ -203,52 +198,42 @@ pub fn run_accelerate(
     })
 }
 
-/// What a variant's paired episodes with the reference found.
-pub struct PairedRun {
-    /// Failures among the episodes the reference solved.
-    pub counts: FailureCounts,
-    /// Paired episodes run.
-    pub episodes: usize,
-    /// Episodes the reference solved.
-    pub reference_wins: usize,
-    /// Episodes the variant solved.
-    pub variant_wins: usize,
-}
-
 /// The reference's and a variant's paired episodes, until the variant's failures on
 /// episodes the reference solves are certified below the budget (evidence past
-/// `threshold`) or `options.max_episodes` ran.
+/// `1 / (1 - confidence)`) or `options.max_episodes` ran.
 pub fn run_pairs(
     reference: &Controller<'_, burn::Dispatch>,
     variant: &Controller<'_, burn::Dispatch>,
     options: &AccelerateOptions<'_>,
-    threshold: f64,
-) -> anyhow::Result<PairedRun> {
-    let mut run = PairedRun {
-        counts: FailureCounts::default(),
-        episodes: 0,
-        reference_wins: 0,
-        variant_wins: 0,
-    };
-    while run.episodes < options.max_episodes
-        && run.counts.evidence_below(options.budget) < threshold
-    {
-        let batch = PROMOTION_BATCH.min(options.max_episodes - run.episodes) as u64;
+) -> anyhow::Result<PairedTest> {
+    let threshold = 1.0 / (1.0 - options.confidence);
+    let mut counts = FailureCounts::default();
+    let (mut episodes, mut reference_wins, mut variant_wins) = (0, 0, 0);
+    while episodes < options.max_episodes && counts.evidence_below(options.budget) < threshold {
+        let batch = PROMOTION_BATCH.min(options.max_episodes - episodes) as u64;
         let seeds: Vec<u64> = (0..batch)
-            .map(|i| options.first_seed.wrapping_add(run.episodes as u64 + i))
+            .map(|i| options.first_seed.wrapping_add(episodes as u64 + i))
             .collect();
         let a = evaluate(reference, options.robot, &seeds, "reference")?;
         let b = evaluate(variant, options.robot, &seeds, "variant")?;
         for (&ra, &vb) in a.success.iter().zip(&b.success) {
             if ra {
-                run.counts.observe(!vb);
+                counts.observe(!vb);
             }
         }
-        run.reference_wins += a.successes();
-        run.variant_wins += b.successes();
-        run.episodes += seeds.len();
+        reference_wins += a.successes();
+        variant_wins += b.successes();
+        episodes += seeds.len();
     }
-    Ok(run)
+    Ok(PairedTest {
+        episodes,
+        reference_solved: counts.trials,
+        variant_failed: counts.failures,
+        variant_success_rate: variant_wins as f64 / episodes.max(1) as f64,
+        reference_success_rate: reference_wins as f64 / episodes.max(1) as f64,
+        certified_bound: counts.certified_bound(options.confidence),
+        certified: counts.evidence_below(options.budget) >= threshold,
+    })
 }
 
 /// Every sampler of `policy` to try (each precision the device supports, each flow

@@ -15,7 +15,7 @@ use imago_policies::diffusion::SamplerKind;
 use imago_robots::{Observation, Robot};
 use serde::Serialize;
 
-use super::accelerate::{AccelerateOptions, PairedRun, run_pairs};
+use super::accelerate::{AccelerateOptions, PairedTest, run_pairs};
 use crate::act::evaluate::{Controller, time_calls};
 use crate::act::lerobot_driver::LeRobotDriver;
 use crate::device::ResolvedDevice;
@@ -32,20 +32,9 @@ pub struct SamplerVariant {
     pub chunk_ms: f64,
     /// The reference's chunk time over this one's.
     pub speedup: f64,
-    /// Paired episodes run.
-    pub episodes: usize,
-    /// Episodes the reference solved (the trials).
-    pub reference_solved: u32,
-    /// Of them, the variant failed.
-    pub variant_failed: u32,
-    /// The variant's success rate over all paired episodes.
-    pub variant_success_rate: f64,
-    /// The reference's success rate over all paired episodes.
-    pub reference_success_rate: f64,
-    /// Upper bound on the failure rate among reference-solved episodes.
-    pub certified_bound: f64,
-    /// The bound is below the budget.
-    pub certified: bool,
+    /// Its paired test against the reference (all zero for the reference itself).
+    #[serde(flatten)]
+    pub test: PairedTest,
 }
 
 /// What `imago accelerate` chose for a LeRobot Diffusion Policy.
@@ -119,36 +108,19 @@ pub fn accelerate_lerobot_policy(
     let reference_driver = bind(policy)?;
     let reference_ms = chunk_ms(&reference_driver, &observation)?;
     let reference = Controller::LeRobot(&reference_driver);
-    let threshold = 1.0 / (1.0 - options.confidence);
     let mut variants = Vec::new();
     // Fewest steps (fastest) first.
     for (candidate, &s) in candidates.into_iter().zip(&steps).rev() {
         let driver = bind(candidate)?;
         let ms = chunk_ms(&driver, &observation)?;
-        let PairedRun {
-            counts,
-            episodes,
-            reference_wins,
-            variant_wins,
-        } = run_pairs(
-            &reference,
-            &Controller::LeRobot(&driver),
-            options,
-            threshold,
-        )?;
-        let certified = counts.evidence_below(options.budget) >= threshold;
+        let test = run_pairs(&reference, &Controller::LeRobot(&driver), options)?;
+        let certified = test.certified;
         variants.push(SamplerVariant {
             sampler: sampler_name(SamplerKind::Ddim).into(),
             steps: s,
             chunk_ms: ms,
             speedup: reference_ms / ms,
-            episodes,
-            reference_solved: counts.trials,
-            variant_failed: counts.failures,
-            variant_success_rate: variant_wins as f64 / episodes.max(1) as f64,
-            reference_success_rate: reference_wins as f64 / episodes.max(1) as f64,
-            certified_bound: counts.certified_bound(options.confidence),
-            certified,
+            test,
         });
         if certified {
             break;
@@ -159,20 +131,17 @@ pub fn accelerate_lerobot_policy(
         steps: reference_steps,
         chunk_ms: reference_ms,
         speedup: 1.0,
-        episodes: 0,
-        reference_solved: 0,
-        variant_failed: 0,
-        variant_success_rate: 0.0,
-        reference_success_rate: 0.0,
-        certified_bound: 0.0,
-        certified: false,
+        test: PairedTest::default(),
     };
-    let chosen = variants.iter().find(|v| v.certified).unwrap_or(&reference);
+    let chosen = variants
+        .iter()
+        .find(|v| v.test.certified)
+        .unwrap_or(&reference);
     Ok(SamplerReport {
         chosen_sampler: chosen.sampler.clone(),
         chosen_steps: chosen.steps,
         chosen_speedup: chosen.speedup,
-        chosen_bound: chosen.certified_bound,
+        chosen_bound: chosen.test.certified_bound,
         reference: reference.clone(),
         variants,
         budget: options.budget,

@@ -11,6 +11,7 @@ use imago_robots::Robot;
 use imago_worldmodel::{TransitionFamily, WorldModelConfig};
 use serde::{Deserialize, Serialize};
 
+use crate::act::lerobot_driver::LeRobotBinding;
 use crate::device::ResolvedDevice;
 use crate::learn::finetune::{
     FinetuneConfig, FinetuneStart, LeRobotLearner, RoundLearner, RoundReport, finetune, run_rounds,
@@ -77,13 +78,10 @@ pub fn finetune_offline(
     out.check(kind, &inputs)?;
     let read = read_training_replay(replay)?;
     let spec = read.spec.clone();
-    let robot_config = read.robot.clone().ok_or_else(|| {
-        anyhow::anyhow!(
-            "replay {} records {} but not its settings in a form this build reads; fine-tuning collects new episodes on that robot, so it needs them",
-            replay.dir.display(),
-            spec.summary()
-        )
-    })?;
+    let robot_config = read.robot_settings(
+        replay.dir,
+        "fine-tuning collects new episodes on that robot",
+    )?;
     let episodes = read.contents.episodes;
     let episodes_before = episodes.len();
     Dispatch::seed(&device.training, config.seed);
@@ -91,9 +89,9 @@ pub fn finetune_offline(
         let policy = load_lerobot_policy::<Dispatch>(init, &device.training)?;
         let units = robot_config.build()?.lerobot_units();
         // Checked before a world model is trained for it.
-        LeRobotLearner::binding(&policy, (&spec, units.clone()), config, device)
+        let binding = LeRobotLearner::binding(&policy, (&spec, units.clone()), config, device)
             .map_err(|e| anyhow::anyhow!("{}: {e:#}", init.display()))?;
-        StartingPolicy::LeRobot(policy, units)
+        StartingPolicy::LeRobot(policy, binding, units)
     } else {
         ensure_trained_for(init, &spec)?;
         let (policy, config, meta) = load_policy::<Dispatch>(init, None, &device.training)?;
@@ -169,9 +167,9 @@ pub fn finetune_offline(
             save_policy(&outcome.policy, &policy_config, meta, out.path)?;
             (outcome.rounds, outcome.version)
         }
-        StartingPolicy::LeRobot(policy, units) => {
+        StartingPolicy::LeRobot(policy, binding, units) => {
             let mut learner = LeRobotLearner::new(
-                policy,
+                (policy, binding),
                 (spec.clone(), units),
                 0,
                 (model, wm_config),
@@ -179,7 +177,6 @@ pub fn finetune_offline(
                 config,
                 device,
             )
-            .map_err(|e| anyhow::anyhow!("{}: {e:#}", init.display()))?
             .with_telemetry(telemetry.clone());
             let rounds = run_rounds(
                 &mut learner,
@@ -210,6 +207,10 @@ enum StartingPolicy {
         imago_policies::PolicyConfig,
         u64,
     ),
-    /// A LeRobot policy and the robot's units it reads.
-    LeRobot(LeRobotPolicy<Dispatch>, imago_robots::LeRobotUnits),
+    /// A LeRobot policy, its features bound to the robot, and the robot's units.
+    LeRobot(
+        LeRobotPolicy<Dispatch>,
+        LeRobotBinding<Dispatch>,
+        imago_robots::LeRobotUnits,
+    ),
 }

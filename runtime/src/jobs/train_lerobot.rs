@@ -17,7 +17,7 @@ use crate::jobs::train::BcRunSummary;
 use crate::learn::lerobot_update::{WeightedDraws, update_lerobot_policy};
 use crate::store::lerobot_policy::{load_lerobot_policy, write_lerobot_policy};
 use crate::store::outputs::{OutputKind, OutputPath};
-use crate::store::replay::{ReplaySource, read_training_replay};
+use crate::store::replay::{ReplaySource, read_training_replay, transition_indices};
 use crate::telemetry::{Telemetry, TelemetryEvent};
 
 /// How a LeRobot policy is trained by imitation.
@@ -47,19 +47,11 @@ pub fn train_lerobot_offline(
     replay.ensure_exists()?;
     out.check(OutputKind::LeRobotPolicy, &replay.inputs_with(Some(init)))?;
     let read = read_training_replay(replay)?;
-    let robot = read.robot.clone().ok_or_else(|| {
-        anyhow::anyhow!(
-            "replay {} records {} but not its settings in a form this build reads; a LeRobot policy reads the robot in its own units, so it needs them",
-            replay.dir.display(),
-            read.spec.summary()
-        )
-    })?;
+    let robot = read.robot_settings(
+        replay.dir,
+        "a LeRobot policy reads the robot in its own units",
+    )?;
     let episodes = read.contents.episodes;
-    anyhow::ensure!(
-        !episodes.is_empty(),
-        "replay {} holds no finished episode to train on",
-        replay.dir.display()
-    );
     Dispatch::seed(&device.training, imitation.seed);
     let policy = load_lerobot_policy::<Dispatch>(init, &device.training)?;
     let binding = LeRobotBinding::new(
@@ -72,11 +64,7 @@ pub fn train_lerobot_offline(
         .learning_rate
         .unwrap_or_else(|| policy.optimizer_lr());
     let draws = WeightedDraws {
-        samples: episodes
-            .iter()
-            .enumerate()
-            .flat_map(|(e, ep)| (0..ep.transitions.len()).map(move |t| (e, t)))
-            .collect(),
+        samples: transition_indices(&episodes),
         weights: None,
         batch_size: imitation.batch_size,
     };

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::learn::schedule::warmup_cosine;
 use crate::progress;
-use crate::store::replay::{Episode, Transition};
+use crate::store::replay::{Episode, Transition, transition_indices};
 
 /// Behaviour-cloning settings.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -63,14 +63,9 @@ pub struct ImitationDataset<'a> {
 impl<'a> ImitationDataset<'a> {
     /// Every transition of `episodes`, for a policy with `config`.
     pub fn new(episodes: &'a [Episode], config: &PolicyConfig) -> Self {
-        let samples = episodes
-            .iter()
-            .enumerate()
-            .flat_map(|(e, ep)| (0..ep.transitions.len()).map(move |t| (e, t)))
-            .collect();
         Self {
             episodes,
-            samples,
+            samples: transition_indices(episodes),
             chunk_len: config.chunk_len(),
             action_limit: config.action_limit().to_vec(),
         }

@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 use super::config::{FinetuneConfig, FinetuneMethod};
 use super::latents::EncodedEpisodes;
 use crate::device::ResolvedDevice;
-use crate::store::replay::Episode;
+use crate::store::replay::{Episode, transition_indices};
 
 /// Mean critic losses over a round's last steps.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
@@ -129,10 +129,8 @@ pub fn train_critic(
     device: &ResolvedDevice,
     rng: &mut StdRng,
 ) -> anyhow::Result<(LatentCritic<Dispatch>, CriticLosses)> {
-    let transition_rows: Vec<usize> = episodes
-        .iter()
-        .enumerate()
-        .flat_map(|(e, ep)| (0..ep.transitions.len()).map(move |t| (e, t)))
+    let transition_rows: Vec<usize> = transition_indices(episodes)
+        .into_iter()
         .map(|(e, t)| encoded.row(e, t))
         .collect();
     anyhow::ensure!(

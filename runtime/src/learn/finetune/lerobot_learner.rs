@@ -22,7 +22,7 @@ use crate::learn::lerobot_update::{WeightedDraws, update_lerobot_policy};
 use crate::learn::world_model::WorldModelTrainConfig;
 use crate::robot::RobotConfig;
 use crate::store::lerobot_policy::LeRobotPolicy;
-use crate::store::replay::{Episode, ReplayWriter};
+use crate::store::replay::{Episode, ReplayWriter, transition_indices};
 use crate::telemetry::Telemetry;
 
 /// A LeRobot policy, world model and critic being fine-tuned (training device).
@@ -39,29 +39,27 @@ pub struct LeRobotLearner {
 }
 
 impl LeRobotLearner {
-    /// A learner starting from `policy` (training device; version `version`) on
-    /// robots of `robot` (its spec and LeRobot units), weighing with `world_model`
-    /// trained by `wm_training`. A policy whose features the robot does not give, or a
-    /// method that needs a flow head (`advantage-flow`), is an error.
+    /// A learner starting from `policy` (training device; version `version`) with its
+    /// features bound to robots of `robot` (its spec and LeRobot units) by
+    /// [`Self::binding`], weighing with `world_model` trained by `wm_training`.
     pub fn new(
-        policy: LeRobotPolicy<Dispatch>,
+        (policy, binding): (LeRobotPolicy<Dispatch>, LeRobotBinding<Dispatch>),
         robot: (RobotSpec, LeRobotUnits),
         version: u64,
         world_model: (WorldModel<Dispatch>, WorldModelConfig),
         wm_training: WorldModelTrainConfig,
         config: &FinetuneConfig,
         device: &ResolvedDevice,
-    ) -> anyhow::Result<Self> {
-        let binding = Self::binding(&policy, (&robot.0, robot.1.clone()), config, device)?;
+    ) -> Self {
         let max_steps = robot.0.max_steps;
-        Ok(Self {
+        Self {
             telemetry: Telemetry::off(),
             policy: Some(policy),
             robot,
             binding,
             models: AdvantageModels::new(world_model, wm_training, config, max_steps, device),
             version,
-        })
+        }
     }
 
     /// `policy`'s features bound to `robot` on the training device, checked before
@@ -127,22 +125,14 @@ impl RoundLearner for LeRobotLearner {
         device: &ResolvedDevice,
     ) -> anyhow::Result<LearnReport> {
         let weighed = self.models.weigh(episodes, self.version, config, device)?;
-        let samples: Vec<(usize, usize)> = episodes
-            .iter()
-            .enumerate()
-            .flat_map(|(e, ep)| (0..ep.transitions.len()).map(move |t| (e, t)))
-            .collect();
+        let samples = transition_indices(episodes);
         let (eligible, stale) = eligible_samples(
             episodes,
             &samples,
             &weighed.weights.weights,
             self.version + 1,
             config,
-        );
-        anyhow::ensure!(
-            !eligible.is_empty(),
-            "no transition fresh enough to train on"
-        );
+        )?;
         let draws = WeightedDraws {
             samples: eligible.iter().map(|&i| samples[i]).collect(),
             weights: Some(&weighed.weights.weights),
@@ -164,15 +154,7 @@ impl RoundLearner for LeRobotLearner {
         )?;
         self.policy = Some(policy);
         self.version += 1;
-        let mean = |xs: &[f32]| xs.iter().sum::<f32>() / xs.len().max(1) as f32;
-        let update = PolicyUpdateReport {
-            eligible: eligible.len(),
-            stale: stale.len(),
-            first_loss: mean(&losses[..losses.len().min(20)]),
-            last_loss: mean(&losses[losses.len().saturating_sub(20)..]),
-            importance_ess_fraction: 1.0,
-            truncated_fraction: 0.0,
-        };
+        let update = PolicyUpdateReport::of_losses((eligible.len(), stale.len()), &losses);
         let report = LearnReport::of(&weighed, update);
         report.log(&self.telemetry, self.version, &weighed.weights);
         Ok(report)

@@ -54,11 +54,7 @@ pub fn update_policy(
 ) -> anyhow::Result<(Policy<Dispatch>, PolicyUpdateReport)> {
     let episodes = data.episodes();
     let (eligible, stale) =
-        eligible_samples(data.episodes(), data.samples(), weights, version, config);
-    anyhow::ensure!(
-        !eligible.is_empty(),
-        "no transition fresh enough to train on"
-    );
+        eligible_samples(data.episodes(), data.samples(), weights, version, config)?;
     let anchor = match (config.method, behaviour) {
         (FinetuneMethod::AdvantageFlow, Some(policy)) => Some(BehaviourAnchor {
             policy,
@@ -130,35 +126,48 @@ pub fn update_policy(
         bar.inc(1);
     }
     bar.finish_and_clear();
-    let mean = |xs: &[f32]| xs.iter().sum::<f32>() / xs.len().max(1) as f32;
-    Ok((
-        policy,
-        PolicyUpdateReport {
-            eligible: eligible.len(),
-            stale: stale.len(),
+    let report = PolicyUpdateReport {
+        importance_ess_fraction: mean(&ess),
+        truncated_fraction: truncated as f32 / ratios.max(1) as f32,
+        ..PolicyUpdateReport::of_losses((eligible.len(), stale.len()), &losses)
+    };
+    Ok((policy, report))
+}
+
+/// The mean of `xs` (0 for none).
+fn mean(xs: &[f32]) -> f32 {
+    xs.iter().sum::<f32>() / xs.len().max(1) as f32
+}
+
+impl PolicyUpdateReport {
+    /// The report of an update of `eligible` transitions (`stale` left out) whose
+    /// steps had `losses`, without importance weights (ESS 1, nothing truncated).
+    pub fn of_losses((eligible, stale): (usize, usize), losses: &[f32]) -> Self {
+        Self {
+            eligible,
+            stale,
             first_loss: mean(&losses[..losses.len().min(20)]),
             last_loss: mean(&losses[losses.len().saturating_sub(20)..]),
-            importance_ess_fraction: mean(&ess),
-            truncated_fraction: truncated as f32 / ratios.max(1) as f32,
-        },
-    ))
+            importance_ess_fraction: 1.0,
+            truncated_fraction: 0.0,
+        }
+    }
 }
 
 /// The indices of `samples` (transitions `(e, t)` of `episodes`) with a positive
 /// weight, split into those fresh enough to train the policy's `version` on and the
-/// stale ones. Transitions of weight 0 (the
-/// policy's own, under DAgger) carry nothing to learn; an intervention's command never
-/// goes stale (it does not depend on the policy that reached the state), nor does a
-/// demonstration.
+/// stale ones; none fresh enough is an error. Transitions of weight 0 (the policy's own,
+/// under DAgger) carry nothing to learn; an intervention's command never goes stale (it
+/// does not depend on the policy that reached the state), nor does a demonstration.
 pub fn eligible_samples(
     episodes: &[Episode],
     samples: &[(usize, usize)],
     weights: &[Vec<f32>],
     version: u64,
     config: &FinetuneConfig,
-) -> (Vec<usize>, Vec<usize>) {
+) -> anyhow::Result<(Vec<usize>, Vec<usize>)> {
     let newest = newest_policy_version(episodes);
-    (0..samples.len())
+    let (eligible, stale): (Vec<usize>, Vec<usize>) = (0..samples.len())
         .filter(|&i| {
             let (e, t) = samples[i];
             weights[e][t] > 0.0
@@ -168,7 +177,12 @@ pub fn eligible_samples(
             let transition = &episodes[e].transitions[t];
             let v = transition.policy_version;
             v == 0 || transition.intervention || config.fresh_enough(v, version, newest)
-        })
+        });
+    anyhow::ensure!(
+        !eligible.is_empty(),
+        "no transition fresh enough to train on"
+    );
+    Ok((eligible, stale))
 }
 
 /// A batch's truncated importance weights.

@@ -37,6 +37,7 @@ pub use frame::{FrameError, encode_frame};
 pub use reader::{Corruption, ReplayContents, SegmentSummary, read_replay};
 pub use record::{
     Episode, EpisodeAbandoned, EpisodeEnd, EpisodeOrigin, EpisodeStart, ReplayRecord, Transition,
+    transition_indices,
 };
 pub use training::{
     ReplaySource, TrainingReplay, check_replay_robot, read_training_replay, replay_robot,

@@ -124,3 +124,13 @@ pub struct Episode {
     /// How it ended.
     pub end: EpisodeEnd,
 }
+
+/// Every transition of `episodes` as `(episode index, step)`, in replay order: the
+/// samples learners draw from.
+pub fn transition_indices(episodes: &[Episode]) -> Vec<(usize, usize)> {
+    episodes
+        .iter()
+        .enumerate()
+        .flat_map(|(e, ep)| (0..ep.transitions.len()).map(move |t| (e, t)))
+        .collect()
+}

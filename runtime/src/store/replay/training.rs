@@ -24,6 +24,21 @@ pub struct TrainingReplay {
     pub robot: Option<RobotConfig>,
 }
 
+impl TrainingReplay {
+    /// The robot's settings, for a command that needs them `because` (the end of the
+    /// error's sentence: "so it needs them" follows); a replay in `dir` whose settings
+    /// this build cannot read is an error naming the robot it records.
+    pub fn robot_settings(&self, dir: &Path, because: &str) -> anyhow::Result<RobotConfig> {
+        self.robot.clone().ok_or_else(|| {
+            anyhow::anyhow!(
+                "replay {} records {} but not its settings in a form this build reads; {because}, so it needs them",
+                dir.display(),
+                self.spec.summary()
+            )
+        })
+    }
+}
+
 /// A replay an offline command reads, and how it treats damage.
 #[derive(Debug, Clone, Copy)]
 pub struct ReplaySource<'a> {
