@@ -474,4 +474,23 @@ fn accelerate_tries_fewer_denoising_steps_of_a_lerobot_diffusion_policy() {
         ],
         "no denoising steps",
     );
+    // Out-of-range settings are refused before any episode runs, as for imago's own.
+    for (flag, value) in [("--budget", "NaN"), ("--confidence", "0.2")] {
+        assert_one_line_error(
+            &[
+                "--device",
+                "cpu",
+                "accelerate",
+                "--ckpt",
+                path(&diffusion),
+                "--robot",
+                "pusht",
+                "--robot-config",
+                path(&config),
+                flag,
+                value,
+            ],
+            flag,
+        );
+    }
 }

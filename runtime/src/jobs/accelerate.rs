@@ -41,6 +41,24 @@ pub struct AccelerateOptions<'a> {
     pub first_seed: u64,
 }
 
+impl AccelerateOptions<'_> {
+    /// Checks the budget (in (0, 1); NaN is not) and the confidence (in [0.5, 0.9999])
+    /// before any episode runs, whatever kind of policy is accelerated.
+    pub fn validate(&self) -> anyhow::Result<()> {
+        anyhow::ensure!(
+            self.budget > 0.0 && self.budget < 1.0,
+            "--budget {}: must lie in (0, 1)",
+            self.budget
+        );
+        anyhow::ensure!(
+            (0.5..=0.9999).contains(&self.confidence),
+            "--confidence {}: must lie in [0.5, 0.9999]",
+            self.confidence
+        );
+        Ok(())
+    }
+}
+
 /// One variant's test.
 #[derive(Debug, Clone, Serialize)]
 pub struct VariantReport {
@@ -118,16 +136,7 @@ pub fn run_accelerate(
     options: &AccelerateOptions<'_>,
     device: &ResolvedDevice,
 ) -> anyhow::Result<AccelerateReport> {
-    anyhow::ensure!(
-        options.budget > 0.0 && options.budget < 1.0,
-        "--budget {}: must lie in (0, 1)",
-        options.budget
-    );
-    anyhow::ensure!(
-        (0.5..=0.9999).contains(&options.confidence),
-        "--confidence {}: must lie in [0.5, 0.9999]",
-        options.confidence
-    );
+    options.validate()?;
     let started = Instant::now();
     ensure_trained_for(options.ckpt, &options.robot.spec())?;
     let (policy, config, _) = load_policy::<burn::Dispatch>(options.ckpt, None, &device.inference)?;

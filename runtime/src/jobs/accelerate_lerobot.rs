@@ -69,12 +69,13 @@ fn sampler_name(sampler: SamplerKind) -> &'static str {
 }
 
 /// Runs certified acceleration of the LeRobot Diffusion Policy directory of
-/// `options.ckpt` (bounds already checked by the caller). An ACT directory is an
-/// error: it predicts its chunk in one pass, with no steps to cut.
+/// `options.ckpt`. Options out of range, or an ACT directory (it predicts its chunk in
+/// one pass, with no steps to cut), are an error before any episode runs.
 pub fn accelerate_lerobot_policy(
     options: &AccelerateOptions<'_>,
     device: &ResolvedDevice,
 ) -> anyhow::Result<SamplerReport> {
+    options.validate()?;
     let started = Instant::now();
     let dir = options.ckpt;
     let policy = load_lerobot_policy::<Dispatch>(dir, &device.inference)?;
