@@ -28,11 +28,13 @@ fn unique_key(name: &str) -> String {
     format!("imago/test/{}/{name}", std::process::id())
 }
 
-/// `imago robot-serve` for `robot` at `key`, listening on `port`; returns once it
-/// says it is serving.
-fn robot_serve(robot: &str, key: &str, port: u16) -> Child {
+/// `imago robot-serve` for `robot` (its name, then any `--robot-config FILE`) at `key`,
+/// listening on `port`; returns once it says it is serving.
+fn robot_serve(robot: &[&str], key: &str, port: u16) -> Child {
     let mut child = Command::new(env!("CARGO_BIN_EXE_imago"))
-        .args(["robot-serve", "--robot", robot, "--key", key, "--listen"])
+        .args(["robot-serve", "--robot"])
+        .args(robot)
+        .args(["--key", key, "--listen"])
         .arg(format!("tcp/127.0.0.1:{port}"))
         .env("XDG_RUNTIME_DIR", std::env::temp_dir())
         .stdout(Stdio::piped())
@@ -138,7 +140,7 @@ fn a_daemon_drives_robot_serve_exactly_as_the_local_robot() {
     let _one = ONE_DAEMON.lock().unwrap_or_else(|p| p.into_inner());
     let dir = tempfile::tempdir().unwrap();
     let (key, port) = (unique_key("reacher"), free_port());
-    let server = robot_serve("reacher2d", &key, port);
+    let server = robot_serve(&["reacher2d"], &key, port);
     let daemon = DaemonRun::in_dir(dir.path());
     let config = remote_config(dir.path(), &key, port, SMALL_LEARNER);
     let output = imago(&daemon.args(&config, "20"));
@@ -200,7 +202,7 @@ fn a_lost_robot_is_held_counted_and_driven_again_when_it_returns() {
     let _one = ONE_DAEMON.lock().unwrap_or_else(|p| p.into_inner());
     let dir = tempfile::tempdir().unwrap();
     let (key, port) = (unique_key("comeback"), free_port());
-    let mut first = robot_serve("reacher2d", &key, port);
+    let mut first = robot_serve(&["reacher2d"], &key, port);
     let run = DaemonRun::in_dir(dir.path());
     let config = remote_config(dir.path(), &key, port, "[learner]\nenabled = false\n");
     let daemon = spawn(&run.args(&config, "16"));
@@ -213,7 +215,7 @@ fn a_lost_robot_is_held_counted_and_driven_again_when_it_returns() {
     first.kill().unwrap();
     first.wait().unwrap();
     std::thread::sleep(Duration::from_secs(3));
-    let second = robot_serve("reacher2d", &key, port);
+    let second = robot_serve(&["reacher2d"], &key, port);
     let output = daemon.wait_with_output().unwrap();
     let served = interrupt(second);
     assert!(
@@ -472,4 +474,70 @@ fn mistakes_in_bridge_and_fleet_settings_are_one_clear_error_and_touch_no_run_di
         }
         assert!(!run.exists(), "a failed start created {}", run.display());
     }
+}
+
+/// A LeRobot policy (the ACT fixture, made by LeRobot) drives pusht served from
+/// another process exactly as it drives the local pusht: the served robot reports
+/// its settings, so the policy reads and writes it in gym-pusht's pixels there too,
+/// and the same seed gives the same commands, tick for tick.
+#[test]
+fn a_lerobot_policy_drives_robot_serve_as_it_drives_the_local_robot() {
+    let _one = ONE_DAEMON.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let act = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/lerobot/act_policy");
+    let settings = dir.path().join("pusht.toml");
+    std::fs::write(&settings, "image_size = 48\nmax_steps = 20\n").unwrap();
+    let (key, port) = (unique_key("pusht"), free_port());
+    let server = robot_serve(
+        &["pusht", "--robot-config", settings.to_str().unwrap()],
+        &key,
+        port,
+    );
+    let acting = format!(
+        "policy = \"{}\"\n[actor.takeover]\nwindow = 100000\n[learner]\nenabled = false\n",
+        act.display()
+    );
+    let remote_dir = dir.path().join("remote");
+    std::fs::create_dir_all(&remote_dir).unwrap();
+    let remote = DaemonRun::in_dir(&remote_dir);
+    let config = remote_config(&remote_dir, &key, port, "");
+    let text = std::fs::read_to_string(&config).unwrap();
+    let (top, tables) = text.split_at(text.find('[').unwrap());
+    std::fs::write(&config, format!("{top}{acting}{tables}")).unwrap();
+    let output = imago(&remote.args(&config, "5"));
+    interrupt(server);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let local_dir = dir.path().join("local");
+    std::fs::create_dir_all(&local_dir).unwrap();
+    let local = DaemonRun::in_dir(&local_dir);
+    let local_config = local_dir.join("local.toml");
+    std::fs::write(
+        &local_config,
+        format!(
+            "robot = \"pusht\"\ndevice = \"cpu\"\n{acting}[actor.robot]\nimage_size = 48\nmax_steps = 20\n"
+        ),
+    )
+    .unwrap();
+    let output = imago(&local.args(local_config.to_str().unwrap(), "5"));
+    assert!(output.status.success(), "{}", stderr(&output));
+    let (served, simulated) = (remote.replay(), local.replay());
+    let (Some(served), Some(simulated)) = (served.episodes.first(), simulated.episodes.first())
+    else {
+        panic!("each run finished an episode");
+    };
+    let commands = |episode: &imago_runtime::store::replay::Episode| -> Vec<Vec<f32>> {
+        episode
+            .transitions
+            .iter()
+            .map(|t| t.action.0.clone())
+            .collect()
+    };
+    assert_eq!(commands(served), commands(simulated));
+    // In gym-pusht's pixels the random policy's targets fall inside the table, not on
+    // the clamp at its edge (where robot units read as pixels would put every one).
+    assert!(
+        commands(served).iter().flatten().any(|a| a.abs() < 0.99),
+        "{:?}",
+        commands(served)
+    );
 }

@@ -494,3 +494,138 @@ fn accelerate_tries_fewer_denoising_steps_of_a_lerobot_diffusion_policy() {
         );
     }
 }
+
+/// A daemon config for pusht (the fixtures' 48x48 camera, 20-tick episodes) starting
+/// from the LeRobot policy `policy`, with `extra` appended (tables of its own).
+fn lerobot_daemon_config(dir: &Path, policy: &Path, extra: &str) -> PathBuf {
+    let config = dir.join("robot.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "robot = \"pusht\"\ndevice = \"cpu\"\npolicy = \"{}\"\n\
+             [actor.robot]\nimage_size = 48\nmax_steps = 20\n{extra}",
+            path(policy)
+        ),
+    )
+    .unwrap();
+    config
+}
+
+/// `imago daemon` of `config` on `run` for `seconds` (with `--resume` when asked); its
+/// report.
+fn lerobot_daemon(config: &Path, run: &Path, seconds: &str, resume: bool) -> serde_json::Value {
+    let json = run.with_extension("json");
+    let mut args = vec![
+        "daemon",
+        "--config",
+        path(config),
+        "--run-dir",
+        path(run),
+        "--duration",
+        seconds,
+        "--report",
+        path(&json),
+    ];
+    if resume {
+        args.push("--resume");
+    }
+    let output = imago(&args);
+    assert!(output.status.success(), "{}", stderr(&output));
+    serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap()
+}
+
+/// A LeRobot policy in `imago daemon`: ACT acts through its own queues at pusht's
+/// rate, its transitions recorded, while the learner fine-tunes it and each new version
+/// acts from the next episode; the checkpoint is a LeRobot directory `imago eval`
+/// runs (and LeRobot's `from_pretrained` reads: same layout as the export), which
+/// `--resume` continues without reusing a version. Diffusion Policy acts and records
+/// with the learner off. Settings a LeRobot run cannot honour are one clear error
+/// before the run directory is made.
+#[test]
+fn lerobot_policies_act_learn_and_resume_in_the_daemon() {
+    let dir = tempfile::tempdir().unwrap();
+    let act = fixture("act_policy");
+    let learning = "[learner]\nmin_episodes = 2\nwindow_episodes = 8\n\
+                    [learner.finetune]\npolicy_steps = 2\nbatch_size = 4\nworld_model_steps = 2\n\
+                    critic_steps = 2\ncritic_batch = 8\n[promotion]\nenabled = false\n";
+    let config = lerobot_daemon_config(dir.path(), &act, learning);
+    let run = dir.path().join("act-run");
+    let status = lerobot_daemon(&config, &run, "14", false);
+    let versions = status["policy_versions"].as_array().unwrap();
+    assert!(
+        status["final_policy_version"].as_u64().unwrap() >= 2 && versions.len() >= 2,
+        "the learner published a version and the actor acted with it: {status}"
+    );
+    assert_eq!(status["queue_drops"], 0, "{status}");
+    let contents = imago_runtime::store::replay::read_replay(&run.join("replay")).unwrap();
+    assert_eq!(contents.records, status["replay_records"].as_u64().unwrap());
+    let checkpoint = run.join("checkpoints/policy");
+    for file in ["config.json", "model.safetensors", "imago-checkpoint.json"] {
+        assert!(checkpoint.join(file).is_file(), "{file}");
+    }
+    assert!(!checkpoint.join("meta.json").exists());
+    assert_learned(&act, &checkpoint, "act");
+    eval_report(dir.path(), &checkpoint, &pusht_config(dir.path()), "1");
+    let last = status["final_policy_version"].as_u64().unwrap();
+    let resumed = lerobot_daemon(&config, &run, "3", true);
+    let first_resumed = resumed["policy_versions"][0].as_u64().unwrap();
+    assert!(first_resumed >= last, "{resumed} after {status}");
+
+    // A damaged checkpoint is refused, naming it.
+    let weights = checkpoint.join("model.safetensors");
+    let mut bytes = std::fs::read(&weights).unwrap();
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0xff;
+    std::fs::write(&weights, bytes).unwrap();
+    let output = imago(&[
+        "daemon",
+        "--config",
+        path(&config),
+        "--run-dir",
+        path(&run),
+        "--resume",
+        "--duration",
+        "1",
+    ]);
+    assert!(!output.status.success());
+    assert!(stderr(&output).contains("damaged"), "{}", stderr(&output));
+
+    // Diffusion Policy acts and records, its history and queue kept per episode.
+    let diffusion_dir = dir.path().join("diffusion");
+    std::fs::create_dir_all(&diffusion_dir).unwrap();
+    let config = lerobot_daemon_config(
+        &diffusion_dir,
+        &fixture("diffusion_policy"),
+        "[learner]\nenabled = false\n",
+    );
+    let status = lerobot_daemon(&config, &diffusion_dir.join("run"), "4", false);
+    assert!(status["ticks"].as_u64().unwrap() >= 10, "{status}");
+    assert_eq!(status["policy_versions"], serde_json::json!([1]));
+
+    // What a LeRobot run cannot do: one line each, and no run directory made.
+    for (extra, mention) in [
+        ("", "[promotion] enabled = false"),
+        (
+            "[actor.chunking]\nmode = \"realtime\"\n[learner]\nenabled = false\n",
+            "every_tick",
+        ),
+    ] {
+        let bad_dir = dir.path().join("bad");
+        std::fs::create_dir_all(&bad_dir).unwrap();
+        let config = lerobot_daemon_config(&bad_dir, &act, extra);
+        let run = bad_dir.join("run");
+        assert_one_line_error(
+            &[
+                "daemon",
+                "--config",
+                path(&config),
+                "--run-dir",
+                path(&run),
+                "--duration",
+                "1",
+            ],
+            mention,
+        );
+        assert!(!run.exists(), "{extra}");
+    }
+}

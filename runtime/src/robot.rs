@@ -142,6 +142,27 @@ impl RobotConfig {
         })
     }
 
+    /// How the robot's proprioception and actions read in LeRobot's units: a built-in
+    /// robot's own mapping (`Robot::lerobot_units`: pusht in gym-pusht's pixels), also
+    /// when it is served from another process (`imago robot-serve`: the settings it
+    /// reports build a robot of the very spec it answered); any other robot in another
+    /// process speaks its LeRobot units already (the bridge's LeRobot and gym adapters
+    /// pass them through).
+    pub fn lerobot_units(&self) -> imago_robots::LeRobotUnits {
+        match self {
+            Self::Remote(remote) => match Self::from_json(&remote.robot_settings) {
+                Ok(served) if served.is_simulated() && served.spec() == remote.spec => {
+                    served.lerobot_units()
+                }
+                _ => imago_robots::LeRobotUnits::identity(&remote.spec),
+            },
+            Self::Reacher2d(_) | Self::PushT(_) => match self.simulated() {
+                Some(robot) => robot.lerobot_units(),
+                None => imago_robots::LeRobotUnits::identity(&self.spec()),
+            },
+        }
+    }
+
     /// The simulated robot, `None` for a remote one.
     fn simulated(&self) -> Option<SimRobot> {
         let body = match self {

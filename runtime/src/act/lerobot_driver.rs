@@ -92,6 +92,7 @@ impl<B: Backend> LeRobotBinding<B> {
 }
 
 /// A LeRobot policy acting on a robot whose features it reads.
+#[derive(Debug)]
 pub struct LeRobotDriver<B: Backend> {
     policy: LeRobotPolicy<B>,
     binding: LeRobotBinding<B>,

@@ -18,10 +18,11 @@ use serde::{Deserialize, Serialize};
 
 use super::ActorStart;
 use super::challenger::EpisodeAssignment;
+use super::chunking::{ChunkingConfig, CommandSettings};
 use super::clock::DeadlineClock;
-use super::commands::{ChunkingConfig, CommandSettings, CommandSource};
+use super::commands::CommandSource;
 use super::driven::DrivenRobot;
-use super::snapshot::{PolicySnapshot, SnapshotMailbox};
+use super::snapshot::{PolicySnapshot, SnapshotMailbox, SnapshotPolicy};
 use super::stats::ControlStats;
 use super::status::LiveCounters;
 use crate::act::episode::{EpisodeInProgress, TickCommand};
@@ -208,11 +209,16 @@ impl<'a> ControlLoop<'a> {
     fn open(start: ActorStart<'a>, links: &'a ActorLinks<'a>) -> anyhow::Result<Self> {
         let ActorStart {
             config,
-            policy_config,
             initial,
             device,
         } = start;
         let robot = DrivenRobot::open(&config.robot)?;
+        // An imago policy's commands are in its config's units; a LeRobot policy's
+        // are handed on in the robot's.
+        let limits = match &initial.policy {
+            SnapshotPolicy::Imago { config, .. } => config.action_limit().to_vec(),
+            SnapshotPolicy::LeRobot(_) => robot.spec().action_limit.clone(),
+        };
         let period = Duration::from_secs_f64(1.0 / robot.spec().control_hz as f64);
         let source = CommandSource::new(
             &CommandSettings {
@@ -220,14 +226,14 @@ impl<'a> ControlLoop<'a> {
                 exploration: config.exploration,
                 added_latency: Duration::from_secs_f32(config.policy_delay_ms / 1e3),
             },
-            policy_config,
-            device,
+            &initial,
+            (&limits, device),
         )?;
         Ok(Self {
             config,
             links,
             robot,
-            limits: policy_config.action_limit().to_vec(),
+            limits,
             clock: DeadlineClock::new(period),
             stats: ControlStats::default(),
             current: Arc::new(initial),
@@ -472,7 +478,8 @@ mod tests {
         let policy_config =
             PolicyConfig::for_robot(imago_policies::Architecture::Vla, &config.robot.spec())
                 .unwrap();
-        let initial = PolicySnapshot::new(1, policy_config.init::<Dispatch>(&device));
+        let initial =
+            PolicySnapshot::new(1, policy_config.init::<Dispatch>(&device), &policy_config);
         // A writer that has stalled: the queue holds 8 records and is never drained.
         let (sender, receiver) = crossbeam_channel::bounded(8);
         let stop = AtomicBool::new(false);
@@ -481,7 +488,6 @@ mod tests {
                 run_actor(
                     ActorStart {
                         config: &config,
-                        policy_config: &policy_config,
                         initial,
                         device: &device,
                     },

@@ -16,6 +16,20 @@ use crate::learn::finetune::Learner;
 use crate::store::checkpoint::{CheckpointMeta, save_policy};
 use crate::store::replay::Episode;
 
+/// What hands a daemon's actor the versions of a learner of type `L`: its first one,
+/// each new one as the learner produces it ([`LearnerListener`]), and the record of
+/// what was deployed.
+pub(crate) trait DaemonFeed<L>: LearnerListener<L> + Send {
+    /// What the actor starts with.
+    fn initial(&self, learner: &L) -> anyhow::Result<PolicySnapshot>;
+
+    /// Writes the acting champion once more (at shutdown); nothing without a gate.
+    fn save_champion(&self) -> anyhow::Result<()>;
+
+    /// What was deployed, and what a gate decided.
+    fn summary(&self, learner: &L) -> PromotionSummary;
+}
+
 /// The daemon's [`LearnerListener`]: the gate (if any) and the actor's mailbox.
 pub(crate) struct ActorFeed<'a> {
     gate: Option<ChampionGate>,
@@ -73,33 +87,38 @@ impl<'a> ActorFeed<'a> {
             device,
         }
     }
+}
 
-    /// What the actor starts with: the champion, or the learner's current version.
-    pub(crate) fn initial(&self, learner: &Learner) -> PolicySnapshot {
-        match &self.gate {
+impl DaemonFeed<Learner> for ActorFeed<'_> {
+    /// The champion, or the learner's current version.
+    fn initial(&self, learner: &Learner) -> anyhow::Result<PolicySnapshot> {
+        Ok(match &self.gate {
             Some(gate) => {
                 let (champion, version) = gate.champion();
-                PolicySnapshot::new(version, champion.clone())
+                PolicySnapshot::new(version, champion.clone(), &self.champion.policy_config)
             }
-            None => PolicySnapshot::new(learner.version(), learner.policy()),
-        }
+            None => PolicySnapshot::new(
+                learner.version(),
+                learner.policy(),
+                &self.champion.policy_config,
+            ),
+        })
     }
 
-    /// Writes the champion once more (at shutdown); nothing without a gate.
-    pub(crate) fn save_champion(&self) -> anyhow::Result<()> {
+    fn save_champion(&self) -> anyhow::Result<()> {
         match &self.gate {
             Some(gate) => self.champion.save(gate),
             None => Ok(()),
         }
     }
 
-    /// What the gate decided; without one, every version of `learner` was deployed.
-    pub(crate) fn summary(&self, learner: &Learner) -> PromotionSummary {
+    /// Without a gate, every version of `learner` was deployed.
+    fn summary(&self, learner: &Learner) -> PromotionSummary {
         promotion_summary(self.gate.as_ref(), learner)
     }
 }
 
-impl LearnerListener for ActorFeed<'_> {
+impl LearnerListener<Learner> for ActorFeed<'_> {
     fn recorded(&mut self, episodes: &[Episode]) -> anyhow::Result<()> {
         if let Some(gate) = self.gate.as_mut() {
             let change = gate.watch_live(episodes);
@@ -110,8 +129,11 @@ impl LearnerListener for ActorFeed<'_> {
 
     fn new_version(&mut self, learner: &Learner) -> anyhow::Result<()> {
         let Some(gate) = self.gate.as_mut() else {
-            self.mailbox
-                .publish(PolicySnapshot::new(learner.version(), learner.policy()));
+            self.mailbox.publish(PolicySnapshot::new(
+                learner.version(),
+                learner.policy(),
+                learner.policy_config(),
+            ));
             return Ok(());
         };
         let challenger = (learner.policy(), learner.policy_config(), learner.version());
@@ -131,16 +153,20 @@ fn deliver(
 ) {
     if change.champion {
         let (policy, version) = gate.champion();
-        mailbox.publish(PolicySnapshot::new(version, policy.clone()));
+        mailbox.publish(PolicySnapshot::new(
+            version,
+            policy.clone(),
+            &champion.policy_config,
+        ));
         if let Err(error) = champion.save(gate) {
             eprintln!("warning: the champion's checkpoint failed: {error:#}");
         }
     }
     if let Some(slot) = mailbox.challenger() {
         match (change.challenger, gate.challenger()) {
-            (ChallengerChange::Offer, Some((challenger, version))) => {
-                slot.offer(PolicySnapshot::new(version, challenger.clone()))
-            }
+            (ChallengerChange::Offer, Some((challenger, version))) => slot.offer(
+                PolicySnapshot::new(version, challenger.clone(), &champion.policy_config),
+            ),
             (ChallengerChange::Withdraw, _) => slot.withdraw(),
             _ => {}
         }

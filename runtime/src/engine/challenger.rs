@@ -88,7 +88,7 @@ mod tests {
             &RobotConfig::default().spec(),
         )
         .unwrap();
-        PolicySnapshot::new(version, config.init::<Dispatch>(&device))
+        PolicySnapshot::new(version, config.init::<Dispatch>(&device), &config)
     }
 
     #[test]

@@ -21,75 +21,23 @@ use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use burn::Dispatch;
-use imago_policies::{HostScratch, PolicyBatch, PolicyConfig};
+use imago_policies::{HostScratch, PolicyBatch};
 use imago_robots::Observation;
-use imago_robots::bounds::{ConfigError, in_range};
 use rand::rngs::StdRng;
-use serde::{Deserialize, Serialize};
 
+use super::chunking::{ChunkMode, Command, CommandSettings};
+use super::lerobot_ticks::LeRobotTicks;
 use super::planner::{ChunkPlanner, ChunkRequest, PlannedChunk, sample_command};
-use super::snapshot::PolicySnapshot;
+use super::snapshot::{PolicySnapshot, SnapshotPolicy};
 use crate::act::chunk_queue::{ChunkQueue, QueuedAction};
 use crate::act::sampling::{SampledCommand, exploration_rng};
-
-/// How the actor turns the policy's chunks into commands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ChunkMode {
-    /// Run the policy at every tick on the control thread; execute the first action.
-    #[default]
-    EveryTick,
-    /// Execute each chunk whole, then plan the next on the control thread.
-    Synchronous,
-    /// Real-time chunking: plan the next chunk on another thread while the current
-    /// one executes, and blend it in.
-    Realtime,
-}
-
-/// `[actor.chunking]`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct ChunkingConfig {
-    /// `every_tick`, `synchronous` or `realtime`.
-    pub mode: ChunkMode,
-    /// Realtime: ticks over which a new chunk is cross-faded into the old plan
-    /// (0: switch at once). Range: [0, 64].
-    pub blend_ticks: u32,
-}
-
-impl Default for ChunkingConfig {
-    fn default() -> Self {
-        Self {
-            mode: ChunkMode::EveryTick,
-            blend_ticks: 4,
-        }
-    }
-}
-
-impl ChunkingConfig {
-    /// Checks every value against its documented range; the error names the key.
-    pub fn validate(&self) -> Result<(), ConfigError> {
-        in_range("blend_ticks", self.blend_ticks, 0..=64)
-    }
-}
-
-/// One tick's command, in normalised units.
-pub(crate) struct Command {
-    /// What the robot executes now.
-    pub action: Vec<f32>,
-    /// Its density under the policy where it was sampled at this tick's observation
-    /// (`every_tick` with a Gaussian head); `None` for a planned chunk's action.
-    pub log_prob: Option<f32>,
-    /// The plan from this tick on, `[steps * action_dim]`, `action` first.
-    pub plan: Vec<f32>,
-    /// The policy version that chose it.
-    pub version: u64,
-}
 
 /// The policy's commands, one per tick, by the configured [`ChunkMode`].
 pub(crate) enum CommandSource {
     EveryTick(Box<EveryTick>),
     Realtime(Box<RealtimeChunks>),
+    /// A LeRobot policy, through its own queues.
+    LeRobot(Box<LeRobotTicks>),
 }
 
 /// `every_tick` and `synchronous`: inference on the control thread.
@@ -117,21 +65,22 @@ pub(crate) struct RealtimeChunks {
     starved: u64,
 }
 
-/// The settings a [`CommandSource`] is built from.
-pub(crate) struct CommandSettings<'a> {
-    pub chunking: &'a ChunkingConfig,
-    pub exploration: f32,
-    /// Latency added to every inference (the slowed-policy knob).
-    pub added_latency: Duration,
-}
-
 impl CommandSource {
-    /// The source `settings` describe, for policies of `policy_config` on `device`.
+    /// The source `settings` describe, for policies of `initial`'s kind on `device`,
+    /// driving a robot whose actions are bounded by `limits`.
     pub(crate) fn new(
         settings: &CommandSettings<'_>,
-        policy_config: &PolicyConfig,
-        device: &burn::tensor::Device<Dispatch>,
+        initial: &PolicySnapshot,
+        (limits, device): (&[f32], &burn::tensor::Device<Dispatch>),
     ) -> anyhow::Result<Self> {
+        let policy_config = match &initial.policy {
+            SnapshotPolicy::Imago { config, .. } => config,
+            SnapshotPolicy::LeRobot(_) => {
+                return Ok(Self::LeRobot(Box::new(LeRobotTicks::new(
+                    settings, limits,
+                )?)));
+            }
+        };
         let action_dim = policy_config.action_dim();
         Ok(match settings.chunking.mode {
             mode @ (ChunkMode::EveryTick | ChunkMode::Synchronous) => {
@@ -188,6 +137,7 @@ impl CommandSource {
             Self::Realtime(source) => {
                 source.start_episode((episode, seed), observation, current, stop)
             }
+            Self::LeRobot(source) => source.start_episode(current).map(|()| true),
         }
     }
 
@@ -202,6 +152,7 @@ impl CommandSource {
         match self {
             Self::EveryTick(source) => source.command(observation, current),
             Self::Realtime(source) => source.command(step, observation, current),
+            Self::LeRobot(source) => source.command(observation),
         }
     }
 
@@ -214,13 +165,14 @@ impl CommandSource {
                 }
             }
             Self::Realtime(source) => source.queue.clear(),
+            Self::LeRobot(source) => source.expert_took_over(),
         }
     }
 
     /// Ticks the realtime plan ran out and the robot held its last command.
     pub(crate) fn starved_ticks(&self) -> u64 {
         match self {
-            Self::EveryTick(_) => 0,
+            Self::EveryTick(_) | Self::LeRobot(_) => 0,
             Self::Realtime(source) => source.starved,
         }
     }

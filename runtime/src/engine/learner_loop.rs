@@ -12,8 +12,8 @@ use imago_robots::bounds::{ConfigError, in_range};
 use serde::{Deserialize, Serialize};
 
 use crate::device::ResolvedDevice;
-use crate::engine::ReplayWindow;
-use crate::learn::finetune::{FinetuneConfig, Learner, newest_policy_version};
+use crate::engine::{PolicySnapshot, ReplayWindow};
+use crate::learn::finetune::{FinetuneConfig, Learner, RoundLearner, newest_policy_version};
 use crate::store::checkpoint::{CheckpointMeta, save_policy};
 use crate::store::replay::Episode;
 
@@ -75,21 +75,59 @@ impl LearnerConfig {
     }
 }
 
+/// A learner the loop runs: imago's own ([`Learner`]) or a LeRobot policy's
+/// (`engine::lerobot_daemon`).
+pub(crate) trait LoopLearner: RoundLearner + Send {
+    /// The current version as the actor acts with it (inference device).
+    fn snapshot(&self) -> anyhow::Result<PolicySnapshot>;
+
+    /// Writes the current version, for robots of `spec`, to the checkpoint `dir`.
+    fn save(&self, spec: &RobotSpec, dir: &Path) -> anyhow::Result<()>;
+
+    /// `publish_fresh_weights`: replaces the policy by freshly initialised weights.
+    fn replace_with_fresh_weights(&mut self, device: &ResolvedDevice) -> anyhow::Result<()>;
+}
+
+impl LoopLearner for Learner {
+    fn snapshot(&self) -> anyhow::Result<PolicySnapshot> {
+        Ok(PolicySnapshot::new(
+            self.version(),
+            self.policy(),
+            self.policy_config(),
+        ))
+    }
+
+    fn save(&self, spec: &RobotSpec, dir: &Path) -> anyhow::Result<()> {
+        save_policy(
+            &self.policy(),
+            self.policy_config(),
+            CheckpointMeta::new(spec, self.version(), None),
+            dir,
+        )?;
+        Ok(())
+    }
+
+    fn replace_with_fresh_weights(&mut self, device: &ResolvedDevice) -> anyhow::Result<()> {
+        Learner::replace_with_fresh_weights(self, device);
+        Ok(())
+    }
+}
+
 /// Where the learning side's news goes: the daemon's actor (through its promotion
 /// gate) or a fleet's actors.
-pub(crate) trait LearnerListener {
+pub(crate) trait LearnerListener<L> {
     /// Episodes the replay recorded since the last look (a promotion gate in mode
     /// `live` scores them).
     fn recorded(&mut self, episodes: &[Episode]) -> anyhow::Result<()>;
 
     /// The learner has a new version (to test and publish).
-    fn new_version(&mut self, learner: &Learner) -> anyhow::Result<()>;
+    fn new_version(&mut self, learner: &L) -> anyhow::Result<()>;
 }
 
 /// The learner, its window on the replay, and where and how often it checkpoints.
-pub(crate) struct LearnerLoop<'a> {
+pub(crate) struct LearnerLoop<'a, L> {
     config: &'a LearnerConfig,
-    learner: Learner,
+    learner: L,
     window: ReplayWindow,
     checkpoint: Checkpointing<'a>,
     device: &'a ResolvedDevice,
@@ -107,12 +145,12 @@ pub(crate) struct Checkpointing<'a> {
     pub(crate) every: Duration,
 }
 
-impl<'a> LearnerLoop<'a> {
+impl<'a, L: LoopLearner> LearnerLoop<'a, L> {
     /// The loop for `learner` over `window`, computing on the lower-priority learner
     /// pool (engine/priority.rs) so that an actor keeps its deadlines on the same cores.
     pub(crate) fn new(
         config: &'a LearnerConfig,
-        (learner, window): (Learner, ReplayWindow),
+        (learner, window): (L, ReplayWindow),
         checkpoint: Checkpointing<'a>,
         device: &'a ResolvedDevice,
     ) -> anyhow::Result<Self> {
@@ -128,7 +166,7 @@ impl<'a> LearnerLoop<'a> {
     }
 
     /// The learner.
-    pub(crate) fn learner(&self) -> &Learner {
+    pub(crate) fn learner(&self) -> &L {
         &self.learner
     }
 
@@ -144,7 +182,7 @@ impl<'a> LearnerLoop<'a> {
     pub(crate) fn run(
         &mut self,
         keep_going: impl Fn(u64) -> bool,
-        listener: &mut (impl LearnerListener + Send),
+        listener: &mut (impl LearnerListener<L> + Send),
     ) -> anyhow::Result<()> {
         let Self {
             config,
@@ -167,7 +205,7 @@ impl<'a> LearnerLoop<'a> {
                 std::thread::sleep(Duration::from_millis(200));
             }
             if last_checkpoint.elapsed() >= checkpoint.every {
-                if let Err(error) = save(learner, &checkpoint.spec, checkpoint.dir) {
+                if let Err(error) = learner.save(&checkpoint.spec, checkpoint.dir) {
                     eprintln!("warning: scheduled checkpoint failed: {error:#}");
                 }
                 last_checkpoint = Instant::now();
@@ -178,44 +216,45 @@ impl<'a> LearnerLoop<'a> {
 
     /// Writes the learner's policy to the checkpoint directory.
     pub(crate) fn save(&self) -> anyhow::Result<()> {
-        save(&self.learner, &self.checkpoint.spec, self.checkpoint.dir)
+        self.learner
+            .save(&self.checkpoint.spec, self.checkpoint.dir)
     }
 }
 
 /// Takes in what was recorded since the last look and, when enough of it is fresh,
 /// learns one step; whether it did.
-fn learn_step(
+fn learn_step<L: LoopLearner>(
     config: &LearnerConfig,
-    (learner, window): (&mut Learner, &mut ReplayWindow),
+    (learner, window): (&mut L, &mut ReplayWindow),
     device: &ResolvedDevice,
-    listener: &mut impl LearnerListener,
+    listener: &mut impl LearnerListener<L>,
 ) -> anyhow::Result<bool> {
     let recorded = window.refresh()?;
     if recorded > 0 {
         let episodes = window.episodes();
         listener.recorded(&episodes[episodes.len().saturating_sub(recorded)..])?;
     }
-    if !enough_fresh(window, learner, config) {
+    if !enough_fresh(window, learner.version(), config) {
         return Ok(false);
     }
     learner.learn(window.episodes(), &config.finetune, device)?;
     if config.publish_fresh_weights {
-        learner.replace_with_fresh_weights(device);
+        learner.replace_with_fresh_weights(device)?;
     }
     listener.new_version(learner)?;
     Ok(true)
 }
 
 /// Whether `window`
-/// holds enough episodes fresh enough for `learner`'s next step: recorded by a version
-/// within the staleness bound of the one it produces, or by the newest version that
-/// acted (`FinetuneConfig::fresh_enough`).
+/// holds enough episodes fresh enough for the next step of a learner at `version`:
+/// recorded by a version within the staleness bound of the one it produces, or by the
+/// newest version that acted (`FinetuneConfig::fresh_enough`).
 pub(crate) fn enough_fresh(
     window: &mut ReplayWindow,
-    learner: &Learner,
+    version: u64,
     config: &LearnerConfig,
 ) -> bool {
-    let next = learner.version() + 1;
+    let next = version + 1;
     let episodes = window.episodes();
     let newest = newest_policy_version(episodes);
     let fresh = episodes
@@ -227,15 +266,4 @@ pub(crate) fn enough_fresh(
         })
         .count();
     fresh >= config.min_episodes
-}
-
-/// Writes `learner`'s policy, for a robot of `spec`, to `dir`.
-pub(crate) fn save(learner: &Learner, spec: &RobotSpec, dir: &Path) -> anyhow::Result<()> {
-    save_policy(
-        &learner.policy(),
-        learner.policy_config(),
-        CheckpointMeta::new(spec, learner.version(), None),
-        dir,
-    )?;
-    Ok(())
 }

@@ -8,15 +8,20 @@ mod actor;
 mod actor_feed;
 mod challenger;
 pub mod champion;
+mod chunking;
 mod clock;
 mod commands;
 pub mod daemon;
+mod daemon_config;
 mod driven;
 pub mod fleet;
 pub mod learner_loop;
+mod lerobot_daemon;
+mod lerobot_ticks;
 mod planner;
 mod priority;
 mod replay_window;
+mod run_start;
 mod snapshot;
 mod stats;
 mod status;
@@ -26,13 +31,12 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use burn::Dispatch;
-use imago_policies::PolicyConfig;
 
 pub use actor::{ActorConfig, ActorLinks, run_actor};
+pub use chunking::{ChunkMode, ChunkingConfig};
 pub use clock::DeadlineClock;
-pub use commands::{ChunkMode, ChunkingConfig};
 pub use replay_window::ReplayWindow;
-pub use snapshot::{ChallengerSlot, PolicySnapshot, SnapshotMailbox};
+pub use snapshot::{ChallengerSlot, PolicySnapshot, SnapshotMailbox, SnapshotPolicy};
 pub use stats::{ControlReport, ControlStats, JerkMeter, LatencySummary};
 pub use status::{LiveCounters, run_status};
 pub use writer::{WriterReport, run_writer};
@@ -60,14 +64,12 @@ pub struct Recording<'a> {
     pub purpose: &'a str,
 }
 
-/// What the actor starts with: its settings, the policy's config and first version,
-/// and the device the policy runs on.
+/// What the actor starts with: its settings, the policy's first version, and the
+/// device the policy runs on.
 pub struct ActorStart<'a> {
     /// The actor's settings (its robot among them).
     pub config: &'a ActorConfig,
-    /// The policy's config (every version shares it).
-    pub policy_config: &'a PolicyConfig,
-    /// The version acting first.
+    /// The version acting first (every later version is of its kind and config).
     pub initial: PolicySnapshot,
     /// Where the policy runs.
     pub device: &'a burn::tensor::Device<Dispatch>,
@@ -208,6 +210,7 @@ mod tests {
 
     use burn::DispatchDevice;
     use burn::backend::ndarray::NdArrayDevice;
+    use imago_policies::PolicyConfig;
 
     use super::*;
     use crate::store::replay::read_replay;
@@ -225,7 +228,7 @@ mod tests {
 
     /// A fresh policy for `config`'s robot, version 1.
     fn fresh_policy(config: &PolicyConfig, device: &DispatchDevice) -> PolicySnapshot {
-        PolicySnapshot::new(1, config.init::<Dispatch>(device))
+        PolicySnapshot::new(1, config.init::<Dispatch>(device), config)
     }
 
     #[test]
@@ -241,14 +244,18 @@ mod tests {
         let policy_config =
             PolicyConfig::for_robot(imago_policies::Architecture::Vla, &config.robot.spec())
                 .unwrap();
-        let snapshot =
-            |version| PolicySnapshot::new(version, policy_config.init::<Dispatch>(&device));
+        let snapshot = |version| {
+            PolicySnapshot::new(
+                version,
+                policy_config.init::<Dispatch>(&device),
+                &policy_config,
+            )
+        };
         let mailbox = SnapshotMailbox::default();
         let stop = AtomicBool::new(false);
         let report = run_control_loop(
             ActorStart {
                 config: &config,
-                policy_config: &policy_config,
                 initial: snapshot(1),
                 device: &device,
             },
@@ -315,7 +322,6 @@ mod tests {
         let error = run_control_loop(
             ActorStart {
                 config: &config,
-                policy_config: &policy_config,
                 initial: snapshot,
                 device: &device,
             },
@@ -356,7 +362,6 @@ mod tests {
         let error = run_control_loop(
             ActorStart {
                 config: &config,
-                policy_config: &policy_config,
                 initial: snapshot,
                 device: &device,
             },

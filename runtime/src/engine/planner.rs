@@ -15,7 +15,7 @@ use imago_robots::Observation;
 use rand::rngs::StdRng;
 
 use super::priority;
-use super::snapshot::PolicySnapshot;
+use super::snapshot::{PolicySnapshot, SnapshotPolicy};
 use crate::act::sampling::{SampledCommand, sample_first_actions};
 
 /// A chunk to plan: from `observation`, seen at tick `step` of `episode`, by
@@ -53,11 +53,17 @@ pub(crate) fn sample_command(
     rng: &mut StdRng,
     exploration: f32,
 ) -> anyhow::Result<SampledCommand> {
+    let SnapshotPolicy::Imago { policy, host, .. } = &snapshot.policy else {
+        anyhow::bail!(
+            "version {} is a LeRobot policy, which acts through its own queues, not imago's sampling",
+            snapshot.version
+        );
+    };
     batch.clear();
     batch.push(observation)?;
     let mut commands = sample_first_actions(
-        &snapshot.policy,
-        snapshot.host.as_ref().map(|host| (host, scratch)),
+        policy,
+        host.as_ref().map(|host| (host, scratch)),
         batch,
         device,
         std::slice::from_mut(rng),

@@ -4,7 +4,9 @@
 use std::sync::{Arc, Mutex, TryLockError};
 
 use burn::Dispatch;
-use imago_policies::{HostPolicy, Policy};
+use imago_policies::{HostPolicy, Policy, PolicyConfig};
+
+use crate::act::lerobot_driver::LeRobotDriver;
 
 /// A policy ready for inference, and the version it is.
 #[derive(Debug)]
@@ -12,21 +14,49 @@ pub struct PolicySnapshot {
     /// Monotonic version; 1 is the policy the run started from.
     pub version: u64,
     /// The weights, on the inference device.
-    pub policy: Policy<Dispatch>,
-    /// The same weights for the host forward, which the actor runs instead of burn's
-    /// when inference is on a CPU device and the head is Gaussian (built here, on the
-    /// publishing thread, so that a hot-swap costs the actor nothing).
-    pub host: Option<HostPolicy>,
+    pub policy: SnapshotPolicy,
+}
+
+/// The weights a snapshot holds: an imago policy or a LeRobot one. Every version of a
+/// run is of one kind (the kind it started with).
+#[derive(Debug)]
+#[allow(clippy::large_enum_variant)]
+pub enum SnapshotPolicy {
+    /// An imago policy.
+    Imago {
+        /// The weights.
+        policy: Policy<Dispatch>,
+        /// Its config (every version of a run shares it).
+        config: PolicyConfig,
+        /// The same weights for the host forward, which the actor runs instead of
+        /// burn's when inference is on a CPU device and the head is Gaussian (built
+        /// here, on the publishing thread, so that a hot-swap costs the actor nothing).
+        host: Option<HostPolicy>,
+    },
+    /// A LeRobot policy (ACT, Diffusion Policy) bound to the robot's features; it acts
+    /// through its own queues, kept per episode by the actor.
+    LeRobot(LeRobotDriver<Dispatch>),
 }
 
 impl PolicySnapshot {
-    /// `policy` as version `version`, with its host copy where the host forward runs
-    /// it ([`Policy::host_copy`]).
-    pub fn new(version: u64, policy: Policy<Dispatch>) -> Self {
+    /// The imago `policy` of `config` as version `version`, with its host copy where
+    /// the host forward runs it ([`Policy::host_copy`]).
+    pub fn new(version: u64, policy: Policy<Dispatch>, config: &PolicyConfig) -> Self {
         Self {
             version,
-            host: policy.host_copy(),
-            policy,
+            policy: SnapshotPolicy::Imago {
+                host: policy.host_copy(),
+                policy,
+                config: config.clone(),
+            },
+        }
+    }
+
+    /// The LeRobot policy `driver` as version `version`.
+    pub fn lerobot(version: u64, driver: LeRobotDriver<Dispatch>) -> Self {
+        Self {
+            version,
+            policy: SnapshotPolicy::LeRobot(driver),
         }
     }
 }

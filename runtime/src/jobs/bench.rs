@@ -23,7 +23,6 @@ use crate::act::collect::{CollectConfig, collect_demonstrations};
 use crate::act::evaluate::{Latency, time_calls};
 use crate::act::sampling::plan;
 use crate::device::ResolvedDevice;
-use crate::engine::PolicySnapshot;
 use crate::learn::world_model::{WindowDataset, WorldModelTrainConfig, train_world_model};
 use crate::robot::{BatchRenderer, RobotConfig, SimRobot};
 use crate::stats::quantile;
@@ -107,8 +106,8 @@ pub fn bench_policy(
         )
         .map(drop)
     })?;
-    let host = PolicySnapshot::new(1, policy)
-        .host
+    let host = policy
+        .host_copy()
         .map(|host| measure_host_latency(&host, &config, &robot.reset(0), 1000))
         .transpose()?;
     Ok(BenchReport {

@@ -124,8 +124,7 @@ pub fn run_fleet_actor(
     let control = run_control_loop(
         ActorStart {
             config: &config.actor,
-            policy_config: &policy_config,
-            initial: PolicySnapshot::new(version, policy),
+            initial: PolicySnapshot::new(version, policy, &policy_config),
             device: &device.inference,
         },
         Recording {
@@ -239,7 +238,7 @@ fn newest_policy(
         .filter(|message| message.version > current)
         .max_by_key(|message| message.version)?;
     match newest.policy(&device.inference) {
-        Ok((_, policy)) => Some(PolicySnapshot::new(newest.version, policy)),
+        Ok((config, policy)) => Some(PolicySnapshot::new(newest.version, policy, &config)),
         Err(error) => {
             eprintln!("warning: ignored a policy from the learner: {error:#}");
             None

@@ -27,10 +27,9 @@ use crate::bridge::protocol::{decode, encode};
 use crate::device::ResolvedDevice;
 use crate::engine::actor_feed::{ChampionCheckpoint, promotion_summary};
 use crate::engine::champion::{ChampionGate, PromotionMode, PromotionSummary};
-use crate::engine::daemon::{
-    DaemonConfig, DaemonOptions, champion_checkpoint, prepare, start_gate,
-};
+use crate::engine::daemon::{DaemonConfig, DaemonOptions, champion_checkpoint, start_gate};
 use crate::engine::learner_loop::{Checkpointing, LearnerListener, LearnerLoop};
+use crate::engine::run_start::{prepare, starts_from_lerobot};
 use crate::learn::finetune::Learner;
 use crate::store::replay::{Episode, EpisodeOrigin, ReplayWriter, Transition, read_replay};
 
@@ -83,6 +82,10 @@ pub fn run_fleet_learner(
     );
     // A link that cannot be opened (a port in use, a bad endpoint) is an error before
     // the run directory is touched.
+    anyhow::ensure!(
+        !starts_from_lerobot(config, options),
+        "a fleet's learner trains imago's policies; a LeRobot policy runs in `imago daemon` on one robot"
+    );
     let session = link.open()?;
     let prepared = prepare(config, options, device)?;
     let (learner, window, checkpoint) = (prepared.learner, prepared.window, prepared.checkpoint);
@@ -374,7 +377,7 @@ impl<'a> FleetFeed<'a> {
     }
 }
 
-impl LearnerListener for FleetFeed<'_> {
+impl LearnerListener<Learner> for FleetFeed<'_> {
     fn recorded(&mut self, episodes: &[Episode]) -> anyhow::Result<()> {
         let Some(gate) = self.gate.as_mut() else {
             return Ok(());

@@ -54,6 +54,10 @@ pub const SAFETENSORS_FILE: &str = "model.safetensors";
 /// The weights of a format-1 or -2 checkpoint.
 pub const MPK_FILE: &str = "model.mpk";
 const META: &str = "meta.json";
+/// The meta of a LeRobot policy directory that is a daemon's checkpoint: what
+/// `meta.json` holds for imago's checkpoints, under a name of its own so that the
+/// directory stays LeRobot's (LeRobot's `from_pretrained` reads it as it is).
+pub const LEROBOT_META: &str = "imago-checkpoint.json";
 
 /// `meta.json` of a checkpoint.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -404,7 +408,10 @@ pub fn recover_checkpoint(dir: &Path) -> anyhow::Result<Vec<String>> {
     leftovers.sort_by_key(|(staged, p)| (std::cmp::Reverse(*staged), std::cmp::Reverse(stamp(p))));
     let mut notes = Vec::new();
     if !dir.exists() {
-        let whole = |p: &Path| read_meta(p).is_ok_and(|m| verify_files(p, &m.files).is_ok());
+        let whole = |p: &Path| {
+            read_meta(p).is_ok_and(|m| verify_files(p, &m.files).is_ok())
+                || read_lerobot_meta(p).is_ok()
+        };
         if let Some(index) = leftovers.iter().position(|(_, p)| whole(p)) {
             let (_, chosen) = leftovers.remove(index);
             std::fs::rename(&chosen, dir)
@@ -465,6 +472,45 @@ pub fn read_meta(dir: &Path) -> Result<CheckpointMeta, CheckpointError> {
             )));
         }
     }
+    if let Some(spec) = &meta.spec {
+        spec.validate()
+            .map_err(|e| bad(format!("the robot spec it records: {e}")))?;
+    }
+    Ok(meta)
+}
+
+/// Writes `meta` as the [`LEROBOT_META`] of the LeRobot policy directory `dir`, whose
+/// weights are complete: their size and checksum recorded, the file signed. Written
+/// last, so that a directory with a valid one is whole.
+pub fn write_lerobot_meta(dir: &Path, mut meta: CheckpointMeta, kind: &str) -> anyhow::Result<()> {
+    let digest = FileDigest::of(&dir.join(SAFETENSORS_FILE))
+        .with_context(|| format!("cannot read {}", dir.join(SAFETENSORS_FILE).display()))?;
+    meta.format = CHECKPOINT_FORMAT;
+    meta.kind = kind.to_string();
+    meta.files = BTreeMap::from([(SAFETENSORS_FILE.to_string(), digest)]);
+    meta.checksum = None;
+    let json = sign_meta_json(serde_json::to_vec_pretty(&meta)?);
+    atomic::write_file(&dir.join(LEROBOT_META), &json)
+}
+
+/// Reads and checks the [`LEROBOT_META`] of the LeRobot policy directory `dir` (a
+/// daemon's checkpoint): its own checksum and that of the weights.
+pub fn read_lerobot_meta(dir: &Path) -> Result<CheckpointMeta, CheckpointError> {
+    let path = dir.join(LEROBOT_META);
+    let text = std::fs::read_to_string(&path).map_err(|e| CheckpointError::MissingMeta {
+        path: dir.to_path_buf(),
+        reason: format!("{LEROBOT_META}: {e}"),
+    })?;
+    let bad = |reason: String| CheckpointError::BadMeta {
+        path: dir.to_path_buf(),
+        reason: format!("{LEROBOT_META}: {reason}"),
+    };
+    let meta: CheckpointMeta = serde_json::from_str(&text).map_err(|e| bad(e.to_string()))?;
+    verify_meta_json(&text).map_err(bad)?;
+    verify_files(dir, &meta.files).map_err(|reason| CheckpointError::Damaged {
+        path: dir.to_path_buf(),
+        reason,
+    })?;
     if let Some(spec) = &meta.spec {
         spec.validate()
             .map_err(|e| bad(format!("the robot spec it records: {e}")))?;

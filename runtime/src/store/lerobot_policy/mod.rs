@@ -19,7 +19,7 @@ use imago_policies::lerobot::PolicyFeatures;
 
 pub use processors::read_processors;
 pub use weights::load_lerobot_weights;
-pub use write::write_lerobot_policy;
+pub use write::{save_lerobot_checkpoint, write_lerobot_policy};
 
 /// The file LeRobot's config is in.
 pub const CONFIG_FILE: &str = "config.json";

@@ -558,3 +558,42 @@ fn episodes_acting_together_act_as_each_alone() {
     }
     assert!(largest < 1e-4 * 115.0, "largest gap {largest}");
 }
+
+/// A daemon's checkpoint of a LeRobot policy: LeRobot's directory with imago's signed
+/// meta beside it, which gives the version back, refuses damaged weights, and lets
+/// `recover_checkpoint` finish a save a crash cut between its two renames.
+#[test]
+fn a_lerobot_checkpoint_keeps_its_version_and_checksum_and_survives_an_interrupted_save() {
+    use crate::store::checkpoint::{CheckpointError, read_lerobot_meta, recover_checkpoint};
+    let dir = tempfile::tempdir().unwrap();
+    let source = fixtures().join("act_policy");
+    let policy = load_lerobot_policy::<B>(&source, &device()).unwrap();
+    let spec = crate::robot::RobotConfig::named("pusht").unwrap().spec();
+    let checkpoint = dir.path().join("checkpoints/policy");
+    let meta = crate::store::checkpoint::CheckpointMeta::new(&spec, 7, None);
+    save_lerobot_checkpoint(&policy, &source, &checkpoint, meta.clone()).unwrap();
+    assert!(is_lerobot_policy_dir(&checkpoint));
+    assert_eq!(read_lerobot_meta(&checkpoint).unwrap().version, 7);
+    // Saved again from itself (a resumed run's source is its checkpoint).
+    let meta = crate::store::checkpoint::CheckpointMeta::new(&spec, 8, None);
+    save_lerobot_checkpoint(&policy, &checkpoint, &checkpoint, meta).unwrap();
+    assert_eq!(read_lerobot_meta(&checkpoint).unwrap().version, 8);
+    assert!(load_lerobot_policy::<B>(&checkpoint, &device()).is_ok());
+
+    // A crash after the old checkpoint was moved aside, before the new one was in.
+    let staged = dir.path().join("checkpoints/.policy.staged-1-2");
+    std::fs::rename(&checkpoint, &staged).unwrap();
+    let notes = recover_checkpoint(&checkpoint).unwrap();
+    assert_eq!(notes.len(), 1, "{notes:?}");
+    assert_eq!(read_lerobot_meta(&checkpoint).unwrap().version, 8);
+
+    let weights = checkpoint.join(WEIGHTS_FILE);
+    let mut bytes = std::fs::read(&weights).unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 1;
+    std::fs::write(&weights, bytes).unwrap();
+    assert!(matches!(
+        read_lerobot_meta(&checkpoint),
+        Err(CheckpointError::Damaged { .. })
+    ));
+}
