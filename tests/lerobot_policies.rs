@@ -606,6 +606,10 @@ fn lerobot_policies_act_learn_and_resume_in_the_daemon() {
     for (extra, mention) in [
         ("", "[promotion] enabled = false"),
         (
+            "[learner.finetune]\nmethod = \"advantage-flow\"\n[promotion]\nenabled = false\n",
+            "awr-returns",
+        ),
+        (
             "[actor.chunking]\nmode = \"realtime\"\n[learner]\nenabled = false\n",
             "every_tick",
         ),

@@ -28,7 +28,9 @@ use crate::engine::learner_loop::{LearnerListener, LoopLearner};
 use crate::engine::lerobot_ticks::check_chunking;
 use crate::engine::run_start::{OpenedRun, Prepared, initial_world_model, open_window};
 use crate::engine::{PolicySnapshot, SnapshotMailbox};
-use crate::learn::finetune::{FinetuneConfig, LeRobotLearner, LearnReport, RoundLearner};
+use crate::learn::finetune::{
+    FinetuneConfig, FinetuneMethod, LeRobotLearner, LearnReport, RoundLearner,
+};
 use crate::learn::world_model::WorldModelTrainConfig;
 use crate::robot::RobotConfig;
 use crate::store::checkpoint::{CheckpointMeta, read_lerobot_meta};
@@ -58,6 +60,11 @@ pub(crate) fn check_lerobot_settings(config: &DaemonConfig) -> anyhow::Result<()
     anyhow::ensure!(
         !config.learner.publish_fresh_weights,
         "[learner] publish_fresh_weights tests the promotion gate, which a LeRobot policy's run does not have; remove it"
+    );
+    anyhow::ensure!(
+        !(config.learner.enabled
+            && config.learner.finetune.method == FinetuneMethod::AdvantageFlow),
+        "[learner.finetune] method = \"advantage-flow\" fine-tunes a flow head, which a LeRobot policy does not have; use awr-returns, awr-imagination, habc or dagger"
     );
     check_chunking(&config.actor.chunking)
 }
