@@ -538,9 +538,10 @@ fn lerobot_daemon(config: &Path, run: &Path, seconds: &str, resume: bool) -> ser
 /// rate, its transitions recorded, while the learner fine-tunes it and each new version
 /// acts from the next episode; the checkpoint is a LeRobot directory `imago eval`
 /// runs (and LeRobot's `from_pretrained` reads: same layout as the export), which
-/// `--resume` continues without reusing a version. Diffusion Policy acts and records
-/// with the learner off. Settings a LeRobot run cannot honour are one clear error
-/// before the run directory is made.
+/// `--resume` continues without reusing a version; through the promotion gate, each
+/// version is tested in simulation first. Diffusion Policy acts and records with the
+/// learner off. Settings a LeRobot run cannot honour are one clear error before the
+/// run directory is made.
 #[test]
 fn lerobot_policies_act_learn_and_resume_in_the_daemon() {
     let dir = tempfile::tempdir().unwrap();
@@ -590,6 +591,29 @@ fn lerobot_policies_act_learn_and_resume_in_the_daemon() {
     assert!(!output.status.success());
     assert!(stderr(&output).contains("damaged"), "{}", stderr(&output));
 
+    // Through the promotion gate (mode `sim`, the default): each new version is tested
+    // against the champion in paired simulated episodes; the champion is kept as a
+    // LeRobot directory beside the learner's checkpoint.
+    let gated_dir = dir.path().join("gated");
+    std::fs::create_dir_all(&gated_dir).unwrap();
+    let gated = learning.replace(
+        "[promotion]\nenabled = false\n",
+        "[promotion]\nmax_episodes = 4\n",
+    );
+    let config = lerobot_daemon_config(&gated_dir, &act, &gated);
+    let run = gated_dir.join("run");
+    let status = lerobot_daemon(&config, &run, "10", false);
+    let tests = status["promotion_test_episodes"].as_array().unwrap();
+    assert!(!tests.is_empty(), "{status}");
+    assert_eq!(
+        status["promotions"].as_u64().unwrap() + status["rejections"].as_u64().unwrap(),
+        tests.len() as u64,
+        "{status}"
+    );
+    let champion = run.join("checkpoints/champion");
+    assert!(champion.join("imago-checkpoint.json").is_file());
+    eval_report(dir.path(), &champion, &pusht_config(dir.path()), "1");
+
     // Diffusion Policy acts and records, its history and queue kept per episode.
     let diffusion_dir = dir.path().join("diffusion");
     std::fs::create_dir_all(&diffusion_dir).unwrap();
@@ -604,7 +628,6 @@ fn lerobot_policies_act_learn_and_resume_in_the_daemon() {
 
     // What a LeRobot run cannot do: one line each, and no run directory made.
     for (extra, mention) in [
-        ("", "[promotion] enabled = false"),
         (
             "[learner.finetune]\nmethod = \"advantage-flow\"\n[promotion]\nenabled = false\n",
             "awr-returns",

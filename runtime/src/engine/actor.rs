@@ -226,7 +226,7 @@ impl<'a> ControlLoop<'a> {
                 exploration: config.exploration,
                 added_latency: Duration::from_secs_f32(config.policy_delay_ms / 1e3),
             },
-            &initial,
+            initial.as_ref(),
             (&limits, device),
         )?;
         Ok(Self {
@@ -236,7 +236,7 @@ impl<'a> ControlLoop<'a> {
             limits,
             clock: DeadlineClock::new(period),
             stats: ControlStats::default(),
-            current: Arc::new(initial),
+            current: initial,
             source,
             assignment: EpisodeAssignment::default(),
         })
@@ -478,8 +478,11 @@ mod tests {
         let policy_config =
             PolicyConfig::for_robot(imago_policies::Architecture::Vla, &config.robot.spec())
                 .unwrap();
-        let initial =
-            PolicySnapshot::new(1, policy_config.init::<Dispatch>(&device), &policy_config);
+        let initial = Arc::new(PolicySnapshot::new(
+            1,
+            policy_config.init::<Dispatch>(&device),
+            &policy_config,
+        ));
         // A writer that has stalled: the queue holds 8 records and is never drained.
         let (sender, receiver) = crossbeam_channel::bounded(8);
         let stop = AtomicBool::new(false);

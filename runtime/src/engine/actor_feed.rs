@@ -4,33 +4,20 @@
 //! version), and in mode `live` the challenger under test in its slot.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
-use imago_policies::PolicyConfig;
 use imago_robots::RobotSpec;
 
 use crate::device::ResolvedDevice;
 use crate::engine::champion::{ChallengerChange, ChampionGate, GateChange, PromotionSummary};
-use crate::engine::learner_loop::LearnerListener;
-use crate::engine::{PolicySnapshot, SnapshotMailbox};
-use crate::learn::finetune::Learner;
+use crate::engine::learner_loop::{LearnerListener, LoopLearner};
+use crate::engine::{PolicySnapshot, SnapshotMailbox, SnapshotPolicy};
 use crate::store::checkpoint::{CheckpointMeta, save_policy};
+use crate::store::lerobot_policy::save_lerobot_checkpoint;
 use crate::store::replay::Episode;
 
-/// What hands a daemon's actor the versions of a learner of type `L`: its first one,
-/// each new one as the learner produces it ([`LearnerListener`]), and the record of
-/// what was deployed.
-pub(crate) trait DaemonFeed<L>: LearnerListener<L> + Send {
-    /// What the actor starts with.
-    fn initial(&self, learner: &L) -> anyhow::Result<PolicySnapshot>;
-
-    /// Writes the acting champion once more (at shutdown); nothing without a gate.
-    fn save_champion(&self) -> anyhow::Result<()>;
-
-    /// What was deployed, and what a gate decided.
-    fn summary(&self, learner: &L) -> PromotionSummary;
-}
-
-/// The daemon's [`LearnerListener`]: the gate (if any) and the actor's mailbox.
+/// The daemon's [`LearnerListener`]: the gate (if any) and the actor's mailbox, for a
+/// learner of either kind (imago's policy or a LeRobot one: the gate tests snapshots).
 pub(crate) struct ActorFeed<'a> {
     gate: Option<ChampionGate>,
     mailbox: &'a SnapshotMailbox,
@@ -38,35 +25,42 @@ pub(crate) struct ActorFeed<'a> {
     device: &'a ResolvedDevice,
 }
 
-/// Where the gate's champion is kept, and what it is.
+/// Where the gate's champion is kept, and for what.
 pub(crate) struct ChampionCheckpoint {
     /// The champion's checkpoint directory.
     pub(crate) dir: PathBuf,
-    /// The policy's config (every version shares it).
-    pub(crate) policy_config: PolicyConfig,
     /// The robot it is for.
     pub(crate) spec: RobotSpec,
+    /// The learner's checkpoint: a LeRobot champion is written with its config and
+    /// processors (unused for imago's policies, whose config the snapshot holds).
+    pub(crate) learner_checkpoint: PathBuf,
 }
 
 impl ChampionCheckpoint {
-    /// Writes `gate`'s champion.
+    /// Writes `gate`'s champion: an imago checkpoint, or a LeRobot directory with
+    /// imago's meta.
     pub(crate) fn save(&self, gate: &ChampionGate) -> anyhow::Result<()> {
-        let (champion, version) = gate.champion();
-        let meta = CheckpointMeta::new(&self.spec, version, None);
-        save_policy(champion, &self.policy_config, meta, &self.dir)?;
-        Ok(())
+        let champion = gate.champion();
+        let meta = CheckpointMeta::new(&self.spec, champion.version, None);
+        match &champion.policy {
+            SnapshotPolicy::Imago { policy, config, .. } => {
+                save_policy(policy, config, meta, &self.dir)?;
+                Ok(())
+            }
+            SnapshotPolicy::LeRobot(driver) => {
+                save_lerobot_checkpoint(driver.policy(), &self.learner_checkpoint, &self.dir, meta)
+            }
+        }
     }
 }
 
-/// What `gate` decided; without a gate, every version of `learner` was deployed.
-pub(crate) fn promotion_summary(
-    gate: Option<&ChampionGate>,
-    learner: &Learner,
-) -> PromotionSummary {
+/// What `gate` decided; without a gate, every version up to `version` (the learner's)
+/// was deployed.
+pub(crate) fn promotion_summary(gate: Option<&ChampionGate>, version: u64) -> PromotionSummary {
     match gate {
         Some(gate) => gate.summary().clone(),
         None => PromotionSummary {
-            champion_version: learner.version(),
+            champion_version: version,
             ..PromotionSummary::default()
         },
     }
@@ -87,38 +81,33 @@ impl<'a> ActorFeed<'a> {
             device,
         }
     }
-}
 
-impl DaemonFeed<Learner> for ActorFeed<'_> {
-    /// The champion, or the learner's current version.
-    fn initial(&self, learner: &Learner) -> anyhow::Result<PolicySnapshot> {
-        Ok(match &self.gate {
-            Some(gate) => {
-                let (champion, version) = gate.champion();
-                PolicySnapshot::new(version, champion.clone(), &self.champion.policy_config)
-            }
-            None => PolicySnapshot::new(
-                learner.version(),
-                learner.policy(),
-                &self.champion.policy_config,
-            ),
-        })
+    /// What the actor starts with: the champion, or the learner's current version.
+    pub(crate) fn initial(
+        &self,
+        learner: &impl LoopLearner,
+    ) -> anyhow::Result<Arc<PolicySnapshot>> {
+        match &self.gate {
+            Some(gate) => Ok(Arc::clone(gate.champion())),
+            None => Ok(Arc::new(learner.snapshot()?)),
+        }
     }
 
-    fn save_champion(&self) -> anyhow::Result<()> {
+    /// Writes the champion once more (at shutdown); nothing without a gate.
+    pub(crate) fn save_champion(&self) -> anyhow::Result<()> {
         match &self.gate {
             Some(gate) => self.champion.save(gate),
             None => Ok(()),
         }
     }
 
-    /// Without a gate, every version of `learner` was deployed.
-    fn summary(&self, learner: &Learner) -> PromotionSummary {
-        promotion_summary(self.gate.as_ref(), learner)
+    /// What the gate decided; without one, every version of `learner` was deployed.
+    pub(crate) fn summary(&self, learner: &impl LoopLearner) -> PromotionSummary {
+        promotion_summary(self.gate.as_ref(), learner.version())
     }
 }
 
-impl LearnerListener<Learner> for ActorFeed<'_> {
+impl<L: LoopLearner> LearnerListener<L> for ActorFeed<'_> {
     fn recorded(&mut self, episodes: &[Episode]) -> anyhow::Result<()> {
         if let Some(gate) = self.gate.as_mut() {
             let change = gate.watch_live(episodes);
@@ -127,17 +116,13 @@ impl LearnerListener<Learner> for ActorFeed<'_> {
         Ok(())
     }
 
-    fn new_version(&mut self, learner: &Learner) -> anyhow::Result<()> {
+    fn new_version(&mut self, learner: &L) -> anyhow::Result<()> {
+        let snapshot = Arc::new(learner.snapshot()?);
         let Some(gate) = self.gate.as_mut() else {
-            self.mailbox.publish(PolicySnapshot::new(
-                learner.version(),
-                learner.policy(),
-                learner.policy_config(),
-            ));
+            self.mailbox.publish(snapshot);
             return Ok(());
         };
-        let challenger = (learner.policy(), learner.policy_config(), learner.version());
-        let change = gate.consider(challenger, self.device)?;
+        let change = gate.consider(snapshot, self.device)?;
         deliver(self.mailbox, &self.champion, gate, change);
         Ok(())
     }
@@ -152,21 +137,14 @@ fn deliver(
     change: GateChange,
 ) {
     if change.champion {
-        let (policy, version) = gate.champion();
-        mailbox.publish(PolicySnapshot::new(
-            version,
-            policy.clone(),
-            &champion.policy_config,
-        ));
+        mailbox.publish(Arc::clone(gate.champion()));
         if let Err(error) = champion.save(gate) {
             eprintln!("warning: the champion's checkpoint failed: {error:#}");
         }
     }
     if let Some(slot) = mailbox.challenger() {
         match (change.challenger, gate.challenger()) {
-            (ChallengerChange::Offer, Some((challenger, version))) => slot.offer(
-                PolicySnapshot::new(version, challenger.clone(), &champion.policy_config),
-            ),
+            (ChallengerChange::Offer, Some(challenger)) => slot.offer(Arc::clone(challenger)),
             (ChallengerChange::Withdraw, _) => slot.withdraw(),
             _ => {}
         }

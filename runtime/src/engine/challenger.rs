@@ -97,7 +97,7 @@ mod tests {
         let champion = Arc::new(snapshot(1));
         let mut assignment = EpisodeAssignment::default();
         assert!(!assignment.start_episode(Some(&slot)), "nothing on offer");
-        slot.offer(snapshot(2));
+        slot.offer(Arc::new(snapshot(2)));
         let mut given = Vec::new();
         for _ in 0..40 {
             given.push(assignment.start_episode(Some(&slot)));
@@ -108,7 +108,7 @@ mod tests {
         // Spread out: one episode in four, never two in a row.
         assert!(given.windows(2).all(|w| !(w[0] && w[1])), "{given:?}");
         // A new challenger starts its own count.
-        slot.offer(snapshot(3));
+        slot.offer(Arc::new(snapshot(3)));
         assert!(!assignment.start_episode(Some(&slot)));
         assert_eq!(assignment.counts(), (1, 0));
         // An episode the challenger started acts with it, until it is withdrawn.

@@ -11,12 +11,13 @@
 //! previous champion's live record; a certified regression rolls the previous
 //! champion back in ([`RegressionGuard`]).
 
+use std::sync::Arc;
+
 use burn::Dispatch;
-use imago_policies::{Policy, PolicyConfig};
 use imago_robots::bounds::{ConfigError, in_range};
 use serde::{Deserialize, Serialize};
 
-use crate::act::evaluate::Controller;
+use super::snapshot::PolicySnapshot;
 use crate::act::promotion_run::run_promotion_test;
 use crate::device::ResolvedDevice;
 use crate::promotion::{
@@ -140,7 +141,7 @@ pub struct ChampionGate {
     telemetry: Telemetry,
     config: PromotionConfig,
     robot: RobotConfig,
-    champion: Policy<Dispatch>,
+    champion: Arc<PolicySnapshot>,
     summary: PromotionSummary,
     next_seed: u64,
     /// The champion's live record since it became champion.
@@ -150,12 +151,12 @@ pub struct ChampionGate {
     /// Mode `live`: the challenger under test on the robot.
     live: Option<LiveTest>,
     /// Mode `live`: the newest version that came while a test ran, tested next.
-    pending: Option<(Policy<Dispatch>, u64)>,
+    pending: Option<(Arc<PolicySnapshot>, u64)>,
 }
 
 /// A challenger under test on the robot (mode `live`).
 struct LiveTest {
-    challenger: Policy<Dispatch>,
+    challenger: Arc<PolicySnapshot>,
     version: u64,
     pairing: LivePairing,
 }
@@ -183,7 +184,7 @@ pub enum ChallengerChange {
 
 /// The watch over a newly promoted champion.
 struct Watch {
-    previous: (Policy<Dispatch>, u64, LiveRecord),
+    previous: (Arc<PolicySnapshot>, u64, LiveRecord),
     guard: RegressionGuard,
 }
 
@@ -196,8 +197,9 @@ impl ChampionGate {
     pub fn new(
         config: &PromotionConfig,
         robot: &RobotConfig,
-        (champion, version): (Policy<Dispatch>, u64),
+        champion: Arc<PolicySnapshot>,
     ) -> Self {
+        let version = champion.version;
         Self {
             telemetry: Telemetry::off(),
             config: config.clone(),
@@ -221,14 +223,15 @@ impl ChampionGate {
         self
     }
 
-    /// Tests `challenger` (version `version`) against the champion: in mode `sim` at
-    /// once (a promoted challenger is then the champion); in mode `live` by offering
-    /// it to the actor (or, while another live test runs, after it).
+    /// Tests `challenger` against the champion: in mode `sim` at once (a promoted
+    /// challenger is then the champion); in mode `live` by offering it to the actor
+    /// (or, while another live test runs, after it).
     pub fn consider(
         &mut self,
-        (challenger, config, version): (Policy<Dispatch>, &PolicyConfig, u64),
+        challenger: Arc<PolicySnapshot>,
         device: &ResolvedDevice,
     ) -> anyhow::Result<GateChange> {
+        let version = challenger.version;
         if self.config.stage_regression && self.summary.promotions + self.summary.rollbacks == 0 {
             self.note(format!(
                 "stage_regression: version {version} promoted without a test (a staged gate failure)"
@@ -242,15 +245,11 @@ impl ChampionGate {
         if self.config.mode == PromotionMode::Live {
             return Ok(self.offer_live(challenger, version));
         }
-        let controller = |policy| Controller::Policy {
-            policy,
-            config,
-            device: &device.inference,
-            wrong_instruction: false,
-            execute_steps: 1,
-        };
         let run = run_promotion_test::<Dispatch>(
-            (&controller(&self.champion), &controller(&challenger)),
+            (
+                &self.champion.controller(&device.inference),
+                &challenger.controller(&device.inference),
+            ),
             &self.robot,
             &self.config.test(),
             self.next_seed,
@@ -283,7 +282,7 @@ impl ChampionGate {
 
     /// Mode `live`: starts the test of `challenger` on the robot, or queues it behind
     /// the test running (replacing an older queued version).
-    fn offer_live(&mut self, challenger: Policy<Dispatch>, version: u64) -> GateChange {
+    fn offer_live(&mut self, challenger: Arc<PolicySnapshot>, version: u64) -> GateChange {
         if let Some(running) = &self.live {
             self.note(format!(
                 "live promotion test of version {} running: version {version} is tested after it",
@@ -308,9 +307,9 @@ impl ChampionGate {
         }
     }
 
-    /// The challenger under test on the robot (mode `live`) and its version.
-    pub fn challenger(&self) -> Option<(&Policy<Dispatch>, u64)> {
-        self.live.as_ref().map(|l| (&l.challenger, l.version))
+    /// The challenger under test on the robot (mode `live`).
+    pub fn challenger(&self) -> Option<&Arc<PolicySnapshot>> {
+        self.live.as_ref().map(|l| &l.challenger)
     }
 
     /// Mode `live`: an episode of the challenger under test (`by_challenger`) or of
@@ -370,7 +369,7 @@ impl ChampionGate {
     /// (the one replaced, or, if that one was still being watched, the one it would
     /// have rolled back to) is kept with its live record until the watch over the new
     /// one is over.
-    fn promote(&mut self, challenger: Policy<Dispatch>, version: u64) {
+    fn promote(&mut self, challenger: Arc<PolicySnapshot>, version: u64) {
         self.summary.promotions += 1;
         let replaced = (
             std::mem::replace(&mut self.champion, challenger),
@@ -541,9 +540,9 @@ impl ChampionGate {
         self.telemetry.offer(TelemetryEvent::Note(line));
     }
 
-    /// The champion and its version.
-    pub fn champion(&self) -> (&Policy<Dispatch>, u64) {
-        (&self.champion, self.summary.champion_version)
+    /// The champion (its version is the snapshot's).
+    pub fn champion(&self) -> &Arc<PolicySnapshot> {
+        &self.champion
     }
 
     /// What the gate did so far.

@@ -6,6 +6,8 @@
 //! schedule and at shutdown. The fleet's learner (`engine::fleet::learner`) starts as
 //! this one does ([`prepare`]) and learns the same way.
 
+use std::path::Path;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -15,15 +17,19 @@ use burn::Dispatch;
 pub use super::daemon_config::{DaemonConfig, DaemonOptions, DaemonReport};
 pub use super::run_start::{champion_checkpoint, policy_checkpoint};
 
+use crate::act::lerobot_driver::LeRobotDriver;
 use crate::device::ResolvedDevice;
-use crate::engine::actor_feed::{ActorFeed, ChampionCheckpoint, DaemonFeed};
+use crate::engine::actor_feed::{ActorFeed, ChampionCheckpoint};
 use crate::engine::champion::{ChampionGate, PromotionMode, PromotionSummary};
 use crate::engine::learner_loop::{Checkpointing, LearnerLoop, LoopLearner, enough_fresh};
-use crate::engine::lerobot_daemon::{LeRobotFeed, check_lerobot_settings, prepare_lerobot};
+use crate::engine::lerobot_daemon::{check_lerobot_settings, prepare_lerobot};
 use crate::engine::run_start::{Prepared, open_run, prepare, prepare_opened, starts_from_lerobot};
-use crate::engine::{ActorStart, ControlReport, Recording, SnapshotMailbox, run_control_loop};
-use crate::learn::finetune::Learner;
-use crate::store::checkpoint::load_policy;
+use crate::engine::{
+    ActorStart, ControlReport, PolicySnapshot, Recording, SnapshotMailbox, SnapshotPolicy,
+    run_control_loop,
+};
+use crate::store::checkpoint::{load_policy, read_lerobot_meta};
+use crate::store::lerobot_policy::load_lerobot_policy;
 
 /// When a daemon's run ends: a signal (`stop`), its duration, or its learning steps
 /// done.
@@ -72,34 +78,33 @@ pub fn run_daemon(
         check_lerobot_settings(config)?;
     }
     let run = open_run(config, options)?;
-    let mailbox = actor_mailbox(config);
     if run.is_lerobot() {
         check_lerobot_settings(config)?;
         let prepared = prepare_lerobot(run, config, options, device)?;
-        let feed = LeRobotFeed::new(&mailbox);
-        return drive((config, options, device), stop, prepared, (&mailbox, feed));
+        return drive((config, options, device), stop, prepared);
     }
     let prepared = prepare_opened(run, config, options, device)?;
-    let champion = ChampionCheckpoint {
-        dir: champion_checkpoint(&prepared.checkpoint),
-        policy_config: prepared.learner.policy_config().clone(),
-        spec: config.spec(),
-    };
-    let gate = start_gate(config, options, &prepared.learner, &champion, device)?;
-    let feed = ActorFeed::new(gate, &mailbox, champion, device);
-    drive((config, options, device), stop, prepared, (&mailbox, feed))
+    drive((config, options, device), stop, prepared)
 }
 
-/// Runs the actor's control loop with `feed`'s first version, and on this thread the
-/// learner of `prepared` handing each new version to `feed` (which delivers to the
-/// actor's `mailbox`), until the run ends; the learner's weights (and the champion)
-/// are checkpointed whatever stopped it.
-fn drive<L: LoopLearner, F: DaemonFeed<L>>(
+/// Runs the actor's control loop with the promotion gate's champion (or, without a
+/// gate, the learner's first version), and on this thread the learner of `prepared`
+/// handing each new version to the actor through the gate ([`ActorFeed`]), until the
+/// run ends; the learner's weights and the champion are checkpointed whatever stopped
+/// it.
+fn drive<L: LoopLearner>(
     (config, options, device): (&DaemonConfig, &DaemonOptions, &ResolvedDevice),
     stop: &AtomicBool,
     prepared: Prepared<L>,
-    (mailbox, mut feed): (&SnapshotMailbox, F),
 ) -> anyhow::Result<DaemonReport> {
+    let mailbox = actor_mailbox(config);
+    let champion = ChampionCheckpoint {
+        dir: champion_checkpoint(&prepared.checkpoint),
+        spec: config.spec(),
+        learner_checkpoint: prepared.checkpoint.clone(),
+    };
+    let gate = start_gate(config, options, &prepared.learner, &champion, device)?;
+    let mut feed = ActorFeed::new(gate, &mailbox, champion, device);
     let Prepared {
         learner,
         replay,
@@ -134,7 +139,7 @@ fn drive<L: LoopLearner, F: DaemonFeed<L>>(
             telemetry: options.telemetry.clone(),
             purpose: "imago daemon",
         },
-        mailbox,
+        &mailbox,
         stop,
         || {
             learner_error = learning.run(|steps| !end.reached(steps), &mut feed).err();
@@ -182,10 +187,10 @@ fn drive<L: LoopLearner, F: DaemonFeed<L>>(
 /// it and a learner: its champion is the one `--resume` finds in `champion`'s
 /// directory, else the policy the learner starts from; written there at once, so that
 /// a restart never deploys an unproven version.
-pub(crate) fn start_gate(
+pub(crate) fn start_gate<L: LoopLearner>(
     config: &DaemonConfig,
     options: &DaemonOptions,
-    learner: &Learner,
+    learner: &L,
     champion: &ChampionCheckpoint,
     device: &ResolvedDevice,
 ) -> anyhow::Result<Option<ChampionGate>> {
@@ -193,21 +198,48 @@ pub(crate) fn start_gate(
     if !(config.promotion.enabled && config.learner.enabled) {
         return Ok(None);
     }
+    let learners = Arc::new(learner.snapshot()?);
     let acting = if options.resume && champion_dir.exists() {
-        let (policy, _, meta) = load_policy::<Dispatch>(
-            champion_dir,
-            Some(learner.policy_config()),
-            &device.training,
-        )
-        .with_context(|| format!("cannot resume the champion in {}", champion_dir.display()))?;
-        (policy, meta.version)
+        resumed_champion(champion_dir, &learners, config, device)
+            .with_context(|| format!("cannot resume the champion in {}", champion_dir.display()))?
     } else {
-        (learner.policy(), learner.version())
+        learners
     };
     let gate = ChampionGate::new(&config.promotion, &config.actor.robot, acting)
         .with_telemetry(options.telemetry.clone());
     champion.save(&gate)?;
     Ok(Some(gate))
+}
+
+/// The champion checkpointed in `dir`, of the kind of the learner's version
+/// `learners` (an imago policy of its config, or a LeRobot policy bound to the robot),
+/// on the inference device.
+fn resumed_champion(
+    dir: &Path,
+    learners: &PolicySnapshot,
+    config: &DaemonConfig,
+    device: &ResolvedDevice,
+) -> anyhow::Result<Arc<PolicySnapshot>> {
+    let snapshot = match &learners.policy {
+        SnapshotPolicy::Imago {
+            config: policy_config,
+            ..
+        } => {
+            let (policy, _, meta) =
+                load_policy::<Dispatch>(dir, Some(policy_config), &device.inference)?;
+            PolicySnapshot::new(meta.version, policy, policy_config)
+        }
+        SnapshotPolicy::LeRobot(_) => {
+            let version = read_lerobot_meta(dir)?.version;
+            let policy = load_lerobot_policy::<Dispatch>(dir, &device.inference)?;
+            let robot = (&config.spec(), config.actor.robot.lerobot_units());
+            PolicySnapshot::lerobot(
+                version,
+                LeRobotDriver::new(policy, robot, &device.inference)?,
+            )
+        }
+    };
+    Ok(Arc::new(snapshot))
 }
 
 /// The same work as [`run_daemon`] with `max_learning_steps`, done in turns instead
@@ -234,7 +266,7 @@ pub fn run_in_turns(
         let turn = run_control_loop(
             ActorStart {
                 config: &config.actor,
-                initial: learner.snapshot()?,
+                initial: Arc::new(learner.snapshot()?),
                 device: &device.inference,
             },
             Recording {
@@ -285,8 +317,6 @@ pub fn run_in_turns(
 
 #[cfg(test)]
 mod tests {
-    use std::path::Path;
-
     use super::*;
 
     #[test]

@@ -3,13 +3,14 @@
 //! its own queues (`engine::lerobot_ticks`) and records every transition as for any
 //! policy; the learner fine-tunes it as `imago train --what finetune --init DIR` does
 //! ([`LeRobotLearner`]: world model, critic, each demonstration's own loss weighted)
-//! and every new version acts from the next episode on. Checkpoints are LeRobot
-//! directories that LeRobot's `from_pretrained` loads, carrying imago's signed meta
-//! (version, robot, the weights' checksum) beside LeRobot's files, so `--resume`
-//! continues them and a damaged one is refused.
+//! and every new version reaches the actor through the promotion gate as imago's do
+//! (the gate tests snapshots of either kind), acting from the next episode on.
+//! Checkpoints (the learner's and the champion's) are LeRobot directories that
+//! LeRobot's `from_pretrained` loads, carrying imago's signed meta (version, robot, the
+//! weights' checksum) beside LeRobot's files, so `--resume` continues them and a
+//! damaged one is refused.
 //!
-//! Not yet: the promotion gate (it tests imago's policies; a LeRobot run needs
-//! `[promotion] enabled = false`), real-time chunking, and a fleet's learner.
+//! Not yet: real-time chunking, and a fleet's learner.
 
 use std::path::{Path, PathBuf};
 
@@ -21,13 +22,11 @@ use imago_robots::{LeRobotUnits, RobotSpec};
 use crate::act::lerobot_driver::LeRobotDriver;
 use crate::act::rollout::RolloutConfig;
 use crate::device::ResolvedDevice;
-use crate::engine::actor_feed::DaemonFeed;
-use crate::engine::champion::PromotionSummary;
+use crate::engine::PolicySnapshot;
 use crate::engine::daemon_config::{DaemonConfig, DaemonOptions};
-use crate::engine::learner_loop::{LearnerListener, LoopLearner};
+use crate::engine::learner_loop::LoopLearner;
 use crate::engine::lerobot_ticks::check_chunking;
 use crate::engine::run_start::{OpenedRun, Prepared, initial_world_model, open_window};
-use crate::engine::{PolicySnapshot, SnapshotMailbox};
 use crate::learn::finetune::{
     FinetuneConfig, FinetuneMethod, LeRobotLearner, LearnReport, RoundLearner,
 };
@@ -54,12 +53,8 @@ pub(crate) struct LeRobotRun {
 /// the run directory is touched: each is one error naming the key and the way out.
 pub(crate) fn check_lerobot_settings(config: &DaemonConfig) -> anyhow::Result<()> {
     anyhow::ensure!(
-        !(config.learner.enabled && config.promotion.enabled),
-        "[promotion] enabled = true: the promotion gate tests imago's policies, and a LeRobot policy's new versions act as the learner makes them; set [promotion] enabled = false (or [learner] enabled = false to act and record only)"
-    );
-    anyhow::ensure!(
         !config.learner.publish_fresh_weights,
-        "[learner] publish_fresh_weights tests the promotion gate, which a LeRobot policy's run does not have; remove it"
+        "[learner] publish_fresh_weights replaces the policy by freshly initialised imago weights, which a LeRobot policy cannot take; remove it"
     );
     anyhow::ensure!(
         !(config.learner.enabled
@@ -189,47 +184,8 @@ impl LoopLearner for LeRobotRun {
     }
 
     fn replace_with_fresh_weights(&mut self, _device: &ResolvedDevice) -> anyhow::Result<()> {
-        anyhow::bail!("publish_fresh_weights tests the promotion gate; a LeRobot run has none")
-    }
-}
-
-/// A LeRobot run's feed: every new version goes to the actor at once (there is no
-/// promotion gate), acting from the next episode.
-pub(crate) struct LeRobotFeed<'a> {
-    mailbox: &'a SnapshotMailbox,
-}
-
-impl<'a> LeRobotFeed<'a> {
-    /// The feed of `mailbox`.
-    pub(crate) fn new(mailbox: &'a SnapshotMailbox) -> Self {
-        Self { mailbox }
-    }
-}
-
-impl LearnerListener<LeRobotRun> for LeRobotFeed<'_> {
-    fn recorded(&mut self, _episodes: &[Episode]) -> anyhow::Result<()> {
-        Ok(())
-    }
-
-    fn new_version(&mut self, learner: &LeRobotRun) -> anyhow::Result<()> {
-        self.mailbox.publish(learner.snapshot()?);
-        Ok(())
-    }
-}
-
-impl DaemonFeed<LeRobotRun> for LeRobotFeed<'_> {
-    fn initial(&self, learner: &LeRobotRun) -> anyhow::Result<PolicySnapshot> {
-        learner.snapshot()
-    }
-
-    fn save_champion(&self) -> anyhow::Result<()> {
-        Ok(())
-    }
-
-    fn summary(&self, learner: &LeRobotRun) -> PromotionSummary {
-        PromotionSummary {
-            champion_version: learner.version(),
-            ..PromotionSummary::default()
-        }
+        anyhow::bail!(
+            "publish_fresh_weights replaces the policy by fresh imago weights; a LeRobot policy cannot take them"
+        )
     }
 }

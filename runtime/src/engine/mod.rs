@@ -70,7 +70,7 @@ pub struct ActorStart<'a> {
     /// The actor's settings (its robot among them).
     pub config: &'a ActorConfig,
     /// The version acting first (every later version is of its kind and config).
-    pub initial: PolicySnapshot,
+    pub initial: std::sync::Arc<PolicySnapshot>,
     /// Where the policy runs.
     pub device: &'a burn::tensor::Device<Dispatch>,
 }
@@ -256,7 +256,7 @@ mod tests {
         let report = run_control_loop(
             ActorStart {
                 config: &config,
-                initial: snapshot(1),
+                initial: std::sync::Arc::new(snapshot(1)),
                 device: &device,
             },
             quiet_recording(dir.path()),
@@ -266,7 +266,7 @@ mod tests {
                 // A learner stand-in: two new versions, one second apart.
                 for version in [2, 3] {
                     std::thread::sleep(Duration::from_secs(1));
-                    mailbox.publish(snapshot(version));
+                    mailbox.publish(std::sync::Arc::new(snapshot(version)));
                 }
                 std::thread::sleep(Duration::from_secs(1));
                 stop.store(true, Ordering::Relaxed);
@@ -322,7 +322,7 @@ mod tests {
         let error = run_control_loop(
             ActorStart {
                 config: &config,
-                initial: snapshot,
+                initial: std::sync::Arc::new(snapshot),
                 device: &device,
             },
             quiet_recording(dir.path()),
@@ -362,7 +362,7 @@ mod tests {
         let error = run_control_loop(
             ActorStart {
                 config: &config,
-                initial: snapshot,
+                initial: std::sync::Arc::new(snapshot),
                 device: &device,
             },
             quiet_recording(dir.path()),

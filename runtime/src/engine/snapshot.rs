@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex, TryLockError};
 use burn::Dispatch;
 use imago_policies::{HostPolicy, Policy, PolicyConfig};
 
+use crate::act::evaluate::Controller;
 use crate::act::lerobot_driver::LeRobotDriver;
 
 /// A policy ready for inference, and the version it is.
@@ -52,6 +53,25 @@ impl PolicySnapshot {
         }
     }
 
+    /// The policy as an evaluation's controller (the promotion test's), on `device`
+    /// (the inference device it is on): an imago policy acting on the mean of its
+    /// chunks, re-planning every tick; a LeRobot policy through its own queues.
+    pub fn controller<'a>(
+        &'a self,
+        device: &'a burn::tensor::Device<Dispatch>,
+    ) -> Controller<'a, Dispatch> {
+        match &self.policy {
+            SnapshotPolicy::Imago { policy, config, .. } => Controller::Policy {
+                policy,
+                config,
+                device,
+                wrong_instruction: false,
+                execute_steps: 1,
+            },
+            SnapshotPolicy::LeRobot(driver) => Controller::LeRobot(driver),
+        }
+    }
+
     /// The LeRobot policy `driver` as version `version`.
     pub fn lerobot(version: u64, driver: LeRobotDriver<Dispatch>) -> Self {
         Self {
@@ -85,9 +105,9 @@ impl SnapshotMailbox {
     }
 
     /// Publishes `snapshot`, replacing any the actor has not taken yet.
-    pub fn publish(&self, snapshot: PolicySnapshot) {
+    pub fn publish(&self, snapshot: Arc<PolicySnapshot>) {
         let mut slot = self.slot.lock().unwrap_or_else(|p| p.into_inner());
-        *slot = Some(Arc::new(snapshot));
+        *slot = Some(snapshot);
     }
 
     /// The newest unread snapshot, if any; never blocks (a publication in progress
@@ -119,8 +139,8 @@ impl ChallengerSlot {
     }
 
     /// Offers `challenger` (replacing any other).
-    pub fn offer(&self, challenger: PolicySnapshot) {
-        *self.slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(challenger));
+    pub fn offer(&self, challenger: Arc<PolicySnapshot>) {
+        *self.slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(challenger);
     }
 
     /// The largest share of episodes the challenger acts in.

@@ -124,7 +124,7 @@ pub fn run_fleet_actor(
     let control = run_control_loop(
         ActorStart {
             config: &config.actor,
-            initial: PolicySnapshot::new(version, policy, &policy_config),
+            initial: std::sync::Arc::new(PolicySnapshot::new(version, policy, &policy_config)),
             device: &device.inference,
         },
         Recording {
@@ -140,7 +140,7 @@ pub fn run_fleet_actor(
             while !stop.load(Ordering::Relaxed) && !out_of_time() {
                 if let Some(newer) = newest_policy(&policies, version, device) {
                     version = newer.version;
-                    mailbox.publish(newer);
+                    mailbox.publish(std::sync::Arc::new(newer));
                 }
                 if learner_up.is_alive()
                     && let Err(error) = forwarder.pump(Duration::from_millis(500))

@@ -28,8 +28,9 @@ use crate::device::ResolvedDevice;
 use crate::engine::actor_feed::{ChampionCheckpoint, promotion_summary};
 use crate::engine::champion::{ChampionGate, PromotionMode, PromotionSummary};
 use crate::engine::daemon::{DaemonConfig, DaemonOptions, champion_checkpoint, start_gate};
-use crate::engine::learner_loop::{Checkpointing, LearnerListener, LearnerLoop};
+use crate::engine::learner_loop::{Checkpointing, LearnerListener, LearnerLoop, LoopLearner};
 use crate::engine::run_start::{prepare, starts_from_lerobot};
+use crate::engine::{PolicySnapshot, SnapshotPolicy};
 use crate::learn::finetune::Learner;
 use crate::store::replay::{Episode, EpisodeOrigin, ReplayWriter, Transition, read_replay};
 
@@ -94,8 +95,8 @@ pub fn run_fleet_learner(
     // With the promotion gate on, actors only ever receive champions.
     let champion = ChampionCheckpoint {
         dir: champion_checkpoint(&checkpoint),
-        policy_config: learner.policy_config().clone(),
         spec: spec.clone(),
+        learner_checkpoint: checkpoint.clone(),
     };
     let gate = start_gate(config, options, &learner, &champion, device)?;
     let mut feed = FleetFeed::open(&session, &keys, (gate, champion), &learner, device)?;
@@ -149,7 +150,7 @@ pub fn run_fleet_learner(
     let learner = learning.learner();
     report.learning_steps = learning.steps();
     report.final_policy_version = learner.version();
-    report.promotion = promotion_summary(feed.gate.as_ref(), learner);
+    report.promotion = promotion_summary(feed.gate.as_ref(), learner.version());
     report.seconds = started.elapsed().as_secs_f64();
     report.intake_transitions_per_second = report.transitions_stored as f64 / report.seconds;
     Ok(report)
@@ -317,10 +318,7 @@ impl<'a> FleetFeed<'a> {
         device: &'a ResolvedDevice,
     ) -> anyhow::Result<Self> {
         let acting = match &gate {
-            Some(gate) => {
-                let (policy, version) = gate.champion();
-                PolicyMessage::new(version, policy, &champion.policy_config)?
-            }
+            Some(gate) => policy_message(gate.champion())?,
             None => PolicyMessage::new(
                 learner.version(),
                 &learner.policy(),
@@ -362,8 +360,7 @@ impl<'a> FleetFeed<'a> {
         if let Err(error) = champion.save(gate) {
             eprintln!("warning: the champion's checkpoint failed: {error:#}");
         }
-        let (policy, version) = gate.champion();
-        PolicyMessage::new(version, policy, &champion.policy_config)
+        policy_message(gate.champion())
     }
 
     /// Sends `message` to every actor and keeps it for those that ask later.
@@ -397,7 +394,7 @@ impl LearnerListener<Learner> for FleetFeed<'_> {
                 learner.policy_config(),
             )?,
             Some(gate) => {
-                let challenger = (learner.policy(), learner.policy_config(), learner.version());
+                let challenger = Arc::new(learner.snapshot()?);
                 if !gate.consider(challenger, self.device)?.champion {
                     return Ok(());
                 }
@@ -437,6 +434,19 @@ fn fits(spec: &RobotSpec, upload: &EpisodeUpload) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// The message that sends the imago policy of `snapshot` to the actors (a fleet's
+/// learner trains imago's policies only: `run_fleet_learner` refuses a LeRobot one).
+fn policy_message(snapshot: &PolicySnapshot) -> anyhow::Result<PolicyMessage> {
+    match &snapshot.policy {
+        SnapshotPolicy::Imago { policy, config, .. } => {
+            PolicyMessage::new(snapshot.version, policy, config)
+        }
+        SnapshotPolicy::LeRobot(_) => {
+            anyhow::bail!("a fleet's actors take imago's policies, not a LeRobot policy")
+        }
+    }
 }
 
 #[cfg(test)]
