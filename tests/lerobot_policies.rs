@@ -341,7 +341,39 @@ fn lerobot_policies_fine_tune_and_imitate_on_pusht_into_lerobot_directories() {
         assert_learned(&source, &imitated, policy);
         evaluates(&imitated);
     }
+    // LoRA: the transformer's linear layers learn through adapters merged back into
+    // them; everything else (the action head among it) stays as it was.
     let act = fixture("act_policy");
+    let adapted = dir.path().join("act-lora");
+    train(&[
+        "--what",
+        "bc",
+        "--init",
+        path(&act),
+        "--out",
+        path(&adapted),
+        "--steps",
+        "2",
+        "--batch-size",
+        "4",
+        "--lora-rank",
+        "4",
+        "--learning-rate",
+        "1e-3",
+    ]);
+    let changed: Vec<String> = tensors(&act)
+        .into_iter()
+        .zip(tensors(&adapted))
+        .filter(|(before, after)| before.2 != after.2)
+        .map(|(before, _)| before.0)
+        .collect();
+    assert!(
+        changed.iter().any(|n| n.ends_with("linear1.weight"))
+            && changed.iter().any(|n| n.ends_with("in_proj_weight"))
+            && changed.iter().all(|n| n.contains("layers.")),
+        "{changed:?}"
+    );
+    evaluates(&adapted);
     let before = tensors(&act);
     let refused = |args: &[&str], needle: &str| {
         let mut all = vec!["--device", "cpu", "train", "--replay", path(&replay)];
@@ -387,12 +419,38 @@ fn lerobot_policies_fine_tune_and_imitate_on_pusht_into_lerobot_directories() {
         ],
         "leave --head out",
     );
+    refused(
+        &[
+            "--what",
+            "bc",
+            "--out",
+            path(&dir.path().join("lora")),
+            "--lora-rank",
+            "4",
+        ],
+        "adapts a LeRobot policy",
+    );
+    refused(
+        &[
+            "--what",
+            "bc",
+            "--init",
+            path(&act),
+            "--out",
+            path(&dir.path().join("lora")),
+            "--lora-rank",
+            "0",
+        ],
+        "--lora-rank",
+    );
     assert_eq!(
         tensors(&act),
         before,
         "a refused run leaves its input as it was"
     );
-    assert!(!dir.path().join("flow").exists() && !dir.path().join("head").exists());
+    for refused in ["flow", "head", "lora"] {
+        assert!(!dir.path().join(refused).exists(), "{refused}");
+    }
 }
 
 /// `trained` holds `source`'s tensors under the same names and shapes, some of them

@@ -33,6 +33,7 @@ pub mod lerobot;
 mod lerobot_fixtures;
 pub mod linear;
 pub mod log_density;
+pub mod lora;
 pub mod loss;
 pub mod model;
 pub mod normalizer;

@@ -14,6 +14,10 @@ use burn::prelude::*;
 use burn::tensor::activation::softmax;
 use imago_robots::bounds::{ConfigError, in_range};
 
+use crate::lora::{
+    LoraAdapter, LoraConfig, adapted_forward, adapter_of, merge_into, merged_weight,
+};
+
 /// The attention's sizes.
 #[derive(Config, Debug)]
 pub struct PackedAttentionConfig {
@@ -58,6 +62,7 @@ impl PackedAttentionConfig {
                     fan_out_only: false,
                 })
                 .init(device),
+            lora: None,
             n_heads: self.n_heads,
         })
     }
@@ -73,7 +78,18 @@ pub struct PackedAttention<B: Backend> {
     pub in_proj_bias: Param<Tensor<B, 1>>,
     /// The output projection.
     pub out_proj: Linear<B>,
+    /// LoRA adapters of both projections, while fine-tuning with them.
+    pub lora: Option<AttentionLora<B>>,
     n_heads: usize,
+}
+
+/// LoRA adapters of an attention's projections.
+#[derive(Module, Debug)]
+pub struct AttentionLora<B: Backend> {
+    /// Of the packed query, key and value projection (burn's layout `[d, 3 d]`).
+    pub in_proj: LoraAdapter<B>,
+    /// Of the output projection.
+    pub out_proj: LoraAdapter<B>,
 }
 
 impl<B: Backend> PackedAttention<B> {
@@ -90,7 +106,10 @@ impl<B: Backend> PackedAttention<B> {
         let [batch, queries, d] = query.dims();
         let keys = key.dims()[1];
         let (heads, d_head) = (self.n_heads, d / self.n_heads);
-        let weight = self.in_proj_weight.val();
+        let weight = match &self.lora {
+            Some(lora) => self.in_proj_weight.val() + lora.in_proj.delta().transpose(),
+            None => self.in_proj_weight.val(),
+        };
         let bias = self.in_proj_bias.val();
         let project = |x: Tensor<B, 3>, part: usize, tokens: usize| {
             let w = weight.clone().narrow(0, part * d, d).transpose();
@@ -113,7 +132,36 @@ impl<B: Backend> PackedAttention<B> {
             .matmul(v)
             .swap_dims(1, 2)
             .reshape([batch, queries, d]);
-        self.out_proj.forward(context)
+        adapted_forward(
+            &self.out_proj,
+            self.lora.as_ref().map(|l| &l.out_proj),
+            context,
+        )
+    }
+
+    /// The attention with fresh adapters of both projections (see [`crate::lora`]).
+    pub fn with_lora(self, config: &LoraConfig, device: &B::Device) -> Self {
+        let [three_d, d] = self.in_proj_weight.dims();
+        Self {
+            lora: Some(AttentionLora {
+                in_proj: LoraAdapter::new([d, three_d], config, device),
+                out_proj: adapter_of(&self.out_proj, config, device),
+            }),
+            ..self
+        }
+    }
+
+    /// The adapters folded into the projections' weights.
+    pub fn merged(self) -> Self {
+        let Some(lora) = self.lora else {
+            return self;
+        };
+        Self {
+            in_proj_weight: merged_weight(self.in_proj_weight, lora.in_proj.delta().transpose()),
+            out_proj: merge_into(self.out_proj, Some(lora.out_proj)),
+            lora: None,
+            ..self
+        }
     }
 }
 

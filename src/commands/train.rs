@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 
 use clap::{Args, ValueEnum};
+use imago_policies::lora::LoraConfig;
 use imago_policies::{ActionHeadKind, Architecture};
 use imago_runtime::device::{DeviceSpec, resolve};
 use imago_runtime::jobs::finetune::finetune_offline;
@@ -99,6 +100,11 @@ pub struct TrainArgs {
     /// Fine-tuning: also write what the run did as JSON here.
     #[arg(long)]
     report: Option<PathBuf>,
+    /// A LeRobot policy (--init DIR) trained through LoRA adapters of this rank, in
+    /// [1, 256], on its transformer's (ACT) or U-Net's (Diffusion) linear layers, at
+    /// alpha = 2 x rank, every other weight frozen [default: every weight learns].
+    #[arg(long)]
+    lora_rank: Option<usize>,
     /// Seed.
     #[arg(long, default_value_t = 0)]
     seed: u64,
@@ -141,7 +147,7 @@ impl TrainArgs {
     /// error naming the flag and the trainers it applies to.
     fn check_flags_apply(&self) -> anyhow::Result<()> {
         use TrainTarget::{Bc, Finetune, Worldmodel};
-        let given: [(&str, bool, &[TrainTarget]); 11] = [
+        let given: [(&str, bool, &[TrainTarget]); 12] = [
             ("--family", self.family.is_some(), &[Worldmodel]),
             ("--horizon", self.horizon.is_some(), &[Worldmodel]),
             ("--supervision", self.supervision.is_some(), &[Worldmodel]),
@@ -153,6 +159,7 @@ impl TrainArgs {
             ("--rounds", self.rounds.is_some(), &[Finetune]),
             ("--config", self.config.is_some(), &[Finetune]),
             ("--report", self.report.is_some(), &[Finetune]),
+            ("--lora-rank", self.lora_rank.is_some(), &[Bc, Finetune]),
         ];
         for (flag, is_given, applies_to) in given {
             if is_given && !applies_to.contains(&self.what) {
@@ -182,6 +189,14 @@ pub fn run(args: TrainArgs, device: DeviceSpec) -> anyhow::Result<()> {
     }
     if let Some(rounds) = args.rounds {
         flag_in_range("--rounds", rounds, 1..=10_000)?;
+    }
+    if let Some(rank) = args.lora_rank {
+        flag_in_range("--lora-rank", rank, 1..=256)?;
+        let lerobot = args.init.as_deref().is_some_and(names_lerobot_policy);
+        anyhow::ensure!(
+            lerobot,
+            "--lora-rank adapts a LeRobot policy (--init DIR, a LeRobot ACT or Diffusion Policy directory); imago's own policies train whole"
+        );
     }
     if let Some(horizon) = args.horizon {
         flag_in_range("--horizon", horizon, 1..=MAX_HORIZON)?;
@@ -303,6 +318,14 @@ fn train_world_model(
     Ok(())
 }
 
+/// `--lora-rank R`'s adapters: rank `R` at alpha `2 R`.
+fn lora_of_rank(rank: usize) -> LoraConfig {
+    LoraConfig {
+        rank,
+        alpha: 2.0 * rank as f64,
+    }
+}
+
 /// `--what bc --init DIR` of a LeRobot policy directory.
 fn train_lerobot_bc(
     args: &TrainArgs,
@@ -331,6 +354,7 @@ fn train_lerobot_bc(
             batch_size: args.batch_size.unwrap_or(defaults.batch_size),
             learning_rate: args.learning_rate,
             seed: args.seed,
+            lora: args.lora_rank.map(lora_of_rank),
         },
         device,
         telemetry,
@@ -378,6 +402,7 @@ fn train_finetune(
     settings.rounds = args.rounds.unwrap_or(settings.rounds);
     settings.policy_steps = args.steps.unwrap_or(settings.policy_steps);
     settings.batch_size = args.batch_size.unwrap_or(settings.batch_size);
+    settings.lora = args.lora_rank.map(lora_of_rank).or(settings.lora);
     // `--learning-rate` sets the rate of the policy being fine-tuned, whichever it is.
     if lerobot {
         settings.lerobot_learning_rate = args.learning_rate.or(settings.lerobot_learning_rate);

@@ -12,6 +12,7 @@ use burn::tensor::activation::{gelu, relu};
 use imago_robots::bounds::{ConfigError, in_range};
 use serde::{Deserialize, Serialize};
 
+use crate::lora::{LoraConfig, PairLora, adapted_forward};
 use crate::packed_attention::{PackedAttention, PackedAttentionConfig};
 
 /// The feed-forward block's nonlinearity (LeRobot's `feedforward_activation`; its
@@ -71,6 +72,7 @@ impl ActLayerConfig {
             linear2: LinearConfig::new(self.dim_feedforward, self.dim_model).init(device),
             norm1: self.norm(device),
             norm2: self.norm(device),
+            lora: None,
             activation: self.feedforward_activation,
             pre_norm: self.pre_norm,
         })
@@ -91,6 +93,7 @@ impl ActLayerConfig {
             norm1: self.norm(device),
             norm2: self.norm(device),
             norm3: self.norm(device),
+            lora: None,
             activation: self.feedforward_activation,
             pre_norm: self.pre_norm,
         })
@@ -105,18 +108,20 @@ fn with_position<B: Backend>(x: Tensor<B, 3>, pos: Option<&Tensor<B, 3>>) -> Ten
     }
 }
 
-/// The feed-forward block `linear2(activation(linear1(x)))`.
+/// The feed-forward block `linear2(activation(linear1(x)))`, each layer with its
+/// adapter when there is one.
 fn feed_forward<B: Backend>(
     (linear1, linear2): (&Linear<B>, &Linear<B>),
+    lora: Option<&PairLora<B>>,
     activation: FeedForwardActivation,
     x: Tensor<B, 3>,
 ) -> Tensor<B, 3> {
-    let hidden = linear1.forward(x);
+    let hidden = adapted_forward(linear1, lora.map(|l| &l.first), x);
     let hidden = match activation {
         FeedForwardActivation::Relu => relu(hidden),
         FeedForwardActivation::Gelu => gelu(hidden),
     };
-    linear2.forward(hidden)
+    adapted_forward(linear2, lora.map(|l| &l.second), hidden)
 }
 
 /// LeRobot's `ACTEncoderLayer`: self-attention, then the feed-forward block.
@@ -132,6 +137,8 @@ pub struct ActEncoderLayer<B: Backend> {
     pub norm1: LayerNorm<B>,
     /// Norm of the feed-forward block.
     pub norm2: LayerNorm<B>,
+    /// LoRA adapters of the feed-forward block, while fine-tuning with them.
+    pub lora: Option<PairLora<B>>,
     #[module(skip)]
     activation: FeedForwardActivation,
     pre_norm: bool,
@@ -161,7 +168,13 @@ impl<B: Backend> ActEncoderLayer<B> {
             let x = self.norm1.forward(x);
             (x.clone(), x)
         };
-        let x = skip + feed_forward((&self.linear1, &self.linear2), self.activation, x);
+        let x = skip
+            + feed_forward(
+                (&self.linear1, &self.linear2),
+                self.lora.as_ref(),
+                self.activation,
+                x,
+            );
         if self.pre_norm {
             x
         } else {
@@ -188,6 +201,8 @@ pub struct ActDecoderLayer<B: Backend> {
     pub norm2: LayerNorm<B>,
     /// Norm of the feed-forward block.
     pub norm3: LayerNorm<B>,
+    /// LoRA adapters of the feed-forward block, while fine-tuning with them.
+    pub lora: Option<PairLora<B>>,
     #[module(skip)]
     activation: FeedForwardActivation,
     pre_norm: bool,
@@ -231,11 +246,67 @@ impl<B: Backend> ActDecoderLayer<B> {
             let x = norm(&self.norm2, x);
             (x.clone(), x)
         };
-        let x = skip + feed_forward((&self.linear1, &self.linear2), self.activation, x);
+        let x = skip
+            + feed_forward(
+                (&self.linear1, &self.linear2),
+                self.lora.as_ref(),
+                self.activation,
+                x,
+            );
         if self.pre_norm {
             x
         } else {
             norm(&self.norm3, x)
+        }
+    }
+}
+
+impl<B: Backend> ActEncoderLayer<B> {
+    /// The layer with fresh LoRA adapters of its attention and feed-forward block.
+    pub fn with_lora(self, config: &LoraConfig, device: &B::Device) -> Self {
+        let lora = PairLora::new((&self.linear1, &self.linear2), config, device);
+        Self {
+            self_attn: self.self_attn.with_lora(config, device),
+            lora: Some(lora),
+            ..self
+        }
+    }
+
+    /// The adapters folded into the weights they adapt.
+    pub fn merged(self) -> Self {
+        let (linear1, linear2) = PairLora::merge((self.linear1, self.linear2), self.lora);
+        Self {
+            self_attn: self.self_attn.merged(),
+            linear1,
+            linear2,
+            lora: None,
+            ..self
+        }
+    }
+}
+
+impl<B: Backend> ActDecoderLayer<B> {
+    /// The layer with fresh LoRA adapters of its attentions and feed-forward block.
+    pub fn with_lora(self, config: &LoraConfig, device: &B::Device) -> Self {
+        let lora = PairLora::new((&self.linear1, &self.linear2), config, device);
+        Self {
+            self_attn: self.self_attn.with_lora(config, device),
+            multihead_attn: self.multihead_attn.with_lora(config, device),
+            lora: Some(lora),
+            ..self
+        }
+    }
+
+    /// The adapters folded into the weights they adapt.
+    pub fn merged(self) -> Self {
+        let (linear1, linear2) = PairLora::merge((self.linear1, self.linear2), self.lora);
+        Self {
+            self_attn: self.self_attn.merged(),
+            multihead_attn: self.multihead_attn.merged(),
+            linear1,
+            linear2,
+            lora: None,
+            ..self
         }
     }
 }

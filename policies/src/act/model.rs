@@ -16,6 +16,7 @@ use super::config::ActPolicyConfig;
 use super::layers::{ActDecoderLayer, ActEncoderLayer};
 use super::positions::{sinusoidal_positions_1d, sinusoidal_positions_2d};
 use crate::lerobot::TickObservation;
+use crate::lora::LoraConfig;
 use crate::resnet::{ResNet18, ResNet18Config, ResNetNorm};
 
 /// LeRobot's `ACTEncoder`: layers, then a norm under pre-norm.
@@ -274,5 +275,73 @@ impl<B: Backend> ActModel<B> {
             );
         }
         self.action_head.forward(self.decoder.norm.forward(x))
+    }
+}
+
+impl<B: Backend> ActModel<B> {
+    /// LoRA fine-tuning: every weight frozen, and fresh adapters on the transformer's
+    /// linear layers (the encoder's, the decoder's and, in training, the VAE
+    /// encoder's attention projections and feed-forward blocks), which alone learn.
+    pub fn with_lora(self, config: &LoraConfig, device: &B::Device) -> Self {
+        let frozen = self.no_grad();
+        let adapt = |layers: Vec<ActEncoderLayer<B>>| -> Vec<ActEncoderLayer<B>> {
+            layers
+                .into_iter()
+                .map(|l| l.with_lora(config, device))
+                .collect()
+        };
+        Self {
+            vae: frozen.vae.map(|vae| ActVaeEncoder {
+                vae_encoder: ActEncoder {
+                    layers: adapt(vae.vae_encoder.layers),
+                    ..vae.vae_encoder
+                },
+                ..vae
+            }),
+            encoder: ActEncoder {
+                layers: adapt(frozen.encoder.layers),
+                ..frozen.encoder
+            },
+            decoder: ActDecoder {
+                layers: frozen
+                    .decoder
+                    .layers
+                    .into_iter()
+                    .map(|l| l.with_lora(config, device))
+                    .collect(),
+                ..frozen.decoder
+            },
+            ..frozen
+        }
+    }
+
+    /// The adapters folded into the weights they adapt (which stay frozen).
+    pub fn merged(self) -> Self {
+        let merge = |layers: Vec<ActEncoderLayer<B>>| -> Vec<ActEncoderLayer<B>> {
+            layers.into_iter().map(ActEncoderLayer::merged).collect()
+        };
+        Self {
+            vae: self.vae.map(|vae| ActVaeEncoder {
+                vae_encoder: ActEncoder {
+                    layers: merge(vae.vae_encoder.layers),
+                    ..vae.vae_encoder
+                },
+                ..vae
+            }),
+            encoder: ActEncoder {
+                layers: merge(self.encoder.layers),
+                ..self.encoder
+            },
+            decoder: ActDecoder {
+                layers: self
+                    .decoder
+                    .layers
+                    .into_iter()
+                    .map(ActDecoderLayer::merged)
+                    .collect(),
+                ..self.decoder
+            },
+            ..self
+        }
     }
 }

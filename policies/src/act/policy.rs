@@ -16,6 +16,7 @@ use super::model::ActModel;
 use super::temporal_ensemble::TemporalEnsembler;
 use crate::lerobot::features::ACTION_KEY;
 use crate::lerobot::{PolicyProcessors, TickObservation};
+use crate::lora::LoraConfig;
 
 /// A batch of demonstrations in the robot's units: the observation and the `chunk_size`
 /// actions from it on, with which of them are padding past the episode's end.
@@ -77,6 +78,22 @@ impl<B: AutodiffBackend> ActPolicy<B> {
 }
 
 impl<B: Backend> ActPolicy<B> {
+    /// The policy set for LoRA fine-tuning ([`ActModel::with_lora`]).
+    pub fn with_lora(self, config: &LoraConfig, device: &B::Device) -> Self {
+        Self {
+            model: self.model.with_lora(config, device),
+            ..self
+        }
+    }
+
+    /// The policy with its adapters folded into its weights.
+    pub fn merged(self) -> Self {
+        Self {
+            model: self.model.merged(),
+            ..self
+        }
+    }
+
     /// The policy of `model`, built from `config`, scaled by LeRobot's `processors`.
     pub fn new(model: ActModel<B>, config: ActPolicyConfig, processors: PolicyProcessors) -> Self {
         Self {

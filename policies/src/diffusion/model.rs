@@ -8,6 +8,7 @@ use burn::prelude::*;
 use imago_robots::bounds::ConfigError;
 
 use crate::lerobot::TickObservation;
+use crate::lora::LoraConfig;
 
 use super::config::DiffusionPolicyConfig;
 use super::loss::noise_prediction_losses;
@@ -236,5 +237,25 @@ impl<B: Backend> DiffusionModel<B> {
             Some(cond),
             pad,
         )
+    }
+}
+
+impl<B: Backend> DiffusionModel<B> {
+    /// LoRA fine-tuning: every weight frozen (the image encoders too), and fresh
+    /// adapters on the U-Net's linear layers ([`DiffusionUnet::with_lora`]).
+    pub fn with_lora(self, config: &LoraConfig, device: &B::Device) -> Self {
+        let frozen = self.no_grad();
+        Self {
+            unet: frozen.unet.with_lora(config, device),
+            ..frozen
+        }
+    }
+
+    /// The adapters folded into the weights they adapt.
+    pub fn merged(self) -> Self {
+        Self {
+            unet: self.unet.merged(),
+            ..self
+        }
     }
 }

@@ -19,6 +19,7 @@ use super::sampling::ChunkNoise;
 use super::scheduler::SamplerKind;
 use crate::lerobot::features::{ACTION_KEY, ENV_STATE_KEY, STATE_KEY};
 use crate::lerobot::{PolicyProcessors, TickObservation};
+use crate::lora::LoraConfig;
 
 /// A batch of demonstrations in the robot's units, as LeRobot's training reads it:
 /// `history` of `n_obs_steps` raw observations (`ObservationHistory`'s shapes, not yet
@@ -76,6 +77,22 @@ impl<B: AutodiffBackend> DiffusionPolicy<B> {
 }
 
 impl<B: Backend> DiffusionPolicy<B> {
+    /// The policy set for LoRA fine-tuning ([`DiffusionModel::with_lora`]).
+    pub fn with_lora(self, config: &LoraConfig, device: &B::Device) -> Self {
+        Self {
+            model: self.model.with_lora(config, device),
+            ..self
+        }
+    }
+
+    /// The policy with its adapters folded into its weights.
+    pub fn merged(self) -> Self {
+        Self {
+            model: self.model.merged(),
+            ..self
+        }
+    }
+
     /// The policy of `model`, built from `config`, scaled by LeRobot's `processors`.
     pub fn new(
         model: DiffusionModel<B>,

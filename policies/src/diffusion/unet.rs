@@ -6,6 +6,7 @@
 //! LeRobot's decoder stages all upsample (its `is_last` test never holds there), so
 //! the number of upsamplings equals the number of downsamplings; kept as is.
 
+use crate::lora::{LoraAdapter, LoraConfig, PairLora, adapted_forward, adapter_of, merge_into};
 use crate::temporal_conv::conv1d_as_matmul;
 use burn::nn::conv::{Conv1d, Conv1dConfig, ConvTranspose1d, ConvTranspose1dConfig};
 use burn::nn::{GroupNorm, GroupNormConfig, Linear, LinearConfig, PaddingConfig1d};
@@ -152,6 +153,7 @@ impl DiffusionUnetConfig {
             diffusion_step_encoder: StepEncoder {
                 linear1: LinearConfig::new(step, step * 4).init(device),
                 linear2: LinearConfig::new(step * 4, step).init(device),
+                lora: None,
                 dim: step,
             },
             down_modules,
@@ -203,6 +205,8 @@ pub struct ResidualBlock<B: Backend> {
     pub conv2: Conv1dBlock<B>,
     /// 1x1 convolution of the shortcut where the width changes.
     pub residual_conv: Option<Conv1d<B>>,
+    /// A LoRA adapter of `cond_encoder`, while fine-tuning with one.
+    pub cond_lora: Option<LoraAdapter<B>>,
     out_channels: usize,
     scale: bool,
 }
@@ -225,6 +229,7 @@ impl<B: Backend> ResidualBlock<B> {
             conv2: Conv1dBlock::new(config, (output, output), device),
             residual_conv: (input != output)
                 .then(|| Conv1dConfig::new(input, output, 1).init(device)),
+            cond_lora: None,
             out_channels: output,
             scale: config.use_film_scale_modulation,
         }
@@ -232,7 +237,8 @@ impl<B: Backend> ResidualBlock<B> {
 
     fn forward(&self, x: Tensor<B, 3>, cond: Tensor<B, 2>) -> Tensor<B, 3> {
         let out = self.conv1.forward(x.clone());
-        let film = self.cond_encoder.forward(mish(cond)).unsqueeze_dim::<3>(2);
+        let film = adapted_forward(&self.cond_encoder, self.cond_lora.as_ref(), mish(cond))
+            .unsqueeze_dim::<3>(2);
         let out = if self.scale {
             let c = self.out_channels;
             film.clone().narrow(1, 0, c) * out + film.narrow(1, c, c)
@@ -245,6 +251,21 @@ impl<B: Backend> ResidualBlock<B> {
             None => x,
         };
         out + shortcut
+    }
+
+    fn with_lora(self, config: &LoraConfig, device: &B::Device) -> Self {
+        Self {
+            cond_lora: Some(adapter_of(&self.cond_encoder, config, device)),
+            ..self
+        }
+    }
+
+    fn merged(self) -> Self {
+        Self {
+            cond_encoder: merge_into(self.cond_encoder, self.cond_lora),
+            cond_lora: None,
+            ..self
+        }
     }
 }
 
@@ -279,6 +300,8 @@ pub struct StepEncoder<B: Backend> {
     pub linear1: Linear<B>,
     /// Second layer.
     pub linear2: Linear<B>,
+    /// LoRA adapters of both layers, while fine-tuning with them.
+    pub lora: Option<PairLora<B>>,
     dim: usize,
 }
 
@@ -296,7 +319,9 @@ impl<B: Backend> StepEncoder<B> {
         }
         let embedded =
             Tensor::from_data(TensorData::new(table, [timesteps.len(), self.dim]), device);
-        self.linear2.forward(mish(self.linear1.forward(embedded)))
+        let lora = self.lora.as_ref();
+        let hidden = adapted_forward(&self.linear1, lora.map(|l| &l.first), embedded);
+        adapted_forward(&self.linear2, lora.map(|l| &l.second), mish(hidden))
     }
 }
 
@@ -356,6 +381,85 @@ impl<B: Backend> DiffusionUnet<B> {
         self.final_conv
             .forward(self.final_block.forward(x))
             .swap_dims(1, 2)
+    }
+}
+
+impl<B: Backend> DiffusionUnet<B> {
+    /// LoRA fine-tuning: every weight frozen, and fresh adapters on the U-Net's linear
+    /// layers (the diffusion step's embedding and every block's FiLM conditioning),
+    /// which alone learn; the convolutions stay as they are.
+    pub fn with_lora(self, config: &LoraConfig, device: &B::Device) -> Self {
+        let frozen = self.no_grad();
+        let block = |b: ResidualBlock<B>| b.with_lora(config, device);
+        let step = frozen.diffusion_step_encoder;
+        Self {
+            diffusion_step_encoder: StepEncoder {
+                lora: Some(PairLora::new(
+                    (&step.linear1, &step.linear2),
+                    config,
+                    device,
+                )),
+                ..step
+            },
+            down_modules: frozen
+                .down_modules
+                .into_iter()
+                .map(|s| DownStage {
+                    resnet: block(s.resnet),
+                    resnet2: block(s.resnet2),
+                    ..s
+                })
+                .collect(),
+            mid_modules: frozen.mid_modules.into_iter().map(block).collect(),
+            up_modules: frozen
+                .up_modules
+                .into_iter()
+                .map(|s| UpStage {
+                    resnet: block(s.resnet),
+                    resnet2: block(s.resnet2),
+                    ..s
+                })
+                .collect(),
+            ..frozen
+        }
+    }
+
+    /// The adapters folded into the weights they adapt (which stay frozen).
+    pub fn merged(self) -> Self {
+        let step = self.diffusion_step_encoder;
+        let (linear1, linear2) = PairLora::merge((step.linear1, step.linear2), step.lora);
+        Self {
+            diffusion_step_encoder: StepEncoder {
+                linear1,
+                linear2,
+                lora: None,
+                ..step
+            },
+            down_modules: self
+                .down_modules
+                .into_iter()
+                .map(|s| DownStage {
+                    resnet: s.resnet.merged(),
+                    resnet2: s.resnet2.merged(),
+                    ..s
+                })
+                .collect(),
+            mid_modules: self
+                .mid_modules
+                .into_iter()
+                .map(ResidualBlock::merged)
+                .collect(),
+            up_modules: self
+                .up_modules
+                .into_iter()
+                .map(|s| UpStage {
+                    resnet: s.resnet.merged(),
+                    resnet2: s.resnet2.merged(),
+                    ..s
+                })
+                .collect(),
+            ..self
+        }
     }
 }
 

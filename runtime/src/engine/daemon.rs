@@ -23,7 +23,9 @@ use crate::engine::actor_feed::{ActorFeed, ChampionCheckpoint};
 use crate::engine::champion::{ChampionGate, PromotionMode, PromotionSummary};
 use crate::engine::learner_loop::{Checkpointing, LearnerLoop, LoopLearner, enough_fresh};
 use crate::engine::lerobot_daemon::{check_lerobot_settings, prepare_lerobot};
-use crate::engine::run_start::{Prepared, open_run, prepare, prepare_opened, starts_from_lerobot};
+use crate::engine::run_start::{
+    Prepared, check_imago_settings, open_run, prepare, prepare_opened, starts_from_lerobot,
+};
 use crate::engine::{
     ActorStart, ControlReport, PolicySnapshot, Recording, SnapshotMailbox, SnapshotPolicy,
     run_control_loop,
@@ -76,6 +78,8 @@ pub fn run_daemon(
 ) -> anyhow::Result<DaemonReport> {
     if starts_from_lerobot(config, options) {
         check_lerobot_settings(config)?;
+    } else {
+        check_imago_settings(config)?;
     }
     let run = open_run(config, options)?;
     if run.is_lerobot() {

@@ -200,6 +200,16 @@ pub(crate) fn starts_from_lerobot(config: &DaemonConfig, options: &DaemonOptions
     }
 }
 
+/// Checks the settings only a LeRobot policy's run takes, for a run of imago's own
+/// policy: each is one error naming the key.
+pub(crate) fn check_imago_settings(config: &DaemonConfig) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        config.learner.finetune.lora.is_none(),
+        "[learner.finetune.lora]: LoRA adapts a LeRobot policy's transformer or U-Net; imago's own policies train whole (leave it out, or start from a LeRobot policy)"
+    );
+    Ok(())
+}
+
 /// Opens the run directory and loads or initialises imago's models (see
 /// [`prepare_opened`]): what a fleet's learner starts from.
 pub(crate) fn prepare(
@@ -224,6 +234,7 @@ pub(crate) fn prepare_opened(
         "{} is a LeRobot policy, which runs in `imago daemon` on one robot; a fleet's learner trains imago's policies",
         run.start_from.as_deref().unwrap_or(Path::new("")).display()
     );
+    check_imago_settings(config)?;
     let spec = config.spec();
     // A new policy is a VLA; one continued keeps its checkpoint's architecture.
     let expected = |architecture: Architecture| {

@@ -93,6 +93,11 @@ pub fn finetune_offline(
             .map_err(|e| anyhow::anyhow!("{}: {e:#}", init.display()))?;
         StartingPolicy::LeRobot(policy, binding, units)
     } else {
+        anyhow::ensure!(
+            config.lora.is_none(),
+            "lora: LoRA adapts a LeRobot policy's transformer or U-Net; {} is an imago checkpoint, whose policy trains whole (leave [lora] out)",
+            init.display()
+        );
         ensure_trained_for(init, &spec)?;
         let (policy, config, meta) = load_policy::<Dispatch>(init, None, &device.training)?;
         StartingPolicy::Imago(policy, config, meta.version)

@@ -19,6 +19,7 @@ use crate::store::lerobot_policy::{load_lerobot_policy, write_lerobot_policy};
 use crate::store::outputs::{OutputKind, OutputPath};
 use crate::store::replay::{ReplaySource, read_training_replay, transition_indices};
 use crate::telemetry::{Telemetry, TelemetryEvent};
+use imago_policies::lora::LoraConfig;
 
 /// How a LeRobot policy is trained by imitation.
 #[derive(Debug, Clone, PartialEq)]
@@ -31,6 +32,8 @@ pub struct LeRobotImitation {
     pub learning_rate: Option<f64>,
     /// Seed of batches and noise.
     pub seed: u64,
+    /// Train LoRA adapters only (see `update_lerobot_policy`); `None`: every weight.
+    pub lora: Option<LoraConfig>,
 }
 
 /// Trains the LeRobot policy of `init` on the replay at `replay` by imitation and
@@ -74,6 +77,7 @@ pub fn train_lerobot_offline(
         (&binding, &episodes),
         &draws,
         (imitation.steps, learning_rate),
+        imitation.lora.as_ref(),
         &mut StdRng::seed_from_u64(imitation.seed),
     )?;
     telemetry.send(TelemetryEvent::LossCurve {

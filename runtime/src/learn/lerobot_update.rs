@@ -7,6 +7,7 @@ use burn::Dispatch;
 use burn::optim::{AdamConfig, GradientsParams, Optimizer};
 use burn::prelude::*;
 use burn::tensor::Distribution;
+use imago_policies::lora::LoraConfig;
 use rand::RngExt;
 use rand::rngs::StdRng;
 
@@ -51,15 +52,22 @@ impl WeightedDraws<'_> {
 /// `steps` Adam steps at `learning_rate` (gradients clipped to norm 1, as for imago's
 /// policies) on the mean of each drawn demonstration's loss times its weight, the
 /// episodes read through `binding` (on the training device); the updated policy and
-/// every step's loss.
+/// every step's loss. With `lora`, only fresh LoRA adapters of the policy's
+/// transformer or U-Net linear layers learn (every other weight frozen; the
+/// optimiser keeps state for the adapters alone), folded into the weights at the end.
 pub fn update_lerobot_policy(
     policy: LeRobotPolicy<Dispatch>,
     (binding, episodes): (&LeRobotBinding<Dispatch>, &[Episode]),
     draws: &WeightedDraws<'_>,
     (steps, learning_rate): (usize, f64),
+    lora: Option<&LoraConfig>,
     rng: &mut StdRng,
 ) -> anyhow::Result<(LeRobotPolicy<Dispatch>, Vec<f32>)> {
     let device = binding.device().clone();
+    let policy = match lora {
+        Some(config) => policy.with_lora(config, &device),
+        None => policy,
+    };
     let adam = AdamConfig::new()
         .with_grad_clipping(Some(burn::grad_clipping::GradientClippingConfig::Norm(1.0)));
     let mut losses = Vec::with_capacity(steps);
@@ -125,5 +133,5 @@ pub fn update_lerobot_policy(
         }
     };
     bar.finish_and_clear();
-    Ok((policy, losses))
+    Ok((policy.merged(), losses))
 }

@@ -3,6 +3,7 @@
 use std::fmt;
 use std::str::FromStr;
 
+use imago_policies::lora::LoraConfig;
 use imago_policies::{AdvantageNormaliser, HabcGate};
 use imago_robots::bounds::{ConfigError, in_range};
 use imago_worldmodel::ImaginationConfig;
@@ -120,6 +121,11 @@ pub struct FinetuneConfig {
     /// `optimizer_lr` from its `config.json` (the rate LeRobot trained it at: 1e-4 for
     /// Diffusion Policy, 1e-5 for ACT by default). Range: [1e-9, 1].
     pub lerobot_learning_rate: Option<f64>,
+    /// A LeRobot policy fine-tuned through LoRA adapters of its transformer (ACT) or
+    /// U-Net (Diffusion) linear layers, every other weight frozen (`[lora]` with `rank`
+    /// and `alpha`; docs/lerobot-policies.md); unset, every weight learns. imago's own
+    /// policies train whole and refuse it.
+    pub lora: Option<LoraConfig>,
     /// AWR temperature: weights are `exp(A / beta)`. Range: [1e-6, 1e6].
     pub beta: f32,
     /// Largest AWR weight. Range: [1, 1e9].
@@ -200,6 +206,7 @@ impl Default for FinetuneConfig {
             batch_size: 32,
             learning_rate: 1e-3,
             lerobot_learning_rate: None,
+            lora: None,
             beta: 1.0,
             max_weight: 20.0,
             normaliser: AdvantageNormaliser::MeanStd,
@@ -304,6 +311,9 @@ impl FinetuneConfig {
         in_range("learning_rate", self.learning_rate, 1e-9..=1.0)?;
         if let Some(rate) = self.lerobot_learning_rate {
             in_range("lerobot_learning_rate", rate, 1e-9..=1.0)?;
+        }
+        if let Some(lora) = &self.lora {
+            lora.validate().map_err(|e| e.within("lora"))?;
         }
         in_range("beta", self.beta, 1e-6..=1e6)?;
         in_range("max_weight", self.max_weight, 1.0..=1e9)?;

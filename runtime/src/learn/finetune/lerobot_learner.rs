@@ -150,6 +150,7 @@ impl RoundLearner for LeRobotLearner {
             (&self.binding, episodes),
             &draws,
             (config.policy_steps, learning_rate),
+            config.lora.as_ref(),
             &mut self.models.rng,
         )?;
         self.policy = Some(policy);

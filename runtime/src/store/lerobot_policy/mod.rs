@@ -16,6 +16,7 @@ use burn::tensor::backend::AutodiffBackend;
 use imago_policies::act::{ActPolicy, ActPolicyConfig};
 use imago_policies::diffusion::{DiffusionPolicy, DiffusionPolicyConfig};
 use imago_policies::lerobot::PolicyFeatures;
+use imago_policies::lora::LoraConfig;
 
 pub use processors::read_processors;
 pub use weights::load_lerobot_weights;
@@ -51,6 +52,25 @@ impl<B: Backend> LeRobotPolicy<B> {
         match self {
             Self::Diffusion(p) => (&p.config.input_features, &p.config.output_features),
             Self::Act(p) => (&p.config.input_features, &p.config.output_features),
+        }
+    }
+}
+
+impl<B: Backend> LeRobotPolicy<B> {
+    /// The policy set for LoRA fine-tuning: every weight frozen, fresh adapters on its
+    /// transformer's (ACT) or U-Net's (Diffusion) linear layers.
+    pub fn with_lora(self, config: &LoraConfig, device: &B::Device) -> Self {
+        match self {
+            Self::Diffusion(p) => Self::Diffusion(p.with_lora(config, device)),
+            Self::Act(p) => Self::Act(p.with_lora(config, device)),
+        }
+    }
+
+    /// The policy with any adapters folded into its weights.
+    pub fn merged(self) -> Self {
+        match self {
+            Self::Diffusion(p) => Self::Diffusion(p.merged()),
+            Self::Act(p) => Self::Act(p.merged()),
         }
     }
 }

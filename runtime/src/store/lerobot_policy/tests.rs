@@ -442,6 +442,96 @@ fn default_size_lerobot_policies_match_lerobots() {
     act_loss_matches_lerobot(dir);
 }
 
+/// The fixture's Diffusion training loss of `policy` (its recorded batch, noise and
+/// timesteps; padded actions masked), on `device`.
+fn diffusion_fixture_loss(
+    policy: &DiffusionPolicy<B>,
+    f: &Fixture,
+    device: &DispatchDevice,
+) -> Tensor<B, 1> {
+    let l = &f.loss;
+    let horizon = l.action_is_pad[0].len();
+    let on = |a: &Array| {
+        Tensor::<B, 3>::from_data(TensorData::new(a.values.clone(), a.shape.clone()), device)
+    };
+    let batch = DemonstrationBatch {
+        history: ObservationHistory {
+            state: on(&l.state),
+            images: vec![Tensor::from_data(
+                TensorData::new(l.image.values.clone(), l.image.shape.clone()),
+                device,
+            )],
+            env_state: None,
+        },
+        actions: on(&l.action),
+        action_is_pad: Some(Tensor::from_data(
+            TensorData::new(l.action_is_pad.concat(), [2, horizon]),
+            device,
+        )),
+        crop: ImageCrop::Centre,
+    };
+    policy.losses(batch, (on(&l.noise), &l.timesteps)).mean()
+}
+
+/// The fixture's ACT training loss of `policy` (its recorded batch and latent noise;
+/// padded actions masked), on `device`.
+fn act_fixture_loss(
+    policy: &ActPolicy<B>,
+    f: &ActFixture,
+    device: &DispatchDevice,
+) -> Tensor<B, 1> {
+    let l = &f.loss;
+    let chunk = l.action_is_pad[0].len();
+    let batch = ActDemonstrations {
+        observation: TickObservation {
+            state: Tensor::from_data(
+                TensorData::new(l.state.values.clone(), l.state.shape.clone()),
+                device,
+            ),
+            images: vec![Tensor::from_data(
+                TensorData::new(l.image.values.clone(), l.image.shape.clone()),
+                device,
+            )],
+            env_state: None,
+        },
+        actions: Tensor::from_data(
+            TensorData::new(l.action.values.clone(), l.action.shape.clone()),
+            device,
+        ),
+        action_is_pad: Tensor::from_data(
+            TensorData::new(l.action_is_pad.concat(), [2, chunk]),
+            device,
+        ),
+    };
+    let latent = Tensor::from_data(
+        TensorData::new(l.latent_noise.values.clone(), l.latent_noise.shape.clone()),
+        device,
+    );
+    policy.losses(batch, latent).total.mean()
+}
+
+/// The fixtures' policies on the autodiff device.
+fn trainable_fixtures() -> (DiffusionPolicy<B>, Fixture, ActPolicy<B>, ActFixture) {
+    let device = DispatchDevice::autodiff(device());
+    let f: Fixture = read(&fixtures(), "diffusion_policy");
+    let LeRobotPolicy::Diffusion(diffusion) =
+        load_lerobot_policy::<B>(&fixtures().join(&f.directory), &device).unwrap()
+    else {
+        panic!("a Diffusion Policy")
+    };
+    let a: ActFixture = read(&fixtures(), "act_policy");
+    let LeRobotPolicy::Act(act) =
+        load_lerobot_policy::<B>(&fixtures().join(&a.directory), &device).unwrap()
+    else {
+        panic!("ACT")
+    };
+    (diffusion, f, act, a)
+}
+
+fn weights_of<const D: usize>(t: Tensor<B, D>) -> Vec<f32> {
+    t.into_data().to_vec().unwrap()
+}
+
 /// One AdamW step of each fixture policy through burn's autodiff on the runtime's
 /// backend (padded actions masked, as fine-tuning will run them): the loss is finite,
 /// and the step changes the weights the loss reaches.
@@ -450,85 +540,92 @@ fn lerobot_policies_train_through_burns_autodiff() {
     use burn::optim::{AdamWConfig, GradientsParams, Optimizer};
 
     let device = DispatchDevice::autodiff(device());
-    let weights_of = |t: Tensor<B, 2>| -> Vec<f32> { t.into_data().to_vec().unwrap() };
-
-    let f: Fixture = read(&fixtures(), "diffusion_policy");
-    let LeRobotPolicy::Diffusion(policy) =
-        load_lerobot_policy::<B>(&fixtures().join(&f.directory), &device).unwrap()
-    else {
-        panic!("a Diffusion Policy")
-    };
-    let l = &f.loss;
-    let horizon = l.action_is_pad[0].len();
-    let on = |a: &Array| {
-        Tensor::<B, 3>::from_data(TensorData::new(a.values.clone(), a.shape.clone()), &device)
-    };
-    let batch = DemonstrationBatch {
-        history: ObservationHistory {
-            state: on(&l.state),
-            images: vec![Tensor::from_data(
-                TensorData::new(l.image.values.clone(), l.image.shape.clone()),
-                &device,
-            )],
-            env_state: None,
-        },
-        actions: on(&l.action),
-        action_is_pad: Some(Tensor::from_data(
-            TensorData::new(l.action_is_pad.concat(), [2, horizon]),
-            &device,
-        )),
-        crop: ImageCrop::Centre,
-    };
-    let loss = policy.losses(batch, (on(&l.noise), &l.timesteps)).mean();
+    let (diffusion, f, act, a) = trainable_fixtures();
+    let loss = diffusion_fixture_loss(&diffusion, &f, &device);
     assert!(loss.clone().into_scalar().is_finite());
-    let before = weights_of(policy.model.unet.final_conv.weight.val().reshape([2, -1]));
-    let grads = GradientsParams::from_grads(loss.backward(), &policy.model);
+    let before = weights_of(diffusion.model.unet.final_conv.weight.val());
+    let grads = GradientsParams::from_grads(loss.backward(), &diffusion.model);
     let model = AdamWConfig::new()
         .init()
-        .step(1e-3, policy.model.clone(), grads);
-    assert_ne!(
-        weights_of(model.unet.final_conv.weight.val().reshape([2, -1])),
-        before
-    );
+        .step(1e-3, diffusion.model.clone(), grads);
+    assert_ne!(weights_of(model.unet.final_conv.weight.val()), before);
 
-    let f: ActFixture = read(&fixtures(), "act_policy");
-    let LeRobotPolicy::Act(policy) =
-        load_lerobot_policy::<B>(&fixtures().join(&f.directory), &device).unwrap()
-    else {
-        panic!("ACT")
-    };
-    let l = &f.loss;
-    let chunk = l.action_is_pad[0].len();
-    let batch = ActDemonstrations {
-        observation: TickObservation {
-            state: Tensor::from_data(
-                TensorData::new(l.state.values.clone(), l.state.shape.clone()),
-                &device,
-            ),
-            images: vec![Tensor::from_data(
-                TensorData::new(l.image.values.clone(), l.image.shape.clone()),
-                &device,
-            )],
-            env_state: None,
-        },
-        actions: on(&l.action),
-        action_is_pad: Tensor::from_data(
-            TensorData::new(l.action_is_pad.concat(), [2, chunk]),
-            &device,
-        ),
-    };
-    let latent = Tensor::from_data(
-        TensorData::new(l.latent_noise.values.clone(), l.latent_noise.shape.clone()),
-        &device,
-    );
-    let loss = policy.losses(batch, latent).total.mean();
+    let loss = act_fixture_loss(&act, &a, &device);
     assert!(loss.clone().into_scalar().is_finite());
-    let before = weights_of(policy.model.action_head.weight.val());
-    let grads = GradientsParams::from_grads(loss.backward(), &policy.model);
+    let before = weights_of(act.model.action_head.weight.val());
+    let grads = GradientsParams::from_grads(loss.backward(), &act.model);
     let model = AdamWConfig::new()
         .init()
-        .step(1e-3, policy.model.clone(), grads);
+        .step(1e-3, act.model.clone(), grads);
     assert_ne!(weights_of(model.action_head.weight.val()), before);
+}
+
+/// LoRA fine-tuning of each fixture: the adapted policy starts with the loss of the
+/// policy it adapts; one Adam step changes only the adapters (the action head, the
+/// backbone and the U-Net's convolutions stay); merged, the adapted linear layers'
+/// weights moved, the loss is what the adapted policy's was, and the policy saves
+/// under LeRobot's names as before.
+#[test]
+fn lora_adapts_only_the_transformer_and_unet_linears_and_merges_back() {
+    use burn::optim::{AdamConfig, GradientsParams, Optimizer};
+    use imago_policies::lora::LoraConfig;
+
+    let device = DispatchDevice::autodiff(device());
+    let lora = LoraConfig::default();
+    let (diffusion, f, act, a) = trainable_fixtures();
+
+    let base = diffusion_fixture_loss(&diffusion, &f, &device).into_scalar();
+    let cond_before = weights_of(
+        diffusion.model.unet.mid_modules[0]
+            .cond_encoder
+            .weight
+            .val(),
+    );
+    let conv_before = weights_of(diffusion.model.unet.final_conv.weight.val());
+    let mut adapted = diffusion.with_lora(&lora, &device);
+    let loss = diffusion_fixture_loss(&adapted, &f, &device);
+    assert!((loss.clone().into_scalar() - base).abs() < 1e-5);
+    let grads = GradientsParams::from_grads(loss.backward(), &adapted.model);
+    adapted.model = AdamConfig::new().init().step(1e-2, adapted.model, grads);
+    assert_eq!(
+        weights_of(adapted.model.unet.final_conv.weight.val()),
+        conv_before
+    );
+    let trained = diffusion_fixture_loss(&adapted, &f, &device).into_scalar();
+    let merged = adapted.merged();
+    assert!(merged.model.unet.mid_modules[0].cond_lora.is_none());
+    assert_ne!(
+        weights_of(merged.model.unet.mid_modules[0].cond_encoder.weight.val()),
+        cond_before
+    );
+    let after = diffusion_fixture_loss(&merged, &f, &device).into_scalar();
+    assert!((after - trained).abs() < 1e-4, "{after} vs {trained}");
+
+    let base = act_fixture_loss(&act, &a, &device).into_scalar();
+    let head_before = weights_of(act.model.action_head.weight.val());
+    let ff_before = weights_of(act.model.encoder.layers[0].linear1.weight.val());
+    let mut adapted = act.with_lora(&lora, &device);
+    let loss = act_fixture_loss(&adapted, &a, &device);
+    assert!((loss.clone().into_scalar() - base).abs() < 1e-5);
+    let grads = GradientsParams::from_grads(loss.backward(), &adapted.model);
+    adapted.model = AdamConfig::new().init().step(1e-2, adapted.model, grads);
+    assert_eq!(
+        weights_of(adapted.model.action_head.weight.val()),
+        head_before
+    );
+    let merged = adapted.merged();
+    assert!(merged.model.encoder.layers[0].lora.is_none());
+    assert_ne!(
+        weights_of(merged.model.encoder.layers[0].linear1.weight.val()),
+        ff_before
+    );
+
+    // Saved under LeRobot's names, as the source was.
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("act");
+    let policy = LeRobotPolicy::Act(merged).valid();
+    write_lerobot_policy(&policy, &fixtures().join(&a.directory), &out).unwrap();
+    assert!(load_lerobot_policy::<B>(&out, &DispatchDevice::Flex(FlexDevice)).is_ok());
 }
 
 /// Two ACT episodes acting together out of phase (the second starts a tick later, so
