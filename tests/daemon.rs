@@ -173,8 +173,8 @@ fn logging_does_not_add_deadline_misses() {
     let _one = ONE_DAEMON.lock().unwrap_or_else(|p| p.into_inner());
     let dir = tempfile::tempdir().unwrap();
     let recording = dir.path().join("control.rrd");
-    let off = control_only(dir.path(), "8", None);
-    let on = control_only(dir.path(), "8", Some(&recording));
+    let off = control_only(dir.path(), "5", None);
+    let on = control_only(dir.path(), "5", Some(&recording));
     let misses = |r: &serde_json::Value| r["deadline_misses"].as_u64().unwrap();
     assert!(
         misses(&on) <= misses(&off),
@@ -336,13 +336,13 @@ fn twenty_sigkills_lose_no_fsynced_episode_and_reuse_no_version() {
     let config = kill_config(dir.path());
     let run = dir.path().join("run");
     let mut seen: BTreeMap<u64, imago_runtime::store::replay::Episode> = BTreeMap::new();
-    // A fixed pseudo-random sequence of kill moments, 0.4 to 4 s into each run.
+    // A fixed pseudo-random sequence of kill moments, 0.3 to 3 s into each run.
     let mut state = 0x9e37_79b9_7f4a_7c15u64;
     let mut next_delay = || {
         state ^= state << 13;
         state ^= state >> 7;
         state ^= state << 17;
-        Duration::from_millis(400 + state % 3600)
+        Duration::from_millis(300 + state % 2700)
     };
     let mut child = spawn_daemon(&config, &run, &[], Stdio::null());
     wait_until("the first episode", Duration::from_secs(90), || {
@@ -577,7 +577,7 @@ fn a_broken_learner_never_gets_past_the_promotion_gate() {
     assert_eq!(run.saved_champion, 1);
 }
 
-/// Runs the daemon without its learner for 8 s on `policy` with a policy slowed to
+/// Runs the daemon without its learner for 6 s on `policy` with a policy slowed to
 /// 200 ms per inference (four control periods at 20 Hz), chunks executed by `mode`,
 /// acting on the chunks' means; returns its report.
 fn slowed_policy_run(dir: &Path, policy: &Path, mode: &str) -> serde_json::Value {
@@ -603,7 +603,7 @@ fn slowed_policy_run(dir: &Path, policy: &Path, mode: &str) -> serde_json::Value
         "--run-dir",
         run.to_str().unwrap(),
         "--duration",
-        "8",
+        "6",
         "--report",
         json.to_str().unwrap(),
     ]);

@@ -609,7 +609,7 @@ fn lerobot_policies_act_learn_and_resume_in_the_daemon() {
                     critic_steps = 2\ncritic_batch = 8\n[promotion]\nenabled = false\n";
     let config = lerobot_daemon_config(dir.path(), &act, learning);
     let run = dir.path().join("act-run");
-    let status = lerobot_daemon(&config, &run, "14", false);
+    let status = lerobot_daemon(&config, &run, "10", false);
     let versions = status["policy_versions"].as_array().unwrap();
     assert!(
         status["final_policy_version"].as_u64().unwrap() >= 2 && versions.len() >= 2,
@@ -660,7 +660,7 @@ fn lerobot_policies_act_learn_and_resume_in_the_daemon() {
     );
     let config = lerobot_daemon_config(&gated_dir, &act, &gated);
     let run = gated_dir.join("run");
-    let status = lerobot_daemon(&config, &run, "10", false);
+    let status = lerobot_daemon(&config, &run, "7", false);
     let tests = status["promotion_test_episodes"].as_array().unwrap();
     assert!(!tests.is_empty(), "{status}");
     assert_eq!(
