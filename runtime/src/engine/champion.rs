@@ -151,13 +151,12 @@ pub struct ChampionGate {
     /// Mode `live`: the challenger under test on the robot.
     live: Option<LiveTest>,
     /// Mode `live`: the newest version that came while a test ran, tested next.
-    pending: Option<(Arc<PolicySnapshot>, u64)>,
+    pending: Option<Arc<PolicySnapshot>>,
 }
 
 /// A challenger under test on the robot (mode `live`).
 struct LiveTest {
     challenger: Arc<PolicySnapshot>,
-    version: u64,
     pairing: LivePairing,
 }
 
@@ -184,7 +183,7 @@ pub enum ChallengerChange {
 
 /// The watch over a newly promoted champion.
 struct Watch {
-    previous: (Arc<PolicySnapshot>, u64, LiveRecord),
+    previous: (Arc<PolicySnapshot>, LiveRecord),
     guard: RegressionGuard,
 }
 
@@ -193,7 +192,7 @@ struct Watch {
 const FIRST_TEST_SEED: u64 = 7_000_000;
 
 impl ChampionGate {
-    /// A gate whose champion is `champion` (version `version`), tested on `robot`.
+    /// A gate whose champion is `champion`, tested on `robot`.
     pub fn new(
         config: &PromotionConfig,
         robot: &RobotConfig,
@@ -236,14 +235,14 @@ impl ChampionGate {
             self.note(format!(
                 "stage_regression: version {version} promoted without a test (a staged gate failure)"
             ));
-            self.promote(challenger, version);
+            self.promote(challenger);
             return Ok(GateChange {
                 champion: true,
                 ..GateChange::default()
             });
         }
         if self.config.mode == PromotionMode::Live {
-            return Ok(self.offer_live(challenger, version));
+            return Ok(self.offer_live(challenger));
         }
         let run = run_promotion_test::<Dispatch>(
             (
@@ -270,7 +269,7 @@ impl ChampionGate {
         ));
         let promoted = run.decision == Verdict::Promote;
         if promoted {
-            self.promote(challenger, version);
+            self.promote(challenger);
         } else {
             self.summary.rejections += 1;
         }
@@ -282,13 +281,14 @@ impl ChampionGate {
 
     /// Mode `live`: starts the test of `challenger` on the robot, or queues it behind
     /// the test running (replacing an older queued version).
-    fn offer_live(&mut self, challenger: Arc<PolicySnapshot>, version: u64) -> GateChange {
+    fn offer_live(&mut self, challenger: Arc<PolicySnapshot>) -> GateChange {
+        let version = challenger.version;
         if let Some(running) = &self.live {
             self.note(format!(
                 "live promotion test of version {} running: version {version} is tested after it",
-                running.version
+                running.challenger.version
             ));
-            self.pending = Some((challenger, version));
+            self.pending = Some(challenger);
             return GateChange::default();
         }
         self.note(format!(
@@ -298,7 +298,6 @@ impl ChampionGate {
         ));
         self.live = Some(LiveTest {
             challenger,
-            version,
             pairing: LivePairing::new(self.config.test().start()),
         });
         GateChange {
@@ -334,12 +333,12 @@ impl ChampionGate {
         }
         let Some(LiveTest {
             challenger,
-            version,
             pairing,
         }) = self.live.take()
         else {
             return GateChange::default();
         };
+        let version = challenger.version;
         let test = pairing.test();
         let (better, worse) = test.evidence();
         self.summary.promotion_test_episodes.push(test.episodes());
@@ -351,7 +350,7 @@ impl ChampionGate {
         ));
         let promoted = verdict == Verdict::Promote;
         if promoted {
-            self.promote(challenger, version);
+            self.promote(challenger);
         } else {
             self.summary.rejections += 1;
         }
@@ -359,8 +358,8 @@ impl ChampionGate {
             champion: promoted,
             challenger: ChallengerChange::Withdraw,
         };
-        if let Some((next, version)) = self.pending.take() {
-            change.challenger = self.offer_live(next, version).challenger;
+        if let Some(next) = self.pending.take() {
+            change.challenger = self.offer_live(next).challenger;
         }
         change
     }
@@ -369,11 +368,12 @@ impl ChampionGate {
     /// (the one replaced, or, if that one was still being watched, the one it would
     /// have rolled back to) is kept with its live record until the watch over the new
     /// one is over.
-    fn promote(&mut self, challenger: Arc<PolicySnapshot>, version: u64) {
+    fn promote(&mut self, challenger: Arc<PolicySnapshot>) {
+        let version = challenger.version;
         self.summary.promotions += 1;
+        self.summary.champion_version = version;
         let replaced = (
             std::mem::replace(&mut self.champion, challenger),
-            std::mem::replace(&mut self.summary.champion_version, version),
             std::mem::take(&mut self.record),
         );
         let previous = match self.watch.take() {
@@ -383,13 +383,13 @@ impl ChampionGate {
         if !self.config.guard {
             return;
         }
-        let record = previous.2;
+        let record = previous.1;
         match RegressionGuard::new(record, self.config.confidence, self.config.guard_episodes) {
             Some(guard) => {
                 self.note(format!(
                     "guard: watching version {version} for up to {} live episodes against version {} ({} of {} live successes, lower bound {:.3})",
                     self.config.guard_episodes,
-                    previous.1,
+                    previous.0.version,
                     record.successes,
                     record.episodes,
                     guard.baseline()
@@ -398,7 +398,7 @@ impl ChampionGate {
             }
             None => self.note(format!(
                 "guard: version {version} is not watched: version {} had no live success to compare with ({} episodes)",
-                previous.1, record.episodes
+                previous.0.version, record.episodes
             )),
         }
     }
@@ -434,7 +434,11 @@ impl ChampionGate {
                     }
                 },
             };
-            if self.live.as_ref().is_some_and(|l| l.version == version) {
+            if self
+                .live
+                .as_ref()
+                .is_some_and(|l| l.challenger.version == version)
+            {
                 let decided = self.live_episode(true, outcome);
                 change.champion |= decided.champion;
                 if decided.challenger != ChallengerChange::Keep {
@@ -451,11 +455,11 @@ impl ChampionGate {
                 if let Some(live) = self.live.take() {
                     self.note(format!(
                         "live promotion test of version {} abandoned: its champion was rolled back",
-                        live.version
+                        live.challenger.version
                     ));
                     change.challenger = ChallengerChange::Withdraw;
-                    if let Some((next, version)) = self.pending.take() {
-                        change.challenger = self.offer_live(next, version).challenger;
+                    if let Some(next) = self.pending.take() {
+                        change.challenger = self.offer_live(next).challenger;
                     }
                 }
                 continue;
@@ -505,12 +509,13 @@ impl ChampionGate {
                     self.record.successes,
                     self.record.episodes,
                     watch.guard.baseline(),
-                    watch.previous.1
+                    watch.previous.0.version
                 );
                 let Some(Watch { previous, .. }) = self.watch.take() else {
                     return false;
                 };
-                (self.champion, self.summary.champion_version, self.record) = previous;
+                (self.champion, self.record) = previous;
+                self.summary.champion_version = self.champion.version;
                 self.summary.rollbacks += 1;
                 self.note(line);
                 true

@@ -83,7 +83,6 @@ pub fn run_daemon(
     }
     let run = open_run(config, options)?;
     if run.is_lerobot() {
-        check_lerobot_settings(config)?;
         let prepared = prepare_lerobot(run, config, options, device)?;
         return drive((config, options, device), stop, prepared);
     }

@@ -17,9 +17,8 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use burn::prelude::Backend;
 use burn::{Dispatch, DispatchDevice};
-use imago_robots::{LeRobotUnits, RobotSpec};
+use imago_robots::RobotSpec;
 
-use crate::act::lerobot_driver::LeRobotDriver;
 use crate::act::rollout::RolloutConfig;
 use crate::device::ResolvedDevice;
 use crate::engine::PolicySnapshot;
@@ -43,8 +42,6 @@ pub(crate) struct LeRobotRun {
     /// The LeRobot directory whose config and processors every checkpoint carries
     /// (the run's own checkpoint once the first is written).
     source: PathBuf,
-    /// The robot driven, and its LeRobot units.
-    robot: (RobotSpec, LeRobotUnits),
     /// Where versions act.
     inference: DispatchDevice,
 }
@@ -65,14 +62,16 @@ pub(crate) fn check_lerobot_settings(config: &DaemonConfig) -> anyhow::Result<()
 }
 
 /// Loads the LeRobot policy the opened `run` starts from (the config's `policy`, or
-/// the run's checkpoint with `--resume`) onto the training device, checks its features
-/// against the robot, and writes a first checkpoint.
+/// the run's checkpoint with `--resume`) onto the training device, checks the settings
+/// ([`check_lerobot_settings`]) and its features against the robot, and writes a first
+/// checkpoint.
 pub(crate) fn prepare_lerobot(
     run: OpenedRun,
     config: &DaemonConfig,
     options: &DaemonOptions,
     device: &ResolvedDevice,
 ) -> anyhow::Result<Prepared<LeRobotRun>> {
+    check_lerobot_settings(config)?;
     let dir = run
         .start_from
         .clone()
@@ -97,7 +96,7 @@ pub(crate) fn prepare_lerobot(
     let (window, version) = open_window(&run.replay, config, options, version)?;
     let learner = LeRobotLearner::new(
         (policy, binding),
-        (spec.clone(), units.clone()),
+        (spec.clone(), units),
         version,
         initial_world_model(config, device)?,
         WorldModelTrainConfig::default(),
@@ -108,7 +107,6 @@ pub(crate) fn prepare_lerobot(
     let mut lerobot = LeRobotRun {
         learner,
         source: dir,
-        robot: (spec.clone(), units),
         inference: device.inference.clone(),
     };
     lerobot.save(&spec, &run.checkpoint)?;
@@ -166,11 +164,7 @@ impl RoundLearner for LeRobotRun {
 
 impl LoopLearner for LeRobotRun {
     fn snapshot(&self) -> anyhow::Result<PolicySnapshot> {
-        let driver = LeRobotDriver::new(
-            self.learner.policy(),
-            (&self.robot.0, self.robot.1.clone()),
-            &self.inference,
-        )?;
+        let driver = self.learner.driver(&self.inference)?;
         Ok(PolicySnapshot::lerobot(self.learner.version(), driver))
     }
 

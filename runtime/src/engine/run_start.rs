@@ -18,8 +18,8 @@ use crate::engine::learner_loop::LoopLearner;
 use crate::learn::finetune::Learner;
 use crate::learn::world_model::WorldModelTrainConfig;
 use crate::store::checkpoint::{
-    ensure_trained_for, load_policy_to_continue, load_world_model, read_meta, recover_checkpoint,
-    stored_architecture,
+    ensure_trained_for, load_policy_to_continue, load_world_model, read_lerobot_meta, read_meta,
+    recover_checkpoint, stored_architecture,
 };
 use crate::store::lerobot_policy::names_lerobot_policy;
 use crate::store::lock::DirLock;
@@ -95,6 +95,7 @@ fn open_run_dir(run_dir: &Path, options: &DaemonOptions) -> anyhow::Result<DirLo
                 "the daemon run {} exists (checkpoint version {})",
                 run_dir.display(),
                 read_meta(&policy_checkpoint(run_dir))
+                    .or_else(|_| read_lerobot_meta(&policy_checkpoint(run_dir)))
                     .map_or("unreadable".into(), |m| m.version.to_string())
             )
         } else {
@@ -150,7 +151,7 @@ pub(crate) fn open_run(
     config: &DaemonConfig,
     options: &DaemonOptions,
 ) -> anyhow::Result<OpenedRun> {
-    let run_dir = options.run_dir.clone().unwrap_or(config.run_dir.clone());
+    let run_dir = run_dir_of(config, options).to_path_buf();
     anyhow::ensure!(
         !(options.resume && options.fresh),
         "--resume and --fresh exclude each other"
@@ -175,29 +176,34 @@ pub(crate) fn open_run(
     for note in recover_checkpoint(&checkpoint)? {
         eprintln!("{note}");
     }
-    let start_from = if options.resume {
-        Some(checkpoint.clone())
-    } else {
-        config.policy.clone()
-    };
     Ok(OpenedRun {
         replay: run_dir.join("replay"),
+        start_from: start_from(config, options),
         checkpoint,
-        start_from,
         lock,
     })
+}
+
+/// The run directory: `--run-dir`, else the config's.
+fn run_dir_of<'a>(config: &'a DaemonConfig, options: &'a DaemonOptions) -> &'a Path {
+    options.run_dir.as_deref().unwrap_or(&config.run_dir)
+}
+
+/// The policy a run starts from: its checkpoint with `--resume`, else the config's
+/// `policy`, if any.
+fn start_from(config: &DaemonConfig, options: &DaemonOptions) -> Option<PathBuf> {
+    if options.resume {
+        Some(policy_checkpoint(run_dir_of(config, options)))
+    } else {
+        config.policy.clone()
+    }
 }
 
 /// Whether the run of `config` and `options` starts from a LeRobot policy directory,
 /// as far as can be told before its run directory is opened (a checkpoint an
 /// interrupted save left missing is found once it is: [`OpenedRun::is_lerobot`]).
 pub(crate) fn starts_from_lerobot(config: &DaemonConfig, options: &DaemonOptions) -> bool {
-    let run_dir = options.run_dir.as_ref().unwrap_or(&config.run_dir);
-    if options.resume {
-        names_lerobot_policy(&policy_checkpoint(run_dir))
-    } else {
-        config.policy.as_deref().is_some_and(names_lerobot_policy)
-    }
+    start_from(config, options).is_some_and(|dir| names_lerobot_policy(&dir))
 }
 
 /// Checks the settings only a LeRobot policy's run takes, for a run of imago's own

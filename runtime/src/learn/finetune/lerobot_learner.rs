@@ -5,7 +5,7 @@
 //! transition's weight, in burn's autodiff. Its commands carry no log-density, so
 //! older data gets no importance correction; staleness still bounds it.
 
-use burn::Dispatch;
+use burn::{Dispatch, DispatchDevice};
 use imago_robots::{LeRobotUnits, RobotSpec};
 use imago_worldmodel::{WorldModel, WorldModelConfig};
 
@@ -90,6 +90,12 @@ impl LeRobotLearner {
         self.trained().valid()
     }
 
+    /// The current policy driving robots of the learner's spec, on `device` (the
+    /// inference device: its weights are the trained ones without gradient tracking).
+    pub fn driver(&self, device: &DispatchDevice) -> anyhow::Result<LeRobotDriver<Dispatch>> {
+        LeRobotDriver::new(self.policy(), (&self.robot.0, self.robot.1.clone()), device)
+    }
+
     fn trained(&self) -> &LeRobotPolicy<Dispatch> {
         self.policy
             .as_ref()
@@ -110,11 +116,7 @@ impl RoundLearner for LeRobotLearner {
         writer: &mut ReplayWriter,
         device: &ResolvedDevice,
     ) -> anyhow::Result<Vec<Episode>> {
-        let driver = LeRobotDriver::new(
-            self.policy(),
-            (&self.robot.0, self.robot.1.clone()),
-            &device.inference,
-        )?;
+        let driver = self.driver(&device.inference)?;
         collect_lerobot_episodes((&driver, self.version), robot, seeds, rollout, writer)
     }
 

@@ -358,16 +358,7 @@ fn save_checkpoint<B: Backend, M: Module<B>, C: Serialize>(
         .save_into(&mut store)
         .map_err(|e| write_err(e.to_string()))
         .and_then(|_| {
-            let digest = FileDigest::of(&staged.join(SAFETENSORS_FILE))
-                .map_err(|e| write_err(e.to_string()))?;
-            meta.files = BTreeMap::from([(SAFETENSORS_FILE.to_string(), digest)]);
-            meta.checksum = None;
-            serde_json::to_vec_pretty(&meta)
-                .map(sign_meta_json)
-                .map_err(|e| write_err(e.to_string()))
-        })
-        .and_then(|json| {
-            atomic::write_file(&staged.join(META), &json).map_err(|e| write_err(format!("{e:#}")))
+            write_signed_meta(&staged, META, meta).map_err(|e| write_err(format!("{e:#}")))
         })
         .and_then(|_| atomic::replace_dir(&staged, dir).map_err(|e| write_err(format!("{e:#}"))));
     if result.is_err() {
@@ -483,14 +474,22 @@ pub fn read_meta(dir: &Path) -> Result<CheckpointMeta, CheckpointError> {
 /// weights are complete: their size and checksum recorded, the file signed. Written
 /// last, so that a directory with a valid one is whole.
 pub fn write_lerobot_meta(dir: &Path, mut meta: CheckpointMeta, kind: &str) -> anyhow::Result<()> {
-    let digest = FileDigest::of(&dir.join(SAFETENSORS_FILE))
-        .with_context(|| format!("cannot read {}", dir.join(SAFETENSORS_FILE).display()))?;
     meta.format = CHECKPOINT_FORMAT;
     meta.kind = kind.to_string();
+    write_signed_meta(dir, LEROBOT_META, meta)
+}
+
+/// Writes `meta` as the file `name` of the checkpoint directory `dir`, whose weights
+/// (`model.safetensors`) are complete: their size and checksum recorded, the whole
+/// signed ([`sign_meta_json`]), atomically.
+fn write_signed_meta(dir: &Path, name: &str, mut meta: CheckpointMeta) -> anyhow::Result<()> {
+    let weights = dir.join(SAFETENSORS_FILE);
+    let digest =
+        FileDigest::of(&weights).with_context(|| format!("cannot read {}", weights.display()))?;
     meta.files = BTreeMap::from([(SAFETENSORS_FILE.to_string(), digest)]);
     meta.checksum = None;
     let json = sign_meta_json(serde_json::to_vec_pretty(&meta)?);
-    atomic::write_file(&dir.join(LEROBOT_META), &json)
+    atomic::write_file(&dir.join(name), &json)
 }
 
 /// Reads and checks the [`LEROBOT_META`] of the LeRobot policy directory `dir` (a
