@@ -27,23 +27,25 @@ pub fn conv1d_as_matmul<B: Backend>(conv: &Conv1d<B>, x: Tensor<B, 3>) -> Tensor
     let [c_out, c_in, kernel] = conv.weight.dims();
     let [batch, _, length] = x.dims();
     let device = x.device();
+    // The input channels first (`[c_in, batch, length]`), padded: the concatenation
+    // lays it out so, copying the input once, so that the windows below stack into
+    // the columns' own layout instead of being permuted there (a copy `kernel` times
+    // larger, element by element on burn-flex).
     let mut parts = Vec::with_capacity(3);
     if left > 0 {
-        parts.push(Tensor::zeros([batch, c_in, left], &device));
+        parts.push(Tensor::zeros([c_in, batch, left], &device));
     }
-    parts.push(x);
+    parts.push(x.swap_dims(0, 1));
     if right > 0 {
-        parts.push(Tensor::zeros([batch, c_in, right], &device));
+        parts.push(Tensor::zeros([c_in, batch, right], &device));
     }
     let padded = Tensor::cat(parts, 2);
     let out_len = length + left + right + 1 - kernel;
-    // Column (c, k) of output position (b, t) reads padded[b, c, t + k].
+    // Column (c, k) of output position (b, t) reads padded[c, b, t + k].
     let windows: Vec<Tensor<B, 3>> = (0..kernel)
         .map(|k| padded.clone().narrow(2, k, out_len))
         .collect();
-    let columns = Tensor::stack::<4>(windows, 2)
-        .permute([1, 2, 0, 3])
-        .reshape([c_in * kernel, batch * out_len]);
+    let columns = Tensor::stack::<4>(windows, 1).reshape([c_in * kernel, batch * out_len]);
     let product = conv
         .weight
         .val()
