@@ -714,3 +714,138 @@ fn lerobot_policies_act_learn_and_resume_in_the_daemon() {
         assert!(!run.exists(), "{extra}");
     }
 }
+
+/// The first number after `label` in `text` (`"loss 1.045 -> 0.647"`).
+fn number_after(text: &str, label: &str) -> f64 {
+    let rest = &text[text
+        .find(label)
+        .unwrap_or_else(|| panic!("{label} in {text}"))
+        + label.len()..];
+    let token: String = rest
+        .trim_start()
+        .chars()
+        .take_while(|c| c.is_ascii_digit() || *c == '.' || *c == '-')
+        .collect();
+    token
+        .parse()
+        .unwrap_or_else(|_| panic!("{label} in {text}"))
+}
+
+#[test]
+fn a_new_diffusion_policy_trains_on_pushts_state_and_keypoints_and_runs_in_eval() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = pusht_config(dir.path());
+    let (replay, new) = (dir.path().join("replay"), dir.path().join("new"));
+    let collect = imago(&[
+        "collect",
+        "--robot",
+        "pusht",
+        "--robot-config",
+        path(&config),
+        "--episodes",
+        "6",
+        "--out",
+        path(&replay),
+    ]);
+    assert!(collect.status.success(), "{}", stderr(&collect));
+    let train = |extra: &[&str]| {
+        let mut args = vec![
+            "--device",
+            "cpu",
+            "train",
+            "--what",
+            "bc",
+            "--replay",
+            path(&replay),
+            "--out",
+            path(&new),
+            "--batch-size",
+            "16",
+            "--learning-rate",
+            "0.001",
+        ];
+        args.extend_from_slice(extra);
+        imago(&args)
+    };
+    let output = train(&["--policy", "diffusion", "--steps", "40"]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let said = String::from_utf8_lossy(&output.stdout).into_owned();
+    let (first, last) = (number_after(&said, "loss"), number_after(&said, "->"));
+    assert!(last < 0.8 * first, "the loss fell too little: {said}");
+    // LeRobot's layout: the state, then gym-pusht's 16 keypoint coordinates.
+    let written: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(new.join("config.json")).unwrap()).unwrap();
+    assert_eq!(written["type"], "diffusion");
+    let text = std::fs::read_to_string(new.join("config.json")).unwrap();
+    assert!(
+        text.find("observation.state").unwrap()
+            < text.find("observation.environment_state").unwrap(),
+        "{text}"
+    );
+    assert_eq!(
+        written["input_features"]["observation.environment_state"]["shape"],
+        serde_json::json!([16])
+    );
+    let report = eval_report(dir.path(), &new, &config, "2");
+    assert_eq!(report["episodes"], 2, "{report}");
+    assert_eq!(report["mean_length"], 40.0, "{report}");
+    // It continues as any LeRobot directory does.
+    let again = imago(&[
+        "--device",
+        "cpu",
+        "train",
+        "--replay",
+        path(&replay),
+        "--init",
+        path(&new),
+        "--out",
+        path(&dir.path().join("more")),
+        "--steps",
+        "2",
+        "--batch-size",
+        "4",
+    ]);
+    assert!(again.status.success(), "{}", stderr(&again));
+
+    // A user's slips: flags a new Diffusion Policy has no use for, a misspelt name.
+    for (extra, mention) in [
+        (&["--policy", "diffusion", "--head", "flow"][..], "--head"),
+        (
+            &["--policy", "diffusion", "--chunk-len", "8"][..],
+            "--chunk-len",
+        ),
+        (
+            &["--policy", "diffuson"][..],
+            "one of: vla, linear, diffusion",
+        ),
+    ] {
+        let output = train(extra);
+        assert!(!output.status.success(), "{extra:?}");
+        let error = stderr(&output);
+        assert!(error.contains(mention), "{extra:?}: {error}");
+    }
+}
+
+#[test]
+fn a_new_diffusion_policy_for_a_robot_without_an_environment_state_is_one_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let replay = dir.path().join("replay");
+    let collect = imago(&["collect", "--episodes", "2", "--out", path(&replay)]);
+    assert!(collect.status.success(), "{}", stderr(&collect));
+    let out = dir.path().join("new");
+    assert_one_line_error(
+        &[
+            "--device",
+            "cpu",
+            "train",
+            "--replay",
+            path(&replay),
+            "--policy",
+            "diffusion",
+            "--out",
+            path(&out),
+        ],
+        "gives no environment state",
+    );
+    assert!(!out.exists());
+}

@@ -18,7 +18,7 @@ pub mod safety;
 pub use bounds::ConfigError;
 pub use drawing::{SceneDrawing, SceneMark};
 pub use expert::ExpertConfig;
-pub use lerobot_units::{Affine, LeRobotUnits};
+pub use lerobot_units::{Affine, EnvState, LeRobotUnits};
 pub use observation::{Action, Image, Observation, Step, StepInfo};
 pub use robot::{
     ACTION_LIMIT_RANGE, CameraSpec, FrameSource, MAX_VECTOR, Robot, RobotSpec,

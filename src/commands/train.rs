@@ -9,7 +9,9 @@ use imago_policies::{ActionHeadKind, Architecture};
 use imago_runtime::device::{DeviceSpec, resolve};
 use imago_runtime::jobs::finetune::finetune_offline;
 use imago_runtime::jobs::train::{PolicyShape, train_bc_offline};
-use imago_runtime::jobs::train_lerobot::{LeRobotImitation, train_lerobot_offline};
+use imago_runtime::jobs::train_lerobot::{
+    LeRobotImitation, train_lerobot_offline, train_new_diffusion_offline,
+};
 use imago_runtime::jobs::train_world_model::train_world_model_offline;
 use imago_runtime::learn::bc::BcConfig;
 use imago_runtime::learn::finetune::{FinetuneConfig, FinetuneMethod, MAX_BATCH, MAX_STEPS};
@@ -71,10 +73,12 @@ pub struct TrainArgs {
     #[arg(long, value_enum)]
     supervision: Option<SupervisionArg>,
     /// Policy: the architecture of a new policy, `vla` (camera, instruction and
-    /// proprioception through a transformer) or `linear` (proprioception only)
-    /// [default: vla; with --init, the checkpoint's].
+    /// proprioception through a transformer), `linear` (proprioception only) or
+    /// `diffusion` (LeRobot's Diffusion Policy reading the robot's state, sized for a
+    /// CPU, written as a LeRobot directory) [default: vla; with --init, the
+    /// checkpoint's].
     #[arg(long)]
-    policy: Option<Architecture>,
+    policy: Option<PolicyChoice>,
     /// Policy: the action-chunk head of a new policy [default: gaussian; with --init,
     /// the checkpoint's].
     #[arg(long)]
@@ -110,6 +114,30 @@ pub struct TrainArgs {
     seed: u64,
     #[command(flatten)]
     rerun: RerunArgs,
+}
+
+/// What `--policy` names: one of imago's own architectures, or a new LeRobot one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PolicyChoice {
+    /// imago's own policy of this architecture.
+    Imago(Architecture),
+    /// A new LeRobot Diffusion Policy (`jobs::train_lerobot::new_diffusion_config`).
+    Diffusion,
+}
+
+impl std::str::FromStr for PolicyChoice {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        if s == "diffusion" {
+            return Ok(Self::Diffusion);
+        }
+        s.parse().map(Self::Imago).map_err(|_| {
+            let mut names: Vec<&str> = Architecture::ALL.iter().map(|a| a.name()).collect();
+            names.push("diffusion");
+            format!("unknown policy `{s}` (one of: {})", names.join(", "))
+        })
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -235,6 +263,11 @@ fn train_bc(
     if let Some(init) = args.init.as_deref().filter(|dir| names_lerobot_policy(dir)) {
         return train_lerobot_bc(args, init, device, telemetry);
     }
+    let architecture = match args.policy {
+        Some(PolicyChoice::Diffusion) => return train_new_diffusion(args, device, telemetry),
+        Some(PolicyChoice::Imago(architecture)) => Some(architecture),
+        None => None,
+    };
     let steps = args.steps.unwrap_or(defaults.steps);
     let bc = BcConfig {
         steps,
@@ -249,7 +282,7 @@ fn train_bc(
         output(args),
         args.init.as_deref(),
         PolicyShape {
-            architecture: args.policy,
+            architecture,
             head: args.head,
             chunk_len: args.chunk_len,
         },
@@ -324,6 +357,58 @@ fn lora_of_rank(rank: usize) -> LoraConfig {
         rank,
         alpha: 2.0 * rank as f64,
     }
+}
+
+/// `--what bc --policy diffusion`: a new LeRobot Diffusion Policy trained on the replay.
+fn train_new_diffusion(
+    args: &TrainArgs,
+    device: &imago_runtime::device::ResolvedDevice,
+    telemetry: &Telemetry,
+) -> anyhow::Result<()> {
+    let refused = [
+        (
+            "--init",
+            args.init.is_some(),
+            "a new policy starts from fresh weights; to continue a Diffusion Policy, pass its directory as --init and leave --policy out",
+        ),
+        (
+            "--head",
+            args.head.is_some(),
+            "a Diffusion Policy's head is its denoising U-Net",
+        ),
+        (
+            "--chunk-len",
+            args.chunk_len.is_some(),
+            "a new Diffusion Policy denoises 16 actions and executes 8",
+        ),
+    ];
+    if let Some((flag, _, why)) = refused.iter().find(|(_, given, _)| *given) {
+        anyhow::bail!("{flag} does not apply to --policy diffusion: {why}");
+    }
+    let defaults = BcConfig::default();
+    let summary = train_new_diffusion_offline(
+        source(args),
+        output(args),
+        &LeRobotImitation {
+            steps: args.steps.unwrap_or(defaults.steps),
+            batch_size: args.batch_size.unwrap_or(defaults.batch_size),
+            learning_rate: args.learning_rate,
+            seed: args.seed,
+            lora: None,
+        },
+        device,
+        telemetry,
+    )?;
+    println!(
+        "trained a new Diffusion Policy on {} episodes ({} transitions) on {}: loss {:.3} -> {:.3}; LeRobot policy directory in {}",
+        summary.episodes,
+        summary.transitions,
+        device.description,
+        summary.first_loss,
+        summary.last_loss,
+        args.out.display()
+    );
+    Ok(())
 }
 
 /// `--what bc --init DIR` of a LeRobot policy directory.

@@ -106,6 +106,11 @@ impl<B: Backend> DiffusionPolicy<B> {
         }
     }
 
+    /// Its normalisers (LeRobot's processors' statistics).
+    pub fn processors(&self) -> &PolicyProcessors {
+        &self.processors
+    }
+
     /// The same policy (a copy of its weights) denoising with `sampler` in `steps`
     /// steps: what `imago accelerate` tries against the policy as configured.
     pub fn sampling_with(&self, sampler: SamplerKind, steps: usize) -> Result<Self, ConfigError> {

@@ -47,6 +47,18 @@ pub const STEM: [[f64; 2]; 4] = [
     [THICKNESS / 2.0, STEM_END],
     [THICKNESS / 2.0, THICKNESS],
 ];
+/// The T's keypoints, body frame, in the order gym-pusht's `get_keypoints` lists them
+/// (each shape's vertices as pymunk keeps them: bar, then stem).
+pub const KEYPOINTS: [[f64; 2]; 8] = [
+    [-BAR_HALF_LENGTH, 0.0],
+    [BAR_HALF_LENGTH, 0.0],
+    [BAR_HALF_LENGTH, THICKNESS],
+    [-BAR_HALF_LENGTH, THICKNESS],
+    [-THICKNESS / 2.0, THICKNESS],
+    [THICKNESS / 2.0, THICKNESS],
+    [THICKNESS / 2.0, STEM_END],
+    [-THICKNESS / 2.0, STEM_END],
+];
 /// The T's outline, body frame, going round once (eight corners).
 pub const OUTLINE: [[f64; 2]; 8] = [
     [-BAR_HALF_LENGTH, 0.0],

@@ -107,6 +107,14 @@ pub fn state_from_proprio(proprio: &[f32]) -> Option<[f64; 5]> {
     ])
 }
 
+/// The T's eight keypoints in the world (gym-pusht's `get_keypoints`), from the block
+/// pose in pusht's proprioception; `None` when `proprio` is shorter than the pose.
+pub fn keypoints_from_proprio(proprio: &[f32]) -> Option<[[f64; 2]; 8]> {
+    let [_, _, x, y, angle] = state_from_proprio(proprio)?;
+    let block = geometry::Pose { x, y, angle };
+    Some(geometry::KEYPOINTS.map(|local| block.apply(local)))
+}
+
 /// A normalised coordinate in world units.
 pub fn to_world(normalised: f32) -> f64 {
     HALF_WORLD * (1.0 + normalised as f64)
@@ -339,6 +347,7 @@ impl Robot for PushT {
         crate::LeRobotUnits {
             state: vec![(0, pixels), (1, pixels)],
             action: vec![pixels; 2],
+            env_state: Some(crate::EnvState::PushTKeypoints),
         }
     }
 

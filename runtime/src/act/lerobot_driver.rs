@@ -9,7 +9,7 @@ use imago_policies::act::ActEpisode;
 use imago_policies::diffusion::{DiffusionEpisode, StandardNormal};
 use imago_policies::lerobot::features::{ACTION_KEY, ENV_STATE_KEY, STATE_KEY};
 use imago_policies::lerobot::{PolicyFeatures, TickObservation};
-use imago_robots::{Action, Image, LeRobotUnits, Observation, RobotSpec};
+use imago_robots::{Action, EnvState, Image, LeRobotUnits, Observation, RobotSpec};
 
 use crate::store::lerobot_policy::LeRobotPolicy;
 
@@ -28,6 +28,9 @@ pub enum LeRobotEpisode<B: Backend> {
 pub struct LeRobotBinding<B: Backend> {
     units: LeRobotUnits,
     reads_state: bool,
+    /// The environment state the policy reads, if it reads one (checked against the
+    /// robot's).
+    env_state: Option<EnvState>,
     /// Cameras the policy reads (0 or 1: checked against the robot's).
     cameras: usize,
     device: B::Device,
@@ -36,8 +39,8 @@ pub struct LeRobotBinding<B: Backend> {
 impl<B: Backend> LeRobotBinding<B> {
     /// `policy` bound to robots of `spec` read in `units`, on `device`; a policy that
     /// reads features the robot does not give (another state or action length, a
-    /// second camera, another image size, an environment state) is one error naming
-    /// both sides.
+    /// second camera, another image size, an environment state the robot does not give)
+    /// is one error naming both sides.
     pub fn new<P: Backend>(
         policy: &LeRobotPolicy<P>,
         (spec, units): (&RobotSpec, LeRobotUnits),
@@ -46,6 +49,9 @@ impl<B: Backend> LeRobotBinding<B> {
         let (inputs, outputs) = policy.features();
         check_features(policy.kind(), (inputs, outputs), spec, &units)?;
         Ok(Self {
+            env_state: units
+                .env_state
+                .filter(|_| inputs.get(ENV_STATE_KEY).is_some()),
             units,
             reads_state: inputs.get(STATE_KEY).is_some(),
             cameras: inputs.camera_keys().len(),
@@ -83,10 +89,26 @@ impl<B: Backend> LeRobotBinding<B> {
                 anyhow::bail!("the policy reads a camera but the observation has no frame")
             }
         };
+        let env_state = match self.env_state {
+            Some(kind) => {
+                let values = kind.of(&observation.proprio).ok_or_else(|| {
+                    anyhow::anyhow!(
+                        "the observation's proprioception ({} values) holds no environment state",
+                        observation.proprio.len()
+                    )
+                })?;
+                let len = values.len();
+                Some(Tensor::from_data(
+                    TensorData::new(values, [1, len]),
+                    &self.device,
+                ))
+            }
+            None => None,
+        };
         Ok(TickObservation {
             state,
             images,
-            env_state: None,
+            env_state,
         })
     }
 }
@@ -210,10 +232,17 @@ fn check_features(
 ) -> anyhow::Result<()> {
     let robot = &spec.name;
     let policy = format!("the LeRobot {kind} policy");
-    if inputs.get(ENV_STATE_KEY).is_some() {
-        anyhow::bail!(
-            "{policy} reads `{ENV_STATE_KEY}`, which {robot} does not give (imago gives `{STATE_KEY}` and a camera)"
-        );
+    if let Some(len) = inputs.vector_len(ENV_STATE_KEY, "input_features")? {
+        match units.env_state {
+            None => anyhow::bail!(
+                "{policy} reads `{ENV_STATE_KEY}`, which {robot} does not give (it gives `{STATE_KEY}` and a camera)"
+            ),
+            Some(given) => anyhow::ensure!(
+                len == given.len(),
+                "{policy} reads `{ENV_STATE_KEY}` of {len} values; {robot} gives {} ({given:?})",
+                given.len()
+            ),
+        }
     }
     let state_names: Vec<&str> = units
         .state

@@ -4,6 +4,7 @@
 //! [`weights`]) and the processors' normalisation statistics ([`processors`]). Every
 //! problem is one error naming the file and what is wrong with it.
 
+pub mod create;
 pub mod processors;
 pub mod weights;
 pub mod write;
@@ -117,13 +118,15 @@ pub fn load_lerobot_policy<B: Backend>(
     existing_file(dir, WEIGHTS_FILE)?;
     let text = std::fs::read_to_string(&config_path)
         .with_context(|| format!("cannot read {}", config_path.display()))?;
+    // The type from a `Value`; the config from the text itself, so that its features
+    // keep the order `config.json` lists them in (a `Value`'s maps sort their keys).
     let json: serde_json::Value = serde_json::from_str(&text)
         .with_context(|| format!("{} is not JSON", config_path.display()))?;
     let kind = json.get("type").and_then(|t| t.as_str()).unwrap_or("");
     match kind {
         "diffusion" => {
             let mut config: DiffusionPolicyConfig =
-                serde_json::from_value(json).with_context(|| {
+                serde_json::from_str(&text).with_context(|| {
                     format!("{} is not a Diffusion Policy config", config_path.display())
                 })?;
             let first = if config.use_separate_rgb_encoder_per_camera {
@@ -149,7 +152,7 @@ pub fn load_lerobot_policy<B: Backend>(
             )))
         }
         "act" => {
-            let mut config: ActPolicyConfig = serde_json::from_value(json)
+            let mut config: ActPolicyConfig = serde_json::from_str(&text)
                 .with_context(|| format!("{} is not an ACT config", config_path.display()))?;
             let widths = weights::backbone_widths(&dir.join(WEIGHTS_FILE), |stage| {
                 format!("model.backbone.layer{}.0.conv1.weight", stage + 1)

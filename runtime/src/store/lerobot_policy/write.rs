@@ -86,18 +86,18 @@ fn stage(policy: &LeRobotPolicy<Dispatch>, source: &Path, staged: &Path) -> anyh
     }
     let path = staged.join(WEIGHTS_FILE);
     match policy {
-        LeRobotPolicy::Diffusion(p) => save(
+        LeRobotPolicy::Diffusion(p) => save_named(
             &p.model,
             &path,
             inverse_keys(&weights, &diffusion_keys(&p.config))?,
         ),
-        LeRobotPolicy::Act(p) => save(&p.model, &path, inverse_keys(&weights, &act_keys())?),
+        LeRobotPolicy::Act(p) => save_named(&p.model, &path, inverse_keys(&weights, &act_keys())?),
     }
 }
 
 /// Writes `model`'s tensors to the safetensors file `path` in PyTorch's layouts, names
 /// mapped by `names`; the number of tensors written.
-fn save<M: ModuleSnapshot<Dispatch>>(
+pub(super) fn save_named<M: ModuleSnapshot<Dispatch>>(
     model: &M,
     path: &Path,
     names: KeyRemapper,
