@@ -15,6 +15,7 @@ use imago_runtime::jobs::train_lerobot::{
 use imago_runtime::jobs::train_world_model::train_world_model_offline;
 use imago_runtime::learn::bc::BcConfig;
 use imago_runtime::learn::finetune::{FinetuneConfig, FinetuneMethod, MAX_BATCH, MAX_STEPS};
+use imago_runtime::learn::weight_average::WeightAverageConfig;
 use imago_runtime::learn::world_model::WorldModelTrainConfig;
 use imago_runtime::store::lerobot_policy::names_lerobot_policy;
 use imago_runtime::store::outputs::{Input, OutputKind, OutputPath};
@@ -395,6 +396,8 @@ fn train_new_diffusion(
             learning_rate: args.learning_rate,
             seed: args.seed,
             lora: None,
+            // Diffusion Policy's own recipe: the weights' moving average acts.
+            average: Some(WeightAverageConfig::default()),
         },
         device,
         telemetry,
@@ -440,6 +443,7 @@ fn train_lerobot_bc(
             learning_rate: args.learning_rate,
             seed: args.seed,
             lora: args.lora_rank.map(lora_of_rank),
+            average: None,
         },
         device,
         telemetry,

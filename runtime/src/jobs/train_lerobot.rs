@@ -18,7 +18,8 @@ use rand::rngs::StdRng;
 use crate::act::lerobot_driver::LeRobotBinding;
 use crate::device::ResolvedDevice;
 use crate::jobs::train::BcRunSummary;
-use crate::learn::lerobot_update::{WeightedDraws, update_lerobot_policy};
+use crate::learn::lerobot_update::{UpdateSettings, WeightedDraws, update_lerobot_policy};
+use crate::learn::weight_average::WeightAverageConfig;
 use crate::store::atomic::sibling_temp;
 use crate::store::lerobot_policy::create::{FeatureStats, create_diffusion_policy};
 use crate::store::lerobot_policy::{load_lerobot_policy, write_lerobot_policy};
@@ -46,6 +47,9 @@ pub struct LeRobotImitation {
     pub seed: u64,
     /// Train LoRA adapters only (see `update_lerobot_policy`); `None`: every weight.
     pub lora: Option<LoraConfig>,
+    /// Write the moving average of the weights (`learn::weight_average`); `None`: the
+    /// last step's weights.
+    pub average: Option<WeightAverageConfig>,
 }
 
 /// Trains the LeRobot policy of `init` on the replay at `replay` by imitation and
@@ -222,8 +226,12 @@ fn imitate(
         policy,
         (&binding, &episodes),
         &draws,
-        (imitation.steps, learning_rate),
-        imitation.lora.as_ref(),
+        &UpdateSettings {
+            steps: imitation.steps,
+            learning_rate,
+            lora: imitation.lora.as_ref(),
+            average: imitation.average,
+        },
         &mut StdRng::seed_from_u64(imitation.seed),
     )?;
     telemetry.send(TelemetryEvent::LossCurve {

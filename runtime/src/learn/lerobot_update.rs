@@ -13,6 +13,7 @@ use rand::rngs::StdRng;
 
 use crate::act::lerobot_driver::LeRobotBinding;
 use crate::learn::lerobot_batches::{act_batch, diffusion_batch};
+use crate::learn::weight_average::{WeightAverage, WeightAverageConfig};
 use crate::progress;
 use crate::store::lerobot_policy::LeRobotPolicy;
 use crate::store::replay::Episode;
@@ -49,20 +50,40 @@ impl WeightedDraws<'_> {
     }
 }
 
-/// `steps` Adam steps at `learning_rate` (gradients clipped to norm 1, as for imago's
-/// policies) on the mean of each drawn demonstration's loss times its weight, the
-/// episodes read through `binding` (on the training device); the updated policy and
-/// every step's loss. With `lora`, only fresh LoRA adapters of the policy's
-/// transformer or U-Net linear layers learn (every other weight frozen; the
-/// optimiser keeps state for the adapters alone), folded into the weights at the end.
+/// How a LeRobot policy's weights are updated.
+#[derive(Debug, Clone, Copy)]
+pub struct UpdateSettings<'a> {
+    /// Adam steps.
+    pub steps: usize,
+    /// Adam's constant rate.
+    pub learning_rate: f64,
+    /// Train LoRA adapters only; `None`: every weight.
+    pub lora: Option<&'a LoraConfig>,
+    /// Return the moving average of the weights over the steps rather than the last
+    /// step's (`learn::weight_average`); `None`: the last step's.
+    pub average: Option<WeightAverageConfig>,
+}
+
+/// `settings.steps` Adam steps (gradients clipped to norm 1, as for imago's policies)
+/// on the mean of each drawn demonstration's loss times its weight, the episodes read
+/// through `binding` (on the training device); the updated policy and every step's
+/// loss. With `lora`, only fresh LoRA adapters of the policy's transformer or U-Net
+/// linear layers learn (every other weight frozen; the optimiser keeps state for the
+/// adapters alone), folded into the weights at the end; with `average`, the result is
+/// the weights' moving average.
 pub fn update_lerobot_policy(
     policy: LeRobotPolicy<Dispatch>,
     (binding, episodes): (&LeRobotBinding<Dispatch>, &[Episode]),
     draws: &WeightedDraws<'_>,
-    (steps, learning_rate): (usize, f64),
-    lora: Option<&LoraConfig>,
+    settings: &UpdateSettings<'_>,
     rng: &mut StdRng,
 ) -> anyhow::Result<(LeRobotPolicy<Dispatch>, Vec<f32>)> {
+    let UpdateSettings {
+        steps,
+        learning_rate,
+        lora,
+        average,
+    } = *settings;
     let device = binding.device().clone();
     let policy = match lora {
         Some(config) => policy.with_lora(config, &device),
@@ -85,6 +106,7 @@ pub fn update_lerobot_policy(
     let policy = match policy {
         LeRobotPolicy::Diffusion(mut p) => {
             let mut optimizer = adam.init();
+            let mut averaged = average.map(WeightAverage::new);
             let shape = p.model.shape().clone();
             let timesteps = p.config.schedule.num_train_timesteps;
             for step in 0..steps {
@@ -110,11 +132,18 @@ pub fn update_lerobot_policy(
                 record(&loss, step)?;
                 let grads = GradientsParams::from_grads(loss.backward(), &p.model);
                 p.model = optimizer.step(learning_rate, p.model, grads);
+                if let Some(average) = &mut averaged {
+                    average.update(&p.model);
+                }
+            }
+            if let Some(average) = &averaged {
+                p.model = average.apply(p.model);
             }
             LeRobotPolicy::Diffusion(p)
         }
         LeRobotPolicy::Act(mut p) => {
             let mut optimizer = adam.init();
+            let mut averaged = average.map(WeightAverage::new);
             let (chunk, latent) = (p.config.chunk_size, p.config.latent_dim);
             for step in 0..steps {
                 let (batch, weights) = draws.draw(rng, &device);
@@ -128,6 +157,12 @@ pub fn update_lerobot_policy(
                 record(&loss, step)?;
                 let grads = GradientsParams::from_grads(loss.backward(), &p.model);
                 p.model = optimizer.step(learning_rate, p.model, grads);
+                if let Some(average) = &mut averaged {
+                    average.update(&p.model);
+                }
+            }
+            if let Some(average) = &averaged {
+                p.model = average.apply(p.model);
             }
             LeRobotPolicy::Act(p)
         }

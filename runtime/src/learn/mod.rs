@@ -7,4 +7,5 @@ pub mod finetune;
 pub mod lerobot_batches;
 pub mod lerobot_update;
 pub mod schedule;
+pub mod weight_average;
 pub mod world_model;

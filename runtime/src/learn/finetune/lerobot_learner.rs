@@ -18,7 +18,7 @@ use crate::act::lerobot_driver::{LeRobotBinding, LeRobotDriver};
 use crate::act::lerobot_rollout::collect_lerobot_episodes;
 use crate::act::rollout::RolloutConfig;
 use crate::device::ResolvedDevice;
-use crate::learn::lerobot_update::{WeightedDraws, update_lerobot_policy};
+use crate::learn::lerobot_update::{UpdateSettings, WeightedDraws, update_lerobot_policy};
 use crate::learn::world_model::WorldModelTrainConfig;
 use crate::robot::RobotConfig;
 use crate::store::lerobot_policy::LeRobotPolicy;
@@ -151,8 +151,12 @@ impl RoundLearner for LeRobotLearner {
             policy,
             (&self.binding, episodes),
             &draws,
-            (config.policy_steps, learning_rate),
-            config.lora.as_ref(),
+            &UpdateSettings {
+                steps: config.policy_steps,
+                learning_rate,
+                lora: config.lora.as_ref(),
+                average: None,
+            },
             &mut self.models.rng,
         )?;
         self.policy = Some(policy);
