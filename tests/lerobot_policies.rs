@@ -772,6 +772,13 @@ fn a_new_diffusion_policy_trains_on_pushts_state_and_keypoints_and_runs_in_eval(
     let said = String::from_utf8_lossy(&output.stdout).into_owned();
     let (first, last) = (number_after(&said, "loss"), number_after(&said, "->"));
     assert!(last < 0.8 * first, "the loss fell too little: {said}");
+    // Nothing left beside --out: the fresh weights trained from a temporary directory.
+    let mut beside: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    beside.sort();
+    assert_eq!(beside, ["new", "pusht.toml", "replay"]);
     // LeRobot's layout: the state, then gym-pusht's 16 keypoint coordinates.
     let written: serde_json::Value =
         serde_json::from_slice(&std::fs::read(new.join("config.json")).unwrap()).unwrap();

@@ -20,7 +20,6 @@ use crate::device::ResolvedDevice;
 use crate::jobs::train::BcRunSummary;
 use crate::learn::lerobot_update::{UpdateSettings, WeightedDraws, update_lerobot_policy};
 use crate::learn::weight_average::WeightAverageConfig;
-use crate::store::atomic::sibling_temp;
 use crate::store::lerobot_policy::create::{FeatureStats, create_diffusion_policy};
 use crate::store::lerobot_policy::{load_lerobot_policy, write_lerobot_policy};
 use crate::store::outputs::{OutputKind, OutputPath};
@@ -102,18 +101,22 @@ pub fn train_new_diffusion_offline(
     let config = new_diffusion_config(&units);
     let stats = feature_stats(&read.contents.episodes, &units)?;
     Dispatch::seed(&device.training, imitation.seed);
-    let fresh = sibling_temp(out.path, "fresh");
-    create_diffusion_policy(&fresh, &config, &stats, &device.training)?;
-    let trained = imitate(
+    // The fresh policy lives in the system's temporary directory while it trains (the
+    // directory is removed when `fresh` drops), never beside the user's --out.
+    let fresh = tempfile::Builder::new()
+        .prefix("imago-new-policy-")
+        .tempdir()
+        .map_err(|e| anyhow::anyhow!("cannot create a temporary directory: {e}"))?;
+    let source = fresh.path().join("policy");
+    create_diffusion_policy(&source, &config, &stats, &device.training)?;
+    imitate(
         (read, replay.dir),
         out,
-        &fresh,
+        &source,
         imitation,
         device,
         telemetry,
-    );
-    let _ = std::fs::remove_dir_all(&fresh);
-    trained
+    )
 }
 
 /// A new Diffusion Policy for a robot read in `units`: LeRobot's Diffusion Policy
