@@ -20,7 +20,8 @@ use crate::device::ResolvedDevice;
 use crate::jobs::train::BcRunSummary;
 use crate::learn::lerobot_update::{UpdateSettings, WeightedDraws, update_lerobot_policy};
 use crate::learn::weight_average::WeightAverageConfig;
-use crate::store::lerobot_policy::create::{FeatureStats, create_diffusion_policy};
+use crate::store::lerobot::{EntryStats, VectorStats};
+use crate::store::lerobot_policy::create::create_diffusion_policy;
 use crate::store::lerobot_policy::{load_lerobot_policy, write_lerobot_policy};
 use crate::store::outputs::{OutputKind, OutputPath};
 use crate::store::replay::{
@@ -164,33 +165,33 @@ pub fn new_diffusion_config(units: &LeRobotUnits) -> DiffusionPolicyConfig {
 fn feature_stats(
     episodes: &[Episode],
     units: &LeRobotUnits,
-) -> anyhow::Result<BTreeMap<String, FeatureStats>> {
-    let transitions = || episodes.iter().flat_map(|e| &e.transitions);
-    let states: Vec<Vec<f32>> = transitions()
-        .map(|t| units.state_of(&t.observation.proprio))
-        .collect();
-    let actions: Vec<Vec<f32>> = transitions().map(|t| units.action_of(&t.action)).collect();
-    let mut stats = BTreeMap::new();
-    let mut insert = |key: &str, rows: &[Vec<f32>]| -> anyhow::Result<()> {
-        let s = FeatureStats::of(rows.iter().map(Vec::as_slice)).ok_or_else(|| {
-            anyhow::anyhow!("the replay has no transitions to take {key}'s statistics from")
-        })?;
-        stats.insert(key.to_string(), s);
-        Ok(())
-    };
-    insert(STATE_KEY, &states)?;
-    insert(ACTION_KEY, &actions)?;
-    if let Some(env) = units.env_state {
-        let rows = transitions()
-            .map(|t| {
-                env.of(&t.observation.proprio).ok_or_else(|| {
-                    anyhow::anyhow!("a recorded proprioception holds no environment state")
-                })
-            })
-            .collect::<anyhow::Result<Vec<_>>>()?;
-        insert(ENV_STATE_KEY, &rows)?;
+) -> anyhow::Result<BTreeMap<String, EntryStats>> {
+    let mut state = VectorStats::new(units.state.len());
+    let mut action = VectorStats::new(units.action.len());
+    let mut env_state = units
+        .env_state
+        .map(|env| (env, VectorStats::new(env.len())));
+    for t in episodes.iter().flat_map(|e| &e.transitions) {
+        state.add(&units.state_of(&t.observation.proprio));
+        action.add(&units.action_of(&t.action));
+        if let Some((env, stats)) = &mut env_state {
+            let values = env.of(&t.observation.proprio).ok_or_else(|| {
+                anyhow::anyhow!("a recorded proprioception holds no environment state")
+            })?;
+            stats.add(&values);
+        }
     }
-    Ok(stats)
+    let mut features = vec![(STATE_KEY, state), (ACTION_KEY, action)];
+    features.extend(env_state.map(|(_, stats)| (ENV_STATE_KEY, stats)));
+    features
+        .into_iter()
+        .map(|(key, stats)| {
+            let entries = stats.entries().ok_or_else(|| {
+                anyhow::anyhow!("the replay has no transitions to take {key}'s statistics from")
+            })?;
+            Ok((key.to_string(), entries))
+        })
+        .collect()
 }
 
 /// Trains the LeRobot policy of the directory `init` on the replay `read` by

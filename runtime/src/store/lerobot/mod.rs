@@ -24,4 +24,4 @@ pub use dataset::{DatasetEpisode, FrameSource, LeRobotDataset};
 pub use export::{ExportOptions, ExportReport, FrameFormat, export_lerobot};
 pub use import::{CameraChoice, EpisodeRange, ImportOptions, ImportReport, import_lerobot};
 pub use info::{DatasetInfo, Feature, Layout};
-pub use stats::{DatasetStats, read_stats};
+pub use stats::{DatasetStats, EntryStats, VectorStats, read_stats};

@@ -60,6 +60,20 @@ pub fn read_stats(root: &Path) -> anyhow::Result<Option<DatasetStats>> {
         .map_err(|e| anyhow::anyhow!("{}: not LeRobot's stats.json ({e})", path.display()))
 }
 
+/// One vector feature's statistics per entry, as `f32`: what a LeRobot normaliser's
+/// state file holds (`KEY.min`, `KEY.max`, `KEY.mean`, `KEY.std`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct EntryStats {
+    /// Smallest value.
+    pub min: Vec<f32>,
+    /// Largest value.
+    pub max: Vec<f32>,
+    /// Mean.
+    pub mean: Vec<f32>,
+    /// Standard deviation (population).
+    pub std: Vec<f32>,
+}
+
 /// Running statistics of a vector feature.
 #[derive(Debug, Clone)]
 pub struct VectorStats {
@@ -94,17 +108,43 @@ impl VectorStats {
         self.count += 1;
     }
 
-    /// The statistics as LeRobot writes them; `shape` nests each entry (`[3, 1, 1]` for
-    /// an image's channels, `[n]` for a vector).
-    pub fn finish(&self, per_channel: bool) -> FeatureStats {
+    /// Entries per value.
+    pub fn dim(&self) -> usize {
+        self.sum.len()
+    }
+
+    /// Per entry, the mean and the (population) standard deviation so far.
+    fn mean_and_std(&self) -> (Vec<f64>, Vec<f64>) {
         let n = self.count.max(1) as f64;
         let mean: Vec<f64> = self.sum.iter().map(|s| s / n).collect();
-        let std: Vec<f64> = self
+        let std = self
             .sum_sq
             .iter()
             .zip(&mean)
             .map(|(s, m)| (s / n - m * m).max(0.0).sqrt())
             .collect();
+        (mean, std)
+    }
+
+    /// The statistics per entry as `f32`; `None` before any value.
+    pub fn entries(&self) -> Option<EntryStats> {
+        if self.count == 0 {
+            return None;
+        }
+        let f32s = |values: &[f64]| values.iter().map(|&v| v as f32).collect();
+        let (mean, std) = self.mean_and_std();
+        Some(EntryStats {
+            min: f32s(&self.min),
+            max: f32s(&self.max),
+            mean: f32s(&mean),
+            std: f32s(&std),
+        })
+    }
+
+    /// The statistics as LeRobot writes them; `shape` nests each entry (`[3, 1, 1]` for
+    /// an image's channels, `[n]` for a vector).
+    pub fn finish(&self, per_channel: bool) -> FeatureStats {
+        let (mean, std) = self.mean_and_std();
         let shape = |values: &[f64]| -> serde_json::Value {
             if per_channel {
                 values.iter().map(|v| serde_json::json!([[v]])).collect()
@@ -119,5 +159,22 @@ impl VectorStats {
             std: shape(&std),
             count: vec![self.count],
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entry_statistics_are_per_entry_over_the_values() {
+        let mut stats = VectorStats::new(2);
+        assert_eq!(stats.entries(), None);
+        stats.add(&[1.0, -2.0]);
+        stats.add(&[3.0, -2.0]);
+        let s = stats.entries().unwrap();
+        assert_eq!((s.min, s.max), (vec![1.0, -2.0], vec![3.0, -2.0]));
+        assert_eq!((s.mean, s.std), (vec![2.0, -2.0], vec![1.0, 0.0]));
+        assert_eq!(stats.dim(), 2);
     }
 }

@@ -16,66 +16,16 @@ use imago_policies::lerobot::{FeatureType, PolicyFeatures};
 use serde_json::json;
 
 use super::processors::{POSTPROCESSOR_FILE, PREPROCESSOR_FILE};
+use super::weights::{exact_names, remapper, renamed};
 use super::write::save_named;
 use super::{CONFIG_FILE, WEIGHTS_FILE};
 use crate::store::atomic::{replace_dir, sibling_temp};
+use crate::store::lerobot::EntryStats;
 
 /// The preprocessor's statistics file, as LeRobot names it (its normaliser is step 3).
 const PREPROCESSOR_STATS: &str = "policy_preprocessor_step_3_normalizer_processor.safetensors";
 /// The postprocessor's statistics file (its unnormaliser is step 0).
 const POSTPROCESSOR_STATS: &str = "policy_postprocessor_step_0_unnormalizer_processor.safetensors";
-
-/// One vector feature's statistics over a dataset, per element: what LeRobot's
-/// `compute_stats` records and its normalisers read.
-#[derive(Debug, Clone, PartialEq)]
-pub struct FeatureStats {
-    /// Smallest value.
-    pub min: Vec<f32>,
-    /// Largest value.
-    pub max: Vec<f32>,
-    /// Mean.
-    pub mean: Vec<f32>,
-    /// Standard deviation (population).
-    pub std: Vec<f32>,
-}
-
-impl FeatureStats {
-    /// The statistics of `rows` (each one sample of the feature); `None` when there
-    /// are none or their lengths differ.
-    pub fn of<'a>(rows: impl IntoIterator<Item = &'a [f32]>) -> Option<Self> {
-        let mut rows = rows.into_iter();
-        let first = rows.next()?;
-        let len = first.len();
-        let (mut min, mut max) = (first.to_vec(), first.to_vec());
-        let mut sum: Vec<f64> = first.iter().map(|&v| v as f64).collect();
-        let mut squares: Vec<f64> = first.iter().map(|&v| (v as f64).powi(2)).collect();
-        let mut count = 1.0;
-        for row in rows {
-            if row.len() != len {
-                return None;
-            }
-            for (i, &v) in row.iter().enumerate() {
-                min[i] = min[i].min(v);
-                max[i] = max[i].max(v);
-                sum[i] += v as f64;
-                squares[i] += (v as f64).powi(2);
-            }
-            count += 1.0;
-        }
-        let mean: Vec<f64> = sum.iter().map(|s| s / count).collect();
-        let std = squares
-            .iter()
-            .zip(&mean)
-            .map(|(q, m)| (q / count - m * m).max(0.0).sqrt() as f32)
-            .collect();
-        Some(Self {
-            min,
-            max,
-            mean: mean.into_iter().map(|m| m as f32).collect(),
-            std,
-        })
-    }
-}
 
 /// LeRobot's names of a Diffusion Policy's U-Net tensors from imago's paths: the
 /// inverse of [`super::weights::diffusion_keys`]'s U-Net part, applied in order.
@@ -116,7 +66,7 @@ const DIFFUSION_UNET_NAMES: [(&str, &str); 11] = [
 pub fn create_diffusion_policy(
     dir: &Path,
     config: &DiffusionPolicyConfig,
-    stats: &BTreeMap<String, FeatureStats>,
+    stats: &BTreeMap<String, EntryStats>,
     device: &DispatchDevice,
 ) -> anyhow::Result<()> {
     config
@@ -167,7 +117,7 @@ struct TypedConfig<'a, C> {
 fn stage(
     staged: &Path,
     config: &DiffusionPolicyConfig,
-    (everything, stats): (&PolicyFeatures, &BTreeMap<String, FeatureStats>),
+    (everything, stats): (&PolicyFeatures, &BTreeMap<String, EntryStats>),
     device: &DispatchDevice,
 ) -> anyhow::Result<()> {
     // Written straight from the config (not through a `Value`, whose maps sort their
@@ -237,27 +187,17 @@ fn lerobot_names<M: ModuleSnapshot<Dispatch>>(
     model: &M,
     names: &[(&str, &str)],
 ) -> anyhow::Result<KeyRemapper> {
-    let mut inverse = KeyRemapper::new();
-    for (pattern, replacement) in names {
-        inverse = inverse.add_pattern(*pattern, *replacement)?;
-    }
-    let pairs = inverse.to_regex_pairs();
-    let exact: Vec<(String, String)> = model
-        .collect(None, Some(Box::new(BurnToPyTorchAdapter)), true)
-        .iter()
-        .map(|snapshot| {
-            let path = snapshot.full_path();
-            let name = pairs.iter().fold(path.clone(), |name, (regex, to)| {
-                regex.replace_all(&name, to.as_str()).into_owned()
-            });
-            (format!("^{}$", regex_escape(&path)), name)
-        })
-        .collect();
-    KeyRemapper::from_patterns(exact).map_err(|e| anyhow!("key map: {e}"))
-}
-
-fn regex_escape(path: &str) -> String {
-    path.replace('.', r"\.")
+    let inverse = remapper(names.iter().copied())?;
+    exact_names(
+        model
+            .collect(None, Some(Box::new(BurnToPyTorchAdapter)), true)
+            .iter()
+            .map(|snapshot| {
+                let path = snapshot.full_path();
+                let name = renamed(&inverse, &path);
+                (path, name)
+            }),
+    )
 }
 
 fn write_json(path: &Path, value: &serde_json::Value) -> anyhow::Result<()> {
@@ -270,7 +210,7 @@ fn write_json(path: &Path, value: &serde_json::Value) -> anyhow::Result<()> {
 fn write_stats(
     path: &Path,
     features: &PolicyFeatures,
-    stats: &BTreeMap<String, FeatureStats>,
+    stats: &BTreeMap<String, EntryStats>,
 ) -> anyhow::Result<()> {
     let mut tensors: Vec<(String, Vec<u8>, usize)> = Vec::new();
     for (key, feature) in &features.0 {
@@ -308,6 +248,7 @@ mod tests {
     use imago_policies::lerobot::PolicyFeature;
 
     use super::*;
+    use crate::store::lerobot::VectorStats;
     use crate::store::lerobot_policy::{LeRobotPolicy, load_lerobot_policy};
 
     fn names_in(path: &Path) -> Vec<String> {
@@ -348,20 +289,13 @@ mod tests {
         }
     }
 
-    fn stats_of(len: usize, offset: f32) -> FeatureStats {
-        let rows: Vec<Vec<f32>> = (0..4)
-            .map(|r| (0..len).map(|i| offset + (r * len + i) as f32).collect())
-            .collect();
-        FeatureStats::of(rows.iter().map(Vec::as_slice)).unwrap()
-    }
-
-    #[test]
-    fn statistics_are_per_element_over_the_rows() {
-        let s = FeatureStats::of([[1.0, -2.0].as_slice(), &[3.0, -2.0]]).unwrap();
-        assert_eq!((s.min, s.max), (vec![1.0, -2.0], vec![3.0, -2.0]));
-        assert_eq!((s.mean, s.std), (vec![2.0, -2.0], vec![1.0, 0.0]));
-        assert_eq!(FeatureStats::of([[1.0].as_slice(), &[1.0, 2.0]]), None);
-        assert_eq!(FeatureStats::of(std::iter::empty::<&[f32]>()), None);
+    fn stats_of(len: usize, offset: f32) -> EntryStats {
+        let mut stats = VectorStats::new(len);
+        for r in 0..4 {
+            let row: Vec<f32> = (0..len).map(|i| offset + (r * len + i) as f32).collect();
+            stats.add(&row);
+        }
+        stats.entries().unwrap()
     }
 
     #[test]
@@ -428,6 +362,18 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(error.contains("observation.environment_state"), "{error}");
+        let short = BTreeMap::from([
+            ("observation.state".to_string(), stats_of(1, 0.0)),
+            (
+                "observation.environment_state".to_string(),
+                stats_of(5, 10.0),
+            ),
+            ("action".to_string(), stats_of(2, 100.0)),
+        ]);
+        let error = create_diffusion_policy(&out, &fixture_sized(), &short, &device)
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("not of its 2 values"), "{error}");
         let mut with_camera = fixture_sized();
         with_camera.input_features.0.push((
             "observation.image".into(),
