@@ -6,7 +6,7 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use common::{assert_one_line_error, imago, stderr};
+use common::{assert_one_line_error, imago, printed_losses, stderr};
 
 fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -715,22 +715,6 @@ fn lerobot_policies_act_learn_and_resume_in_the_daemon() {
     }
 }
 
-/// The first number after `label` in `text` (`"loss 1.045 -> 0.647"`).
-fn number_after(text: &str, label: &str) -> f64 {
-    let rest = &text[text
-        .find(label)
-        .unwrap_or_else(|| panic!("{label} in {text}"))
-        + label.len()..];
-    let token: String = rest
-        .trim_start()
-        .chars()
-        .take_while(|c| c.is_ascii_digit() || *c == '.' || *c == '-')
-        .collect();
-    token
-        .parse()
-        .unwrap_or_else(|_| panic!("{label} in {text}"))
-}
-
 #[test]
 fn a_new_diffusion_policy_trains_on_pushts_state_and_keypoints_and_runs_in_eval() {
     let dir = tempfile::tempdir().unwrap();
@@ -770,7 +754,7 @@ fn a_new_diffusion_policy_trains_on_pushts_state_and_keypoints_and_runs_in_eval(
     let output = train(&["--policy", "diffusion", "--steps", "40"]);
     assert!(output.status.success(), "{}", stderr(&output));
     let said = String::from_utf8_lossy(&output.stdout).into_owned();
-    let (first, last) = (number_after(&said, "loss"), number_after(&said, "->"));
+    let (first, last) = printed_losses(&said);
     assert!(last < 0.8 * first, "the loss fell too little: {said}");
     // Nothing left beside --out: the fresh weights trained from a temporary directory.
     let mut beside: Vec<String> = std::fs::read_dir(dir.path())

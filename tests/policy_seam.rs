@@ -7,7 +7,7 @@ mod common;
 
 use std::path::Path;
 
-use common::{assert_one_line_error, imago, stderr};
+use common::{assert_one_line_error, imago, printed_losses, stderr};
 
 fn meta(checkpoint: &Path) -> serde_json::Value {
     serde_json::from_slice(&std::fs::read(checkpoint.join("meta.json")).unwrap()).unwrap()
@@ -34,14 +34,7 @@ fn clone_policy(replay: &Path, out: &Path, extra: &[&str]) -> (f32, f32) {
     args.extend(extra);
     let output = imago(&args);
     assert!(output.status.success(), "{}", stderr(&output));
-    let stdout = String::from_utf8_lossy(&output.stdout).to_string();
-    let losses = stdout
-        .split("loss ")
-        .nth(1)
-        .and_then(|rest| rest.split(';').next())
-        .unwrap_or_else(|| panic!("no loss in {stdout}"));
-    let (first, last) = losses.split_once(" -> ").unwrap();
-    (first.trim().parse().unwrap(), last.trim().parse().unwrap())
+    printed_losses(&String::from_utf8_lossy(&output.stdout))
 }
 
 #[test]

@@ -360,6 +360,24 @@ fn lora_of_rank(rank: usize) -> LoraConfig {
     }
 }
 
+/// The imitation of a LeRobot policy the flags ask for (behaviour cloning's defaults
+/// for what they leave out; the rate `None`: the policy's own).
+fn lerobot_imitation(
+    args: &TrainArgs,
+    lora: Option<LoraConfig>,
+    average: Option<WeightAverageConfig>,
+) -> LeRobotImitation {
+    let defaults = BcConfig::default();
+    LeRobotImitation {
+        steps: args.steps.unwrap_or(defaults.steps),
+        batch_size: args.batch_size.unwrap_or(defaults.batch_size),
+        learning_rate: args.learning_rate,
+        seed: args.seed,
+        lora,
+        average,
+    }
+}
+
 /// `--what bc --policy diffusion`: a new LeRobot Diffusion Policy trained on the replay.
 fn train_new_diffusion(
     args: &TrainArgs,
@@ -386,19 +404,11 @@ fn train_new_diffusion(
     if let Some((flag, _, why)) = refused.iter().find(|(_, given, _)| *given) {
         anyhow::bail!("{flag} does not apply to --policy diffusion: {why}");
     }
-    let defaults = BcConfig::default();
     let summary = train_new_diffusion_offline(
         source(args),
         output(args),
-        &LeRobotImitation {
-            steps: args.steps.unwrap_or(defaults.steps),
-            batch_size: args.batch_size.unwrap_or(defaults.batch_size),
-            learning_rate: args.learning_rate,
-            seed: args.seed,
-            lora: None,
-            // Diffusion Policy's own recipe: the weights' moving average acts.
-            average: Some(WeightAverageConfig::default()),
-        },
+        // Diffusion Policy's own recipe: the weights' moving average acts.
+        &lerobot_imitation(args, None, Some(WeightAverageConfig::default())),
         device,
         telemetry,
     )?;
@@ -432,19 +442,11 @@ fn train_lerobot_bc(
             init.display()
         );
     }
-    let defaults = BcConfig::default();
     let summary = train_lerobot_offline(
         source(args),
         output(args),
         init,
-        &LeRobotImitation {
-            steps: args.steps.unwrap_or(defaults.steps),
-            batch_size: args.batch_size.unwrap_or(defaults.batch_size),
-            learning_rate: args.learning_rate,
-            seed: args.seed,
-            lora: args.lora_rank.map(lora_of_rank),
-            average: None,
-        },
+        &lerobot_imitation(args, args.lora_rank.map(lora_of_rank), None),
         device,
         telemetry,
     )?;

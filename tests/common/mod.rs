@@ -99,3 +99,16 @@ pub fn python_with(modules: &[&str], install: &str) -> Option<String> {
     println!("skipped: {python} cannot import {names} ({install})");
     None
 }
+
+/// The first and last loss a training command printed (`... loss A -> B; ...`).
+pub fn printed_losses(stdout: &str) -> (f32, f32) {
+    let losses = stdout
+        .split("loss ")
+        .nth(1)
+        .and_then(|rest| rest.split(';').next())
+        .unwrap_or_else(|| panic!("no loss in {stdout}"));
+    let (first, last) = losses
+        .split_once(" -> ")
+        .unwrap_or_else(|| panic!("no loss in {stdout}"));
+    (first.trim().parse().unwrap(), last.trim().parse().unwrap())
+}

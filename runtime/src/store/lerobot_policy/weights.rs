@@ -4,6 +4,7 @@
 //! precision converted to `f32`. Every tensor the model has must be loaded and every
 //! tensor of the file used, else one error lists what differs.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 
 use anyhow::{anyhow, bail};
@@ -96,18 +97,49 @@ pub fn act_keys() -> KeyMap {
     keys
 }
 
+/// The remapper of `keys`: `(pattern, replacement)` applied in order.
+pub fn remapper<P: AsRef<str>, R: AsRef<str>>(
+    keys: impl IntoIterator<Item = (P, R)>,
+) -> anyhow::Result<KeyRemapper> {
+    let mut remapper = KeyRemapper::new();
+    for (pattern, replacement) in keys {
+        let pattern = pattern.as_ref();
+        remapper = remapper
+            .add_pattern(pattern, replacement.as_ref())
+            .map_err(|e| anyhow!("key map {pattern}: {e}"))?;
+    }
+    Ok(remapper)
+}
+
+/// `name` as `remapper` renames it (every pattern, in order).
+pub fn renamed(remapper: &KeyRemapper, name: &str) -> String {
+    remapper
+        .to_regex_pairs()
+        .iter()
+        .fold(name.to_string(), |name, (regex, to)| {
+            regex.replace_all(&name, to.as_str()).into_owned()
+        })
+}
+
+/// The remapper renaming each `(path, name)` pair's path, exactly, to its name: how a
+/// model's tensors are written under LeRobot's names.
+pub fn exact_names(
+    pairs: impl IntoIterator<Item = (String, String)>,
+) -> anyhow::Result<KeyRemapper> {
+    let patterns: BTreeMap<String, String> = pairs
+        .into_iter()
+        .map(|(path, name)| (format!("^{}$", path.replace('.', r"\.")), name))
+        .collect();
+    KeyRemapper::from_patterns(patterns.into_iter().collect()).map_err(|e| anyhow!("key map: {e}"))
+}
+
 /// `model` with the weights of the LeRobot file `path`, names mapped by `keys`.
 pub fn load_lerobot_weights<B: Backend, M: ModuleSnapshot<B>>(
     mut model: M,
     path: &Path,
     keys: &KeyMap,
 ) -> anyhow::Result<M> {
-    let mut remapper = KeyRemapper::new();
-    for (pattern, replacement) in keys {
-        remapper = remapper
-            .add_pattern(pattern.as_str(), replacement.as_str())
-            .map_err(|e| anyhow!("key map {pattern}: {e}"))?;
-    }
+    let remapper = remapper(keys.iter().map(|(p, r)| (p, r)))?;
     let mut store = SafetensorsStore::from_file(path)
         .allow_partial(true)
         .validate(false)

@@ -4,7 +4,6 @@
 //! (with their statistics) copied as they were. What `imago export policy` and the
 //! fine-tuning of a LeRobot policy write, and a daemon's checkpoint of one.
 
-use std::collections::BTreeMap;
 use std::path::Path;
 
 use anyhow::{Context, anyhow};
@@ -13,7 +12,7 @@ use burn_store::{
     BurnToPyTorchAdapter, KeyRemapper, ModuleSnapshot, ModuleStore, SafetensorsStore,
 };
 
-use super::weights::{KeyMap, act_keys, diffusion_keys};
+use super::weights::{KeyMap, act_keys, diffusion_keys, exact_names, remapper, renamed};
 use super::{LeRobotPolicy, WEIGHTS_FILE};
 use crate::store::atomic::{replace_dir, sibling_temp};
 use crate::store::checkpoint::{CheckpointMeta, LEROBOT_META, write_lerobot_meta};
@@ -119,10 +118,7 @@ pub(super) fn save_named<M: ModuleSnapshot<Dispatch>>(
 /// The remapper from imago's tensor paths back to LeRobot's names: every name of the
 /// source file `weights`, mapped forward by `keys` as loading maps it, then reversed.
 fn inverse_keys(weights: &Path, keys: &KeyMap) -> anyhow::Result<KeyRemapper> {
-    let mut forward = KeyRemapper::new();
-    for (pattern, replacement) in keys {
-        forward = forward.add_pattern(pattern.as_str(), replacement.as_str())?;
-    }
+    let forward = remapper(keys.iter().map(|(p, r)| (p, r)))?;
     let mut store = SafetensorsStore::from_file(weights);
     let names: Vec<String> = store
         .get_all_snapshots()
@@ -130,19 +126,9 @@ fn inverse_keys(weights: &Path, keys: &KeyMap) -> anyhow::Result<KeyRemapper> {
         .keys()
         .cloned()
         .collect();
-    let patterns: Vec<(String, String)> = names
-        .into_iter()
-        .map(|name| {
-            let burn = forward
-                .to_regex_pairs()
-                .iter()
-                .fold(name.clone(), |path, (regex, to)| {
-                    regex.replace_all(&path, to.as_str()).into_owned()
-                });
-            (format!("^{}$", burn.replace('.', r"\.")), name)
-        })
-        .collect::<BTreeMap<_, _>>()
-        .into_iter()
-        .collect();
-    KeyRemapper::from_patterns(patterns).map_err(|e| anyhow!("key map: {e}"))
+    exact_names(
+        names
+            .into_iter()
+            .map(|name| (renamed(&forward, &name), name)),
+    )
 }
