@@ -35,9 +35,10 @@ pub struct CollectArgs {
     /// [default: 0.15].
     #[arg(long, alias = "wrong-target-rate")]
     mistake_rate: Option<f64>,
-    /// Seed of the first episode.
-    #[arg(long, default_value_t = 0)]
-    seed: u64,
+    /// Seed of the first episode (episode i uses SEED + i) [default: each episode's
+    /// id in the replay, so collecting into the same replay again records new scenes].
+    #[arg(long)]
+    seed: Option<u64>,
     #[command(flatten)]
     rerun: RerunArgs,
 }
@@ -63,8 +64,12 @@ pub fn run(args: CollectArgs) -> anyhow::Result<()> {
         &args.out,
         args.force,
     )?;
+    let seeds = summary
+        .seeds
+        .map(|(first, last)| format!(", seeds {first}..={last}"))
+        .unwrap_or_default();
     println!(
-        "recorded {} episodes of {} ({} transitions, {:.1}% successful) in {}",
+        "recorded {} episodes of {} ({} transitions, {:.1}% successful{seeds}) in {}",
         summary.episodes,
         robot.name(),
         summary.transitions,

@@ -25,8 +25,11 @@ pub struct CollectConfig {
     pub expert: ExpertConfig,
     /// Number of episodes.
     pub episodes: usize,
-    /// Seed of the first episode; episode `i` uses `first_seed + i`.
-    pub first_seed: u64,
+    /// Seed of the first episode; episode `i` uses `first_seed + i`. `None`: each
+    /// episode's seed is its episode id in the replay, so collecting into the same
+    /// replay again records new scenes rather than repeating the recorded ones (ids
+    /// are never reused; a new replay starts at 0).
+    pub first_seed: Option<u64>,
 }
 
 impl Default for CollectConfig {
@@ -35,7 +38,7 @@ impl Default for CollectConfig {
             robot: RobotConfig::default(),
             expert: ExpertConfig::default(),
             episodes: 100,
-            first_seed: 0,
+            first_seed: None,
         }
     }
 }
@@ -49,6 +52,9 @@ pub struct CollectSummary {
     pub transitions: usize,
     /// Episodes that reached the instructed target.
     pub successes: usize,
+    /// The seeds the episodes were reset with: `first..=last` (`None` if none was
+    /// recorded).
+    pub seeds: Option<(u64, u64)>,
 }
 
 impl CollectSummary {
@@ -112,15 +118,20 @@ fn collect_into(config: &CollectConfig, out: &Path) -> anyhow::Result<CollectSum
         episodes: 0,
         transitions: 0,
         successes: 0,
+        seeds: None,
     };
     let bar = progress::bar("collect", config.episodes as u64);
     for i in 0..config.episodes {
-        let seed = config.first_seed.wrapping_add(i as u64);
-        let episode = demonstration(config, seed, writer.next_episode_id()?)?;
+        let id = writer.next_episode_id()?;
+        let seed = config
+            .first_seed
+            .map_or(id, |first| first.wrapping_add(i as u64));
+        let episode = demonstration(config, seed, id)?;
         writer.append_episode(&episode)?;
         summary.transitions += episode.transitions.len();
         summary.successes += episode.end.success as usize;
         summary.episodes += 1;
+        summary.seeds = Some((summary.seeds.map_or(seed, |(first, _)| first), seed));
         bar.inc(1);
     }
     bar.finish_and_clear();
@@ -148,4 +159,51 @@ fn demonstration(config: &CollectConfig, seed: u64, id: u64) -> anyhow::Result<E
         .episode
         .finished(id, transitions)
         .ok_or_else(|| anyhow::anyhow!("episode {id} ended without an end"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::replay::read_replay;
+
+    fn seeds(dir: &Path) -> Vec<u64> {
+        read_replay(dir)
+            .unwrap()
+            .episodes
+            .iter()
+            .map(|e| e.start.seed)
+            .collect()
+    }
+
+    #[test]
+    fn collecting_into_a_replay_again_records_new_scenes_unless_seeds_are_given() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = CollectConfig {
+            episodes: 3,
+            ..CollectConfig::default()
+        };
+        let first = collect_demonstrations(&config, dir.path(), false).unwrap();
+        assert_eq!(first.seeds, Some((0, 2)));
+        let second = collect_demonstrations(&config, dir.path(), false).unwrap();
+        assert_eq!(second.seeds, Some((3, 5)));
+        assert_eq!(seeds(dir.path()), [0, 1, 2, 3, 4, 5]);
+        let given = CollectConfig {
+            first_seed: Some(1),
+            episodes: 2,
+            ..config
+        };
+        let repeated = collect_demonstrations(&given, dir.path(), false).unwrap();
+        assert_eq!(repeated.seeds, Some((1, 2)));
+        let episodes = read_replay(dir.path()).unwrap().episodes;
+        assert_eq!(episodes.len(), 8);
+        let actions = |e: &Episode| -> Vec<Vec<f32>> {
+            e.transitions.iter().map(|t| t.action.0.clone()).collect()
+        };
+        assert_eq!(
+            actions(&episodes[1]),
+            actions(&episodes[6]),
+            "the same seed records the same demonstration"
+        );
+        assert_ne!(actions(&episodes[1]), actions(&episodes[4]));
+    }
 }

@@ -430,7 +430,7 @@ impl DemoRun<'_> {
                 robot: self.options.robot.clone(),
                 expert: self.plan.expert.clone(),
                 episodes: self.plan.demonstrations,
-                first_seed: self.options.seed.wrapping_mul(10_000_000),
+                first_seed: Some(self.options.seed.wrapping_mul(10_000_000)),
             },
             &self.replay_dir(),
             false,
