@@ -465,6 +465,15 @@ mod tests {
             spec.proprio_names[..5],
             ["agent_x", "agent_y", "block_x", "block_y", "block_angle"]
         );
+        let table: toml::Table = toml::from_str("observation = \"vision\"").expect("toml");
+        let vision = RobotConfig::from_table("pusht", &table).expect("valid");
+        assert_eq!(vision.spec().proprio_names, ["agent_x", "agent_y"]);
+        let table: toml::Table = toml::from_str("observation = \"pixels\"").expect("toml");
+        let error = format!(
+            "{:#}",
+            RobotConfig::from_table("pusht", &table).unwrap_err()
+        );
+        assert!(error.contains("vision"), "{error}");
         let table: toml::Table = toml::from_str("image_size = 50").expect("toml");
         let error = format!(
             "{:#}",

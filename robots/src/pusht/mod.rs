@@ -66,6 +66,43 @@ pub struct PushTConfig {
     /// The safety envelope's settings (`max_rate` is a fraction of the half workspace
     /// per tick: 0.5 lets the target move 128 units per tick).
     pub safety: SafetyConfig,
+    /// What the proprioception tells: the block's pose too (`pose`), or only the
+    /// pusher's position (`vision`: the block is seen in the camera frame alone).
+    pub observation: PushTObservation,
+}
+
+/// What a PushT observation's proprioception holds (`observation` in the robot's
+/// config). The camera frame is the same in both.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PushTObservation {
+    /// `[agent_x, agent_y, block_x, block_y, block_angle, block_cos, block_sin]`: the
+    /// pusher and the block's pose, as gym-pusht's `state` observation (plus the
+    /// angle's cosine and sine).
+    #[default]
+    Pose,
+    /// `[agent_x, agent_y]`: the pusher alone, as gym-pusht's `pixels_agent_pos`
+    /// observation; where the block is must be read from the frame.
+    Vision,
+}
+
+impl PushTObservation {
+    /// The names of the proprioception's entries.
+    pub fn proprio_names(self) -> &'static [&'static str] {
+        const POSE: [&str; 7] = [
+            "agent_x",
+            "agent_y",
+            "block_x",
+            "block_y",
+            "block_angle",
+            "block_cos",
+            "block_sin",
+        ];
+        match self {
+            Self::Pose => &POSE,
+            Self::Vision => &POSE[..2],
+        }
+    }
 }
 
 impl Default for PushTConfig {
@@ -74,6 +111,7 @@ impl Default for PushTConfig {
             image_size: 96,
             max_steps: 300,
             safety: SafetyConfig::default(),
+            observation: PushTObservation::Pose,
         }
     }
 }
@@ -211,17 +249,12 @@ impl PushT {
     pub fn new(config: PushTConfig) -> Self {
         let spec = RobotSpec {
             name: NAME.to_string(),
-            proprio_names: [
-                "agent_x",
-                "agent_y",
-                "block_x",
-                "block_y",
-                "block_angle",
-                "block_cos",
-                "block_sin",
-            ]
-            .map(String::from)
-            .to_vec(),
+            proprio_names: config
+                .observation
+                .proprio_names()
+                .iter()
+                .map(|name| name.to_string())
+                .collect(),
             action_limit: vec![1.0; 2],
             control_hz: CONTROL_HZ,
             max_steps: config.max_steps,
@@ -310,17 +343,19 @@ impl PushT {
             FrameSource::Robot => Some(self.render_frame()),
             FrameSource::Caller => None,
         };
+        let mut proprio = vec![
+            to_normalised(ax),
+            to_normalised(ay),
+            to_normalised(bx),
+            to_normalised(by),
+            angle as f32,
+            angle.cos() as f32,
+            angle.sin() as f32,
+        ];
+        proprio.truncate(self.spec.proprio_names.len());
         Observation {
             image,
-            proprio: vec![
-                to_normalised(ax),
-                to_normalised(ay),
-                to_normalised(bx),
-                to_normalised(by),
-                angle as f32,
-                angle.cos() as f32,
-                angle.sin() as f32,
-            ],
+            proprio,
             instruction: INSTRUCTION.to_string(),
         }
     }
@@ -347,7 +382,9 @@ impl Robot for PushT {
         crate::LeRobotUnits {
             state: vec![(0, pixels), (1, pixels)],
             action: vec![pixels; 2],
-            env_state: Some(crate::EnvState::PushTKeypoints),
+            // Without the block's pose there are no keypoints to give.
+            env_state: (self.config.observation == PushTObservation::Pose)
+                .then_some(crate::EnvState::PushTKeypoints),
         }
     }
 
@@ -417,10 +454,14 @@ impl Robot for PushT {
         SceneDrawing { marks }
     }
 
-    /// The block's outline (closed) and then the pusher, from the proprioception.
+    /// The block's outline (closed) and then the pusher, from the proprioception; the
+    /// pusher alone when the proprioception has no block (`observation = "vision"`).
     fn body_from_proprio(&self, proprio: &[f32]) -> Vec<[f32; 2]> {
         let Some([ax, ay, bx, by, angle]) = state_from_proprio(proprio) else {
-            return Vec::new();
+            return match proprio {
+                [x, y] => vec![[to_world(*x) as f32, to_world(*y) as f32]],
+                _ => Vec::new(),
+            };
         };
         let pose = Pose {
             x: bx,
@@ -498,6 +539,27 @@ mod tests {
         assert!((live[2] - 300.0).abs() > 1.0);
         assert_eq!(observation.proprio.len(), robot.spec().proprio_dim());
         assert_eq!(observation.instruction, INSTRUCTION);
+    }
+
+    #[test]
+    fn the_vision_setting_keeps_the_block_out_of_the_proprioception() {
+        let vision = PushTConfig {
+            observation: PushTObservation::Vision,
+            ..PushTConfig::default()
+        };
+        let (mut seeing, mut told) = (PushT::new(vision), PushT::default());
+        let (a, b) = (seeing.reset(4), told.reset(4));
+        assert_eq!(seeing.spec().proprio_names, ["agent_x", "agent_y"]);
+        assert_eq!(a.proprio, b.proprio[..2]);
+        assert_eq!(a.image, b.image, "the same frame in both settings");
+        assert!(seeing.lerobot_units().env_state.is_none());
+        assert!(told.lerobot_units().env_state.is_some());
+        let step = seeing.step(&Action(vec![0.1, 0.2]));
+        assert_eq!(step.observation.proprio.len(), 2);
+        assert_eq!(
+            seeing.body_from_proprio(&a.proprio),
+            [[to_world(a.proprio[0]) as f32, to_world(a.proprio[1]) as f32]]
+        );
     }
 
     #[test]

@@ -96,7 +96,7 @@ pub fn train_new_diffusion_offline(
         .lerobot_units();
     anyhow::ensure!(
         units.env_state.is_some(),
-        "a new Diffusion Policy reads the robot's state and environment state (pusht gives its block's keypoints), and robot {} gives no environment state; imago does not start camera-based ones yet",
+        "a new Diffusion Policy reads the robot's state and environment state (pusht gives its block's keypoints), and robot {} gives no environment state (pusht gives none with `observation = \"vision\"`); imago does not start camera-based ones yet",
         read.spec.name
     );
     let config = new_diffusion_config(&units);
