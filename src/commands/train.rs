@@ -15,6 +15,7 @@ use imago_runtime::jobs::train_lerobot::{
 use imago_runtime::jobs::train_world_model::train_world_model_offline;
 use imago_runtime::learn::bc::BcConfig;
 use imago_runtime::learn::finetune::{FinetuneConfig, FinetuneMethod, MAX_BATCH, MAX_STEPS};
+use imago_runtime::learn::schedule::RateSchedule;
 use imago_runtime::learn::weight_average::WeightAverageConfig;
 use imago_runtime::learn::world_model::WorldModelTrainConfig;
 use imago_runtime::store::lerobot_policy::names_lerobot_policy;
@@ -361,20 +362,18 @@ fn lora_of_rank(rank: usize) -> LoraConfig {
 }
 
 /// The imitation of a LeRobot policy the flags ask for (behaviour cloning's defaults
-/// for what they leave out; the rate `None`: the policy's own).
-fn lerobot_imitation(
-    args: &TrainArgs,
-    lora: Option<LoraConfig>,
-    average: Option<WeightAverageConfig>,
-) -> LeRobotImitation {
+/// for what they leave out; the rate `None`: the policy's own, held constant; the last
+/// step's weights written).
+fn lerobot_imitation(args: &TrainArgs, lora: Option<LoraConfig>) -> LeRobotImitation {
     let defaults = BcConfig::default();
     LeRobotImitation {
         steps: args.steps.unwrap_or(defaults.steps),
         batch_size: args.batch_size.unwrap_or(defaults.batch_size),
         learning_rate: args.learning_rate,
         seed: args.seed,
+        schedule: RateSchedule::Constant,
         lora,
-        average,
+        average: None,
     }
 }
 
@@ -407,8 +406,13 @@ fn train_new_diffusion(
     let summary = train_new_diffusion_offline(
         source(args),
         output(args),
-        // Diffusion Policy's own recipe: the weights' moving average acts.
-        &lerobot_imitation(args, None, Some(WeightAverageConfig::default())),
+        // Diffusion Policy's own recipe (LeRobot's preset): warm-up over 500 steps and
+        // a cosine decay, and the weights' moving average acts.
+        &LeRobotImitation {
+            schedule: RateSchedule::WarmupCosine { warmup: 500 },
+            average: Some(WeightAverageConfig::default()),
+            ..lerobot_imitation(args, None)
+        },
         device,
         telemetry,
     )?;
@@ -446,7 +450,7 @@ fn train_lerobot_bc(
         source(args),
         output(args),
         init,
-        &lerobot_imitation(args, args.lora_rank.map(lora_of_rank), None),
+        &lerobot_imitation(args, args.lora_rank.map(lora_of_rank)),
         device,
         telemetry,
     )?;

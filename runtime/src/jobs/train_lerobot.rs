@@ -19,6 +19,7 @@ use crate::act::lerobot_driver::LeRobotBinding;
 use crate::device::ResolvedDevice;
 use crate::jobs::train::BcRunSummary;
 use crate::learn::lerobot_update::{UpdateSettings, WeightedDraws, update_lerobot_policy};
+use crate::learn::schedule::RateSchedule;
 use crate::learn::weight_average::WeightAverageConfig;
 use crate::store::lerobot::{EntryStats, VectorStats};
 use crate::store::lerobot_policy::create::create_diffusion_policy;
@@ -41,8 +42,10 @@ pub struct LeRobotImitation {
     pub steps: usize,
     /// Transitions per step.
     pub batch_size: usize,
-    /// Adam's constant rate; `None`: the policy's `optimizer_lr`.
+    /// Adam's peak rate; `None`: the policy's `optimizer_lr`.
     pub learning_rate: Option<f64>,
+    /// How the rate moves over the steps.
+    pub schedule: RateSchedule,
     /// Seed of batches and noise.
     pub seed: u64,
     /// Train LoRA adapters only (see `update_lerobot_policy`); `None`: every weight.
@@ -233,6 +236,7 @@ fn imitate(
         &UpdateSettings {
             steps: imitation.steps,
             learning_rate,
+            schedule: imitation.schedule,
             lora: imitation.lora.as_ref(),
             average: imitation.average,
         },

@@ -13,6 +13,7 @@ use rand::rngs::StdRng;
 
 use crate::act::lerobot_driver::LeRobotBinding;
 use crate::learn::lerobot_batches::{act_batch, diffusion_batch};
+use crate::learn::schedule::RateSchedule;
 use crate::learn::weight_average::{WeightAverage, WeightAverageConfig};
 use crate::progress;
 use crate::store::lerobot_policy::LeRobotPolicy;
@@ -55,8 +56,10 @@ impl WeightedDraws<'_> {
 pub struct UpdateSettings<'a> {
     /// Adam steps.
     pub steps: usize,
-    /// Adam's constant rate.
+    /// Adam's peak rate.
     pub learning_rate: f64,
+    /// How the rate moves over the steps.
+    pub schedule: RateSchedule,
     /// Train LoRA adapters only; `None`: every weight.
     pub lora: Option<&'a LoraConfig>,
     /// Return the moving average of the weights over the steps rather than the last
@@ -64,7 +67,8 @@ pub struct UpdateSettings<'a> {
     pub average: Option<WeightAverageConfig>,
 }
 
-/// `settings.steps` Adam steps (gradients clipped to norm 1, as for imago's policies)
+/// `settings.steps` Adam steps (gradients clipped to norm 1, as for imago's policies;
+/// the rate as `settings.schedule` moves it)
 /// on the mean of each drawn demonstration's loss times its weight, the episodes read
 /// through `binding` (on the training device); the updated policy and every step's
 /// loss. With `lora`, only fresh LoRA adapters of the policy's transformer or U-Net
@@ -81,9 +85,11 @@ pub fn update_lerobot_policy(
     let UpdateSettings {
         steps,
         learning_rate,
+        schedule,
         lora,
         average,
     } = *settings;
+    let rate = |step: usize| schedule.rate(step, steps, learning_rate);
     let device = binding.device().clone();
     let policy = match lora {
         Some(config) => policy.with_lora(config, &device),
@@ -131,7 +137,7 @@ pub fn update_lerobot_policy(
                 let loss = (p.losses(demonstrations, (noise, &t)) * weights).mean();
                 record(&loss, step)?;
                 let grads = GradientsParams::from_grads(loss.backward(), &p.model);
-                p.model = optimizer.step(learning_rate, p.model, grads);
+                p.model = optimizer.step(rate(step), p.model, grads);
                 if let Some(average) = &mut averaged {
                     average.update(&p.model);
                 }
@@ -156,7 +162,7 @@ pub fn update_lerobot_policy(
                 let loss = (p.losses(demonstrations, noise).total * weights).mean();
                 record(&loss, step)?;
                 let grads = GradientsParams::from_grads(loss.backward(), &p.model);
-                p.model = optimizer.step(learning_rate, p.model, grads);
+                p.model = optimizer.step(rate(step), p.model, grads);
                 if let Some(average) = &mut averaged {
                     average.update(&p.model);
                 }

@@ -19,6 +19,7 @@ use crate::act::lerobot_rollout::collect_lerobot_episodes;
 use crate::act::rollout::RolloutConfig;
 use crate::device::ResolvedDevice;
 use crate::learn::lerobot_update::{UpdateSettings, WeightedDraws, update_lerobot_policy};
+use crate::learn::schedule::RateSchedule;
 use crate::learn::world_model::WorldModelTrainConfig;
 use crate::robot::RobotConfig;
 use crate::store::lerobot_policy::LeRobotPolicy;
@@ -155,6 +156,7 @@ impl RoundLearner for LeRobotLearner {
                 steps: config.policy_steps,
                 learning_rate,
                 lora: config.lora.as_ref(),
+                schedule: RateSchedule::Constant,
                 average: None,
             },
             &mut self.models.rng,
