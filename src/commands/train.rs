@@ -16,7 +16,6 @@ use imago_runtime::jobs::train_world_model::train_world_model_offline;
 use imago_runtime::learn::bc::BcConfig;
 use imago_runtime::learn::finetune::{FinetuneConfig, FinetuneMethod, MAX_BATCH, MAX_STEPS};
 use imago_runtime::learn::schedule::RateSchedule;
-use imago_runtime::learn::weight_average::WeightAverageConfig;
 use imago_runtime::learn::world_model::WorldModelTrainConfig;
 use imago_runtime::store::lerobot_policy::names_lerobot_policy;
 use imago_runtime::store::outputs::{Input, OutputKind, OutputPath};
@@ -406,13 +405,7 @@ fn train_new_diffusion(
     let summary = train_new_diffusion_offline(
         source(args),
         output(args),
-        // Diffusion Policy's own recipe (LeRobot's preset): warm-up over 500 steps and
-        // a cosine decay, and the weights' moving average acts.
-        &LeRobotImitation {
-            schedule: RateSchedule::WarmupCosine { warmup: 500 },
-            average: Some(WeightAverageConfig::default()),
-            ..lerobot_imitation(args, None)
-        },
+        &lerobot_imitation(args, None).with_diffusion_recipe(),
         device,
         telemetry,
     )?;

@@ -55,6 +55,19 @@ pub struct LeRobotImitation {
     pub average: Option<WeightAverageConfig>,
 }
 
+impl LeRobotImitation {
+    /// `self` with Diffusion Policy's own recipe (LeRobot's preset), which a new
+    /// Diffusion Policy trains with: warm-up over 500 steps and a cosine decay, and the
+    /// weights' moving average written.
+    pub fn with_diffusion_recipe(self) -> Self {
+        Self {
+            schedule: RateSchedule::WarmupCosine { warmup: 500 },
+            average: Some(WeightAverageConfig::default()),
+            ..self
+        }
+    }
+}
+
 /// Trains the LeRobot policy of `init` on the replay at `replay` by imitation and
 /// writes it to `out` as a LeRobot directory. A policy whose features the replay's
 /// robot does not give is an error naming both.
