@@ -42,6 +42,8 @@ fn collect_train_eval_round_trip_and_bad_inputs() {
         &path(&replay),
         "--noise",
         "0.1",
+        "--mistake-rate",
+        "0.5",
     ]);
     assert!(output.status.success(), "{}", stderr(&output));
     assert!(String::from_utf8_lossy(&output.stdout).contains("recorded 6 episodes"));
@@ -72,6 +74,65 @@ fn collect_train_eval_round_trip_and_bad_inputs() {
     let output = train(None);
     assert!(output.status.success(), "{}", stderr(&output));
     assert!(String::from_utf8_lossy(&output.stdout).contains("checkpoint version 1"));
+
+    // --successful-only clones the episodes that ended in success, and says how many;
+    // a replay without one is a one-line error.
+    let successful = dir.path().join("successful");
+    let only_successful = |replay: &std::path::Path| {
+        let (replay, out) = (path(replay), path(&successful));
+        let args = [
+            "--device",
+            "cpu",
+            "train",
+            "--replay",
+            &replay,
+            "--out",
+            &out,
+            "--steps",
+            "2",
+            "--batch-size",
+            "4",
+            "--successful-only",
+        ];
+        args.map(String::from)
+    };
+    let output = imago(&only_successful(&replay).each_ref().map(String::as_str));
+    assert!(output.status.success(), "{}", stderr(&output));
+    let kept = stderr(&output)
+        .split("using the ")
+        .nth(1)
+        .and_then(|rest| rest.strip_suffix(" successful episodes of 6 (--successful-only)\n"))
+        .map(|n| n.parse::<usize>().unwrap())
+        .unwrap_or_else(|| panic!("{}", stderr(&output)));
+    assert!((1..6).contains(&kept), "{kept} of 6 kept");
+    assert!(
+        String::from_utf8_lossy(&output.stdout).contains(&format!("trained on {kept} episodes")),
+        "{}",
+        String::from_utf8_lossy(&output.stdout)
+    );
+    // The refused run leaves the checkpoint --out already holds as it was.
+    let written = std::fs::read(successful.join("meta.json")).unwrap();
+    let failed = dir.path().join("failed");
+    let output = imago(&[
+        "collect",
+        "--episodes",
+        "2",
+        "--mistake-rate",
+        "1",
+        "--noise",
+        "0",
+        "--out",
+        &path(&failed),
+    ]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert_one_line_error(
+        &only_successful(&failed).each_ref().map(String::as_str),
+        "none ended in success; --successful-only needs at least one",
+    );
+    assert_eq!(
+        std::fs::read(successful.join("meta.json")).unwrap(),
+        written
+    );
 
     let report = dir.path().join("eval.json");
     let output = imago(&[

@@ -6,7 +6,7 @@ use clap::Args;
 use imago_runtime::device::{DeviceSpec, resolve};
 use imago_runtime::jobs::inspect::inspect_replay;
 use imago_runtime::store::outputs::{Input, check_file_output};
-use imago_runtime::store::replay::ReplaySource;
+use imago_runtime::store::replay::{EpisodeSelection, ReplaySource};
 use imago_runtime::telemetry::TelemetryConfig;
 
 use crate::args::{MAX_HORIZON, RerunArgs, flag_in_range};
@@ -64,6 +64,7 @@ pub fn run(args: InspectArgs, device: DeviceSpec) -> anyhow::Result<()> {
         ReplaySource {
             dir: &args.replay,
             strict: args.strict,
+            episodes: EpisodeSelection::All,
         },
         args.ckpt.as_deref(),
         args.horizon,

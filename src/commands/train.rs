@@ -19,7 +19,7 @@ use imago_runtime::learn::schedule::RateSchedule;
 use imago_runtime::learn::world_model::WorldModelTrainConfig;
 use imago_runtime::store::lerobot_policy::names_lerobot_policy;
 use imago_runtime::store::outputs::{Input, OutputKind, OutputPath};
-use imago_runtime::store::replay::ReplaySource;
+use imago_runtime::store::replay::{EpisodeSelection, ReplaySource};
 use imago_runtime::telemetry::{Telemetry, TelemetryConfig};
 use imago_runtime::toml_file::read_toml;
 use imago_worldmodel::{Supervision, TransitionFamily, WorldModelConfig};
@@ -48,6 +48,10 @@ pub struct TrainArgs {
     /// with a warning).
     #[arg(long)]
     strict: bool,
+    /// Behaviour cloning: train on the episodes that ended in success only (a
+    /// demonstrator's failures are left out, not imitated).
+    #[arg(long)]
+    successful_only: bool,
     /// Continue from this checkpoint, or from a LeRobot policy directory (ACT,
     /// Diffusion Policy; bc and finetune write a LeRobot directory back).
     #[arg(long)]
@@ -176,7 +180,8 @@ impl TrainArgs {
     /// error naming the flag and the trainers it applies to.
     fn check_flags_apply(&self) -> anyhow::Result<()> {
         use TrainTarget::{Bc, Finetune, Worldmodel};
-        let given: [(&str, bool, &[TrainTarget]); 12] = [
+        let given: [(&str, bool, &[TrainTarget]); 13] = [
+            ("--successful-only", self.successful_only, &[Bc]),
             ("--family", self.family.is_some(), &[Worldmodel]),
             ("--horizon", self.horizon.is_some(), &[Worldmodel]),
             ("--supervision", self.supervision.is_some(), &[Worldmodel]),
@@ -245,6 +250,11 @@ fn source(args: &TrainArgs) -> ReplaySource<'_> {
     ReplaySource {
         dir: &args.replay,
         strict: args.strict,
+        episodes: if args.successful_only {
+            EpisodeSelection::Successful
+        } else {
+            EpisodeSelection::All
+        },
     }
 }
 

@@ -6,7 +6,7 @@ use clap::Args;
 use imago_runtime::device::{DeviceSpec, resolve};
 use imago_runtime::jobs::report::world_model_table;
 use imago_runtime::jobs::train_world_model::evaluate_world_model_checkpoint;
-use imago_runtime::store::replay::ReplaySource;
+use imago_runtime::store::replay::{EpisodeSelection, ReplaySource};
 use imago_runtime::telemetry::TelemetryConfig;
 
 use crate::args::{MAX_HORIZON, RerunArgs, flag_in_range, write_json};
@@ -47,6 +47,7 @@ pub fn run(args: WmEvalArgs, device: DeviceSpec) -> anyhow::Result<()> {
         ReplaySource {
             dir: &args.replay,
             strict: args.strict,
+            episodes: EpisodeSelection::All,
         },
         args.horizon,
         args.all_episodes,

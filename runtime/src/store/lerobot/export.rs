@@ -25,7 +25,7 @@ use super::stats::{DatasetStats, VectorStats};
 use super::table::TableWriter;
 use crate::store::atomic;
 use crate::store::outputs::{Input, OutputKind, check_output};
-use crate::store::replay::{Episode, ReplaySource, read_training_replay};
+use crate::store::replay::{Episode, EpisodeSelection, ReplaySource, read_training_replay};
 
 /// The state feature an export writes.
 pub const STATE: &str = "observation.state";
@@ -94,6 +94,7 @@ pub fn export_lerobot(options: &ExportOptions) -> anyhow::Result<ExportReport> {
     let replay = read_training_replay(ReplaySource {
         dir: &options.replay,
         strict: false,
+        episodes: EpisodeSelection::All,
     })?;
     let spec = replay.spec;
     let fps = options.fps.unwrap_or(spec.control_hz as f64);

@@ -40,7 +40,8 @@ pub use record::{
     transition_indices,
 };
 pub use training::{
-    ReplaySource, TrainingReplay, check_replay_robot, read_training_replay, replay_robot,
+    EpisodeSelection, ReplaySource, TrainingReplay, check_replay_robot, read_training_replay,
+    replay_robot,
 };
 pub use writer::{OpenReport, ReplayWriter, ReplayWriterConfig};
 

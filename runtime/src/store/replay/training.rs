@@ -6,7 +6,7 @@ use std::path::Path;
 
 use imago_robots::RobotSpec;
 
-use super::{EpisodeShape, ReplayContents, read_replay};
+use super::{Episode, EpisodeShape, ReplayContents, read_replay};
 use crate::robot::RobotConfig;
 use crate::store::outputs::Input;
 
@@ -39,7 +39,8 @@ impl TrainingReplay {
     }
 }
 
-/// A replay an offline command reads, and how it treats damage.
+/// A replay an offline command reads, which of its whole episodes it keeps, and how
+/// it treats damage.
 #[derive(Debug, Clone, Copy)]
 pub struct ReplaySource<'a> {
     /// The replay directory.
@@ -47,6 +48,50 @@ pub struct ReplaySource<'a> {
     /// Any damage is an error (`--strict`), instead of leaving damaged episodes out
     /// with a warning.
     pub strict: bool,
+    /// Which whole episodes the command uses.
+    pub episodes: EpisodeSelection,
+}
+
+/// Which whole episodes of a replay an offline command uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum EpisodeSelection {
+    /// Every whole episode.
+    #[default]
+    All,
+    /// Only the episodes that ended in success (`--successful-only`): a demonstrator
+    /// that fails some of the time teaches its failures too, and cloning only its
+    /// successes (filtered behaviour cloning) does not.
+    Successful,
+}
+
+impl EpisodeSelection {
+    /// Whether `episode` is one of the selected.
+    pub fn keeps(self, episode: &Episode) -> bool {
+        match self {
+            Self::All => true,
+            Self::Successful => episode.end.success,
+        }
+    }
+
+    /// Keeps the selected episodes of `contents` and says on standard error how many
+    /// of how many it kept; none left is an error naming the replay.
+    pub fn apply(self, contents: &mut ReplayContents, replay: &Path) -> anyhow::Result<()> {
+        if self == Self::All {
+            return Ok(());
+        }
+        let whole = contents.episodes.len();
+        contents.episodes.retain(|episode| self.keeps(episode));
+        anyhow::ensure!(
+            !contents.episodes.is_empty(),
+            "replay {} holds {whole} whole episodes and none ended in success; --successful-only needs at least one (leave it out to use them all)",
+            replay.display()
+        );
+        eprintln!(
+            "using the {} successful episodes of {whole} (--successful-only)",
+            contents.episodes.len()
+        );
+        Ok(())
+    }
 }
 
 impl ReplaySource<'_> {
@@ -79,7 +124,7 @@ const DAMAGE_LINES_SHOWN: usize = 10;
 /// the robot spec the replay records (see [`TrainingReplay::spec`]).
 pub fn read_training_replay(source: ReplaySource<'_>) -> anyhow::Result<TrainingReplay> {
     let replay = source.dir;
-    let contents = read_replay(replay)?;
+    let mut contents = read_replay(replay)?;
     let lines = contents.damage_lines();
     if contents.is_damaged() {
         let summary = format!(
@@ -116,6 +161,7 @@ pub fn read_training_replay(source: ReplaySource<'_>) -> anyhow::Result<Training
         }
     );
     let (spec, robot) = replay_robot(&contents, replay)?;
+    source.episodes.apply(&mut contents, replay)?;
     Ok(TrainingReplay {
         contents,
         spec,
