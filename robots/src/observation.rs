@@ -62,7 +62,8 @@ pub struct StepInfo {
     /// the robot's world units.
     pub distance_to_goal: f32,
     /// The fraction of the goal region covered, for tasks scored by coverage (pusht);
-    /// `None` for others.
+    /// `None` for others. Evaluations score it as gym-pusht does
+    /// ([`crate::pusht::coverage_score`]).
     pub coverage: Option<f32>,
 }
 

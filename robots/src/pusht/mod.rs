@@ -158,6 +158,13 @@ pub fn to_world(normalised: f32) -> f64 {
     HALF_WORLD * (1.0 + normalised as f64)
 }
 
+/// A tick's coverage as gym-pusht and LeRobot score it, `clip(coverage / 0.95, 0, 1)`
+/// (gym-pusht's reward): the per-episode maximum of this, averaged over episodes, is
+/// the "mean max coverage" the field reports for PushT.
+pub fn coverage_score(coverage: f64) -> f64 {
+    (coverage / geometry::SUCCESS_COVERAGE).clamp(0.0, 1.0)
+}
+
 /// A world coordinate in normalised units.
 pub fn to_normalised(world: f64) -> f32 {
     (world / HALF_WORLD - 1.0) as f32

@@ -114,7 +114,9 @@ impl EpisodeInProgress {
         self.episode_return
     }
 
-    /// The largest coverage of the goal reached so far, for robots scored by coverage.
+    /// The largest coverage of the goal reached so far, for robots scored by coverage,
+    /// scored as gym-pusht and LeRobot score it (`clip(coverage / 0.95, 0, 1)`,
+    /// [`imago_robots::pusht::coverage_score`]): 1 once the task succeeded.
     pub fn max_coverage(&self) -> Option<f64> {
         self.max_coverage
     }
@@ -132,7 +134,7 @@ impl EpisodeInProgress {
         } = outcome;
         if let Some(coverage) = info.coverage {
             let best = self.max_coverage.get_or_insert(0.0);
-            *best = best.max(coverage as f64);
+            *best = best.max(imago_robots::pusht::coverage_score(coverage as f64));
         }
         if let Some(instruction) = &self.instruction_override {
             observation.instruction = instruction.clone();

@@ -23,8 +23,9 @@ pub struct ControllerRow {
     pub interval: [f64; 2],
     /// Mean episode length, ticks.
     pub mean_length: f64,
-    /// Mean over episodes of the largest goal coverage reached (tasks scored by
-    /// coverage: pusht).
+    /// Mean over episodes of the largest goal coverage reached, scored as gym-pusht
+    /// and LeRobot score it (tasks scored by coverage: pusht; `clip(coverage / 0.95,
+    /// 0, 1)`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mean_max_coverage: Option<f64>,
     /// 95% interval of `mean_max_coverage`.
