@@ -261,9 +261,20 @@ fn bridge_python() -> Option<String> {
 /// A Python example of `robots/bridge-python/examples` serving at `key` on `port`;
 /// returns once it says it is serving.
 fn python_serve(python: &str, example: &str, key: &str, port: u16, extra: &[&str]) -> Child {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("robots/bridge-python/examples")
-        .join(example);
+    python_script_serve(
+        python,
+        &Path::new("robots/bridge-python/examples").join(example),
+        key,
+        port,
+        extra,
+    )
+}
+
+/// The Python script at `script` (relative to the repository) serving at `key` on
+/// `port`; returns once it says it is serving.
+fn python_script_serve(python: &str, script: &Path, key: &str, port: u16, extra: &[&str]) -> Child {
+    let example = script.display().to_string();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join(script);
     let mut child = Command::new(python)
         .arg(script)
         .args(["--key", key, "--listen", &format!("tcp/127.0.0.1:{port}")])
@@ -339,6 +350,100 @@ fn a_gymnasium_environment_served_from_python_is_trained_on_end_to_end() {
         .and_then(|rest| rest.split([',', '}']).next())
         .and_then(|n| n.trim().parse::<u64>().ok());
     assert_eq!(steps, status["actor_transitions"].as_u64(), "{served}");
+}
+
+#[test]
+fn gym_pusht_itself_evaluates_an_imago_pusht_policy() {
+    let Some(python) = common::python_with(
+        &["imago_bridge", "gym_pusht"],
+        "pip install ./robots/bridge-python gym-pusht==0.1.8",
+    ) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let path = |name: &str| dir.path().join(name).display().to_string();
+    let (replay, ckpt, report, remote) = (
+        path("replay"),
+        path("ckpt"),
+        path("eval.json"),
+        path("remote.toml"),
+    );
+    for args in [
+        &[
+            "collect",
+            "--robot",
+            "pusht",
+            "--episodes",
+            "1",
+            "--out",
+            &replay,
+        ][..],
+        &[
+            "--device",
+            "cpu",
+            "train",
+            "--replay",
+            &replay,
+            "--out",
+            &ckpt,
+            "--steps",
+            "2",
+            "--batch-size",
+            "4",
+        ],
+    ] {
+        let output = imago(args);
+        assert!(output.status.success(), "{args:?}: {}", stderr(&output));
+    }
+    let (key, port) = (unique_key("gym-pusht"), free_port());
+    std::fs::write(
+        &remote,
+        format!(
+            "key = \"{key}\"\nmax_observation_age_ms = 100.0\n[link]\nconnect = [\"tcp/127.0.0.1:{port}\"]\n"
+        ),
+    )
+    .unwrap();
+    let server = python_script_serve(
+        &python,
+        Path::new("scripts/pusht_gym_serve.py"),
+        &key,
+        port,
+        &[],
+    );
+    let output = imago(&[
+        "--device",
+        "cpu",
+        "eval",
+        "--remote",
+        &remote,
+        "--ckpt",
+        &ckpt,
+        "--episodes",
+        "2",
+        "--report",
+        &report,
+    ]);
+    let served = interrupt(server);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let row: serde_json::Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+    assert_eq!(row["episodes"], 2, "{row}");
+    let coverage = row["mean_max_coverage"]
+        .as_f64()
+        .expect("gym-pusht's coverage");
+    assert!((0.0..=1.0).contains(&coverage), "{row}");
+    // gym-pusht stepped once per tick of the two episodes, and reset once for each.
+    let count = |what: &str| {
+        served
+            .split(&format!("'{what}': "))
+            .nth(1)
+            .and_then(|rest| rest.split([',', '}']).next())
+            .and_then(|n| n.trim().parse::<f64>().ok())
+            .unwrap_or_else(|| panic!("{served}"))
+    };
+    let mean_steps = row["mean_length"].as_f64().unwrap();
+    assert_eq!(count("steps"), 2.0 * mean_steps, "{served} {row}");
+    assert_eq!(count("resets"), 2.0, "{served}");
+    assert_eq!(count("stale"), 0.0, "{served}");
 }
 
 #[test]

@@ -5,10 +5,13 @@ use std::path::PathBuf;
 use clap::Args;
 use imago_runtime::act::collect::MAX_EPISODES;
 use imago_runtime::act::loaded_policy::evaluate_checkpoint;
+use imago_runtime::bridge::remote;
 use imago_runtime::device::{DeviceSpec, resolve};
 use imago_runtime::jobs::demo::EVAL_SEED_BASE;
 use imago_runtime::jobs::report::{ControllerRow, PairedReport};
+use imago_runtime::robot::RobotConfig;
 use imago_runtime::telemetry::{TelemetryConfig, TelemetryEvent};
+use imago_runtime::toml_file::read_toml;
 
 use crate::args::{RerunArgs, RobotArgs, flag_in_range, write_json};
 
@@ -34,6 +37,12 @@ pub struct EvalArgs {
     report: Option<PathBuf>,
     #[command(flatten)]
     robot: RobotArgs,
+    /// Evaluate on a robot in another process instead: a TOML file of its bridge
+    /// settings (`key`, `[link]`, as a daemon's `[actor.robot]` for `robot =
+    /// "remote"`; docs/bridge.md), e.g. gym-pusht served by
+    /// `scripts/pusht_gym_serve.py`.
+    #[arg(long, value_name = "FILE.toml", conflicts_with_all = ["robot", "robot_config"])]
+    remote: Option<PathBuf>,
     #[command(flatten)]
     rerun: RerunArgs,
 }
@@ -41,7 +50,11 @@ pub struct EvalArgs {
 /// Evaluates the checkpoint (paired with a baseline) on the robot and prints the table.
 pub fn run(args: EvalArgs, device: DeviceSpec) -> anyhow::Result<()> {
     flag_in_range("--episodes", args.episodes, 1..=MAX_EPISODES)?;
-    let robot = args.robot.resolve()?;
+    let robot = match &args.remote {
+        Some(path) => RobotConfig::from_table(remote::NAME, &read_toml(path)?)
+            .map_err(|e| anyhow::anyhow!("{}: {e:#}", path.display()))?,
+        None => args.robot.resolve()?,
+    };
     let device = resolve(device)?;
     let session = args.rerun.start(&TelemetryConfig::default())?;
     let telemetry = session.handle();

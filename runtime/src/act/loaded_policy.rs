@@ -11,6 +11,7 @@ use imago_robots::Robot;
 
 use crate::act::evaluate::{Controller, EvalOutcome, evaluate};
 use crate::act::lerobot_driver::LeRobotDriver;
+use crate::act::remote_eval::evaluate_remote;
 use crate::device::ResolvedDevice;
 use crate::robot::RobotConfig;
 use crate::store::checkpoint::{ensure_trained_for, load_policy};
@@ -82,6 +83,9 @@ pub fn evaluate_checkpoint(
         .collect();
     let policy = LoadedPolicy::load(dir, robot, &device.inference)?;
     let controller = policy.controller(&device.inference);
+    if let RobotConfig::Remote(remote) = robot {
+        return evaluate_remote(&controller, remote, &seeds, "eval");
+    }
     let mut outcome = EvalOutcome {
         success: Vec::with_capacity(episodes),
         length: Vec::with_capacity(episodes),

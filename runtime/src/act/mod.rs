@@ -16,6 +16,7 @@ pub mod loaded_policy;
 pub mod lock_step;
 pub mod paired;
 pub mod promotion_run;
+pub mod remote_eval;
 pub mod rollout;
 pub mod sampling;
 pub mod takeover;

@@ -237,6 +237,11 @@ impl RemoteRobot {
         &self.config.spec
     }
 
+    /// The robot's key.
+    pub fn key(&self) -> &str {
+        &self.config.settings.key
+    }
+
     /// Whether the robot's liveliness token is present.
     pub fn is_alive(&self) -> bool {
         self.alive.is_alive()
