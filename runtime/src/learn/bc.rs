@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::learn::schedule::warmup_cosine;
 use crate::progress;
-use crate::store::replay::{Episode, EpisodeSelection, Transition, transition_indices};
+use crate::store::replay::{Episode, Transition, transition_indices};
 
 /// Behaviour-cloning settings.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -69,21 +69,6 @@ impl<'a> ImitationDataset<'a> {
             chunk_len: config.chunk_len(),
             action_limit: config.action_limit().to_vec(),
         }
-    }
-
-    /// The transitions of the episodes of `episodes` that `selection` keeps (the others
-    /// stay in `episodes`, unsampled): the demonstrations of a replay that also holds
-    /// what other learners read.
-    pub fn selected(
-        episodes: &'a [Episode],
-        config: &PolicyConfig,
-        selection: EpisodeSelection,
-    ) -> Self {
-        let mut dataset = Self::new(episodes, config);
-        dataset
-            .samples
-            .retain(|&(episode, _)| selection.keeps(&episodes[episode]));
-        dataset
     }
 
     /// Number of transitions.
@@ -277,47 +262,5 @@ mod tests {
         assert!((config.learning_rate_at(10) - 1.0).abs() < 1e-9);
         assert!((config.learning_rate_at(100) - 0.1).abs() < 1e-9);
         assert!(config.learning_rate_at(50) < config.learning_rate_at(20));
-    }
-
-    #[test]
-    fn a_selection_samples_the_successful_episodes_only() {
-        use crate::store::replay::{EpisodeEnd, EpisodeStart};
-        let episode = |id: u64, steps: usize, success: bool| {
-            let transitions: Vec<Transition> =
-                (0..steps).map(|t| transition(id, t, false)).collect();
-            Episode {
-                start: EpisodeStart {
-                    episode: id,
-                    robot: "reacher2d".into(),
-                    seed: id,
-                    instruction: String::new(),
-                },
-                end: EpisodeEnd {
-                    episode: id,
-                    steps: steps as u32,
-                    success,
-                    final_observation: transitions[0].observation.clone(),
-                },
-                transitions,
-            }
-        };
-        let episodes = [
-            episode(0, 3, true),
-            episode(1, 2, false),
-            episode(2, 4, true),
-        ];
-        let spec = crate::robot::RobotConfig::default().spec();
-        let config = PolicyConfig::for_robot(imago_policies::Architecture::Vla, &spec).unwrap();
-        let all = ImitationDataset::selected(&episodes, &config, EpisodeSelection::All);
-        assert_eq!(
-            all.samples(),
-            ImitationDataset::new(&episodes, &config).samples()
-        );
-        let successful =
-            ImitationDataset::selected(&episodes, &config, EpisodeSelection::Successful);
-        let sampled: Vec<usize> = successful.samples().iter().map(|&(e, _)| e).collect();
-        assert_eq!(sampled, [0, 0, 0, 2, 2, 2, 2]);
-        // Indices still point into every episode: episode 2 keeps its place.
-        assert_eq!(successful.episodes().len(), 3);
     }
 }
