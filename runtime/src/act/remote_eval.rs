@@ -4,9 +4,11 @@
 //!
 //! Unlike the daemon's actor, evaluation keeps no control rate: each command goes out
 //! as soon as the policy has chosen it, and the robot steps when it arrives, so a
-//! simulated robot runs as fast as both sides can. Every tick needs its answer: a late
-//! or lost one ends the evaluation with an error (an episode with a hole in it has no
-//! outcome to count).
+//! simulated robot runs as fast as both sides can, and each answer is awaited up to
+//! [`ANSWER_WAIT`], not the robot's period, so that a loaded machine slows the
+//! evaluation down instead of ending it. Every tick needs its answer: one that does not
+//! come in that time, or a lost robot, ends the evaluation with an error (an episode
+//! with a hole in it has no outcome to count).
 
 use std::collections::VecDeque;
 use std::sync::atomic::AtomicBool;
@@ -24,6 +26,10 @@ use crate::act::sampling::{plan, plan_on_host};
 use crate::bridge::{Interruption, RemoteRobot, RemoteRobotConfig};
 use crate::progress;
 use crate::store::replay::EpisodeStart;
+
+/// Longest wait for the robot's answer to one command during evaluation (a served
+/// gym-pusht answers in about 5 ms; beside a build on 2 cores a tick took over 100 ms).
+pub const ANSWER_WAIT: Duration = Duration::from_secs(2);
 
 /// Runs one episode per seed on the remote robot of `config` with `controller` (a
 /// policy of either kind, or random actions; a remote robot's scripted expert is not
@@ -47,6 +53,7 @@ pub fn evaluate_remote<B: Backend>(
         B::seed(driver.device(), first);
     }
     let mut robot = RemoteRobot::open(config)?;
+    robot.wait_for_answers(ANSWER_WAIT.max(config.observation_wait()));
     wait_until_alive(&robot, config)?;
     let host = match controller {
         Controller::Policy { policy, .. } => policy.host_copy(),
@@ -170,8 +177,9 @@ fn run_episode<B: Backend>(
                 episode.advance(TickCommand::demonstration(action), step);
             }
             Err(Interruption::Late) => anyhow::bail!(
-                "the robot at {key} did not answer tick {} of episode {episode_id} (seed {seed}) in time; raise max_observation_age_ms in its settings",
-                episode.steps() + 1
+                "the robot at {key} did not answer tick {} of episode {episode_id} (seed {seed}) within {} s: is it still stepping?",
+                episode.steps() + 1,
+                ANSWER_WAIT.as_secs_f32()
             ),
             Err(Interruption::LinkLost) => anyhow::bail!(
                 "the robot at {key} went away during episode {episode_id} (seed {seed})"

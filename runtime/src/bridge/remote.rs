@@ -354,6 +354,14 @@ impl RemoteRobot {
         }
     }
 
+    /// Sets how long [`Self::step`] waits for each answer, which is also how long each
+    /// command stays valid at the robot: the observation age unless set. Evaluation,
+    /// which keeps no control rate, waits longer, so that a loaded machine slows it
+    /// down instead of ending it.
+    pub fn wait_for_answers(&mut self, wait: Duration) {
+        self.wait = wait;
+    }
+
     /// Tells the robot to hold still.
     pub fn hold(&mut self, episode: u64) {
         self.send(episode, 0, self.wait, CommandKind::Hold);
