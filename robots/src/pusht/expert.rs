@@ -141,14 +141,11 @@ impl ScriptedExpert {
     /// The expert's command for the scene now.
     pub fn act(&mut self, robot: &PushT) -> Action {
         let world = robot.world();
-        let (target, committed) = plan_target(
-            world.pusher_position(),
-            &world.block_pose(),
-            &self.aim,
-            self.committed,
-        );
+        let pusher = world.pusher_position();
+        let (target, committed) =
+            plan_target(pusher, &world.block_pose(), &self.aim, self.committed);
         self.committed = committed;
-        let target = limit_step(world.pusher_position(), target, MAX_LEAD);
+        let target = limit_step(pusher, target, MAX_LEAD);
         let mut action = [to_normalised(target[0]), to_normalised(target[1])];
         if self.config.noise > 0.0 {
             let normal = Normal::new(0.0, self.config.noise).expect("finite noise");
@@ -179,25 +176,22 @@ fn plan_target(
     let Some((push, travel)) = best_push(pusher, block, aim, error, committed) else {
         return (pusher, None);
     };
-    if travel < 1.5 * APPROACH_GAP {
-        // In place: push, leading the pusher by what is left of the push.
-        let lead = push.length.min(20.0);
-        let target = [
-            pusher[0] + push.direction[0] * lead,
-            pusher[1] + push.direction[1] * lead,
-        ];
-        let commitment = Commitment {
-            contact: push.id,
-            travel: 0.0,
-        };
-        return (target, Some(commitment));
-    }
-    let start = behind(&push);
+    let in_place = travel < 1.5 * APPROACH_GAP;
     let commitment = Commitment {
         contact: push.id,
-        travel,
+        travel: if in_place { 0.0 } else { travel },
     };
-    (approach(pusher, start, block), Some(commitment))
+    let target = if in_place {
+        // Push, leading the pusher by what is left of the push.
+        let lead = push.length.min(20.0);
+        [
+            pusher[0] + push.direction[0] * lead,
+            pusher[1] + push.direction[1] * lead,
+        ]
+    } else {
+        approach(pusher, behind(&push), block)
+    };
+    (target, Some(commitment))
 }
 
 /// Where the pusher waits before `push`: just behind the contact.
@@ -535,12 +529,12 @@ mod tests {
             robot.reset(seed);
             expert.begin_episode(&robot, seed);
             loop {
-                // 25 units: docs/pusht.md's figure, not the constant, so that the
-                // test fails if the constant drifts from what the docs measured.
                 let pusher = robot.world().pusher_position();
                 let before = expert.committed.map(|c| c.contact);
                 let action = expert.act(&robot);
                 let target = [to_world(action.0[0]), to_world(action.0[1])];
+                // 25 units: docs/pusht.md's figure, not the constant, so that the
+                // test fails if the constant drifts from what the docs measured.
                 assert!(
                     distance(pusher, target) <= 25.01,
                     "seed {seed}: target {target:?} is {} from the pusher {pusher:?}",

@@ -179,7 +179,7 @@ fn run_episode<B: Backend>(
             Err(Interruption::Late) => anyhow::bail!(
                 "the robot at {key} did not answer tick {} of episode {episode_id} (seed {seed}) within {} s: is it still stepping?",
                 episode.steps() + 1,
-                ANSWER_WAIT.as_secs_f32()
+                robot.answer_wait().as_secs_f32()
             ),
             Err(Interruption::LinkLost) => anyhow::bail!(
                 "the robot at {key} went away during episode {episode_id} (seed {seed})"

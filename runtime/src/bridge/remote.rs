@@ -362,6 +362,11 @@ impl RemoteRobot {
         self.wait = wait;
     }
 
+    /// How long [`Self::step`] waits for each answer.
+    pub fn answer_wait(&self) -> Duration {
+        self.wait
+    }
+
     /// Tells the robot to hold still.
     pub fn hold(&mut self, episode: u64) {
         self.send(episode, 0, self.wait, CommandKind::Hold);
