@@ -196,12 +196,54 @@ fn collect_train_eval_round_trip_and_bad_inputs() {
     continue_from(
         &flow,
         &["--head", "gaussian"],
-        "a policy with a flow head (a head cannot change",
+        "holds a policy with a flow head (that cannot change",
     );
     continue_from(&flow, &["--chunk-len", "8"], "chunks of 4");
     let flow_continued = path(&dir.path().join("flow-continued"));
     let output = run(bc_args(&flow_continued, &["--init", &flow]));
     assert!(output.status.success(), "{}", stderr(&output));
+    // A new policy's size is chosen by --width and --layers, kept when training
+    // continues, and refused out of range or where it cannot change.
+    let narrow = dir.path().join("narrow");
+    let output = run(bc_args(
+        &path(&narrow),
+        &["--batch-size", "4", "--width", "32", "--layers", "1"],
+    ));
+    assert!(output.status.success(), "{}", stderr(&output));
+    let meta: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(narrow.join("meta.json")).unwrap()).unwrap();
+    assert_eq!(
+        (
+            &meta["config"]["d_model"],
+            &meta["config"]["d_ff"],
+            &meta["config"]["n_layers"]
+        ),
+        (&32.into(), &64.into(), &1.into())
+    );
+    let narrow_continued = path(&dir.path().join("narrow-continued"));
+    let output = run(bc_args(&narrow_continued, &["--init", &path(&narrow)]));
+    assert!(output.status.success(), "{}", stderr(&output));
+    continue_from(&path(&narrow), &["--width", "64"], "width 32");
+    continue_from(&path(&narrow), &["--layers", "2"], "1 transformer layers");
+    let fresh = path(&dir.path().join("fresh"));
+    for (flags, must_mention) in [
+        (&["--width", "30"][..], "a multiple of 4"),
+        (
+            &["--width", "4096"][..],
+            "--width 4096: must be in [8, 1024]",
+        ),
+        (&["--layers", "0"][..], "--layers 0: must be in [1, 12]"),
+        (
+            &["--policy", "linear", "--layers", "2"][..],
+            "has no transformer layers",
+        ),
+    ] {
+        let args = bc_args(&fresh, flags);
+        assert_one_line_error(
+            &args.iter().map(String::as_str).collect::<Vec<_>>(),
+            must_mention,
+        );
+    }
     // A hand-edited meta.json no longer matches its checksum.
     let meta = std::fs::read_to_string(copy.join("meta.json")).unwrap();
     std::fs::write(

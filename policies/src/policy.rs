@@ -223,6 +223,41 @@ impl PolicyConfig {
         }
     }
 
+    /// Width of the summary the head reads: the VLA's token width (`d_model`), the
+    /// linear policy's `width`.
+    pub fn width(&self) -> usize {
+        match self {
+            Self::Vla(c) => c.d_model,
+            Self::Linear(c) => c.width,
+        }
+    }
+
+    /// Transformer layers of the VLA; `None` for the linear policy, which has none.
+    pub fn layers(&self) -> Option<usize> {
+        match self {
+            Self::Vla(c) => Some(c.n_layers),
+            Self::Linear(_) => None,
+        }
+    }
+
+    /// The same policy `width` wide: the VLA's tokens (its feed-forward blocks twice
+    /// that, as by default), the linear policy's summary. Checked by `validate`.
+    pub fn with_width(self, width: usize) -> Self {
+        match self {
+            Self::Vla(c) => Self::Vla(c.with_d_model(width).with_d_ff(2 * width)),
+            Self::Linear(c) => Self::Linear(c.with_width(width)),
+        }
+    }
+
+    /// The same VLA with `layers` transformer layers (checked by `validate`); a linear
+    /// policy, which has no layers, is returned unchanged.
+    pub fn with_layers(self, layers: usize) -> Self {
+        match self {
+            Self::Vla(c) => Self::Vla(c.with_n_layers(layers)),
+            linear => linear,
+        }
+    }
+
     /// The same policy with a `head` head.
     pub fn with_head(self, head: ActionHeadKind) -> Self {
         match self {
@@ -241,14 +276,17 @@ impl PolicyConfig {
 
     /// This config with the choices a trained policy keeps from `stored` (its
     /// architecture's config when it was first trained): the head, its flow width
-    /// and steps, the chunk length, the linear policy's state statistics and the VLA's
-    /// stem activation. What is left must
+    /// and steps, the chunk length, the width, the linear policy's state statistics and
+    /// the VLA's layers, feed-forward width and stem activation. What is left must
     /// equal `stored` for training to continue from it. Of another architecture,
     /// `self` is returned unchanged (and differs from `stored`).
     pub fn keeping_choices_of(self, stored: &Self) -> Self {
         match (self, stored) {
             (Self::Vla(c), Self::Vla(s)) => Self::Vla(
                 c.with_stem_activation(s.stem_activation)
+                    .with_d_model(s.d_model)
+                    .with_d_ff(s.d_ff)
+                    .with_n_layers(s.n_layers)
                     .with_head(s.head)
                     .with_flow_width(s.flow_width)
                     .with_flow_steps(s.flow_steps)
@@ -256,6 +294,7 @@ impl PolicyConfig {
             ),
             (Self::Linear(c), Self::Linear(s)) => Self::Linear(
                 c.with_state_normalizer(s.state_normalizer.clone())
+                    .with_width(s.width)
                     .with_head(s.head)
                     .with_flow_width(s.flow_width)
                     .with_flow_steps(s.flow_steps)
@@ -522,6 +561,15 @@ mod tests {
             .clone()
             .keeping_choices_of(&linear.clone().with_chunk_len(9));
         assert_eq!(kept.chunk_len(), 9);
+        let wide = vla.clone().with_width(128).with_layers(3);
+        assert_eq!((wide.width(), wide.layers()), (128, Some(3)));
+        assert_eq!(vla.clone().keeping_choices_of(&wide), wide);
+        let PolicyConfig::Vla(wide_vla) = &wide else {
+            unreachable!("with_width keeps the architecture")
+        };
+        assert_eq!(wide_vla.d_ff, 256, "feed-forward twice the width");
+        assert_eq!(linear.clone().with_layers(3), linear, "no layers to set");
+        assert_eq!(linear.clone().with_width(96).width(), 96);
         assert_eq!(vla.clone().keeping_choices_of(&linear), vla);
     }
 

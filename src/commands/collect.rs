@@ -4,7 +4,9 @@ use std::path::PathBuf;
 
 use clap::Args;
 use imago_robots::ExpertConfig;
-use imago_runtime::act::collect::{CollectConfig, MAX_EPISODES, collect_demonstrations};
+use imago_runtime::act::collect::{
+    CollectConfig, MAX_EPISODES, Perturbation, collect_demonstrations,
+};
 use imago_runtime::store::replay::read_replay;
 use imago_runtime::telemetry::{TelemetryConfig, log_replay_episodes};
 
@@ -35,6 +37,15 @@ pub struct CollectArgs {
     /// [default: 0.15].
     #[arg(long, alias = "wrong-target-rate")]
     mistake_rate: Option<f64>,
+    /// Perturb what the robot is sent by noise of this spread (a fraction of the
+    /// action limit, in [0, 1]), recording the expert's own command as the label
+    /// (DART: the demonstrations then cover states off the expert's path) [default: 0].
+    #[arg(long)]
+    perturbation: Option<f32>,
+    /// Correlation of the perturbation from one tick to the next, in [0, 0.99]
+    /// [default: 0.8].
+    #[arg(long)]
+    perturbation_correlation: Option<f32>,
     /// Seed of the first episode (episode i uses SEED + i) [default: each episode's
     /// id in the replay, so collecting into the same replay again records new scenes].
     #[arg(long)]
@@ -54,10 +65,24 @@ pub fn run(args: CollectArgs) -> anyhow::Result<()> {
     };
     flag_in_range("--noise", expert.noise, 0.0..=10.0)?;
     flag_in_range("--mistake-rate", expert.mistake_rate, 0.0..=1.0)?;
+    let defaults = Perturbation::default();
+    let perturbation = Perturbation {
+        sigma: args.perturbation.unwrap_or(defaults.sigma),
+        correlation: args
+            .perturbation_correlation
+            .unwrap_or(defaults.correlation),
+    };
+    flag_in_range("--perturbation", perturbation.sigma, 0.0..=1.0)?;
+    flag_in_range(
+        "--perturbation-correlation",
+        perturbation.correlation,
+        0.0..=0.99,
+    )?;
     let summary = collect_demonstrations(
         &CollectConfig {
             robot: robot.clone(),
             expert,
+            perturbation,
             episodes: args.episodes,
             first_seed: args.seed,
         },

@@ -92,6 +92,15 @@ pub struct TrainArgs {
     /// with --init, the checkpoint's].
     #[arg(long)]
     chunk_len: Option<usize>,
+    /// Policy: the width of a new policy, in [8, 1024]: the VLA's token width (its
+    /// feed-forward blocks twice that; a multiple of its 4 attention heads), the linear
+    /// policy's summary [default: 64; with --init, the checkpoint's].
+    #[arg(long)]
+    width: Option<usize>,
+    /// Policy: transformer layers of a new VLA, in [1, 12] [default: 2; with --init,
+    /// the checkpoint's].
+    #[arg(long)]
+    layers: Option<usize>,
     /// Fine-tuning: the world-model checkpoint imagination runs in [default: a SALT
     /// world model trained on the replay first].
     #[arg(long)]
@@ -180,7 +189,7 @@ impl TrainArgs {
     /// error naming the flag and the trainers it applies to.
     fn check_flags_apply(&self) -> anyhow::Result<()> {
         use TrainTarget::{Bc, Finetune, Worldmodel};
-        let given: [(&str, bool, &[TrainTarget]); 13] = [
+        let given: [(&str, bool, &[TrainTarget]); 15] = [
             ("--successful-only", self.successful_only, &[Bc]),
             ("--family", self.family.is_some(), &[Worldmodel]),
             ("--horizon", self.horizon.is_some(), &[Worldmodel]),
@@ -188,6 +197,8 @@ impl TrainArgs {
             ("--policy", self.policy.is_some(), &[Bc]),
             ("--head", self.head.is_some(), &[Bc]),
             ("--chunk-len", self.chunk_len.is_some(), &[Bc]),
+            ("--width", self.width.is_some(), &[Bc]),
+            ("--layers", self.layers.is_some(), &[Bc]),
             ("--world-model", self.world_model.is_some(), &[Finetune]),
             ("--method", self.method.is_some(), &[Finetune]),
             ("--rounds", self.rounds.is_some(), &[Finetune]),
@@ -296,6 +307,8 @@ fn train_bc(
             architecture,
             head: args.head,
             chunk_len: args.chunk_len,
+            width: args.width,
+            layers: args.layers,
         },
         &bc,
         device,
@@ -408,6 +421,16 @@ fn train_new_diffusion(
             args.chunk_len.is_some(),
             "a new Diffusion Policy denoises 16 actions and executes 8",
         ),
+        (
+            "--width",
+            args.width.is_some(),
+            "a new Diffusion Policy's U-Net is sized for a CPU (docs/pusht.md)",
+        ),
+        (
+            "--layers",
+            args.layers.is_some(),
+            "a new Diffusion Policy's U-Net is sized for a CPU (docs/pusht.md)",
+        ),
     ];
     if let Some((flag, _, why)) = refused.iter().find(|(_, given, _)| *given) {
         anyhow::bail!("{flag} does not apply to --policy diffusion: {why}");
@@ -442,10 +465,12 @@ fn train_lerobot_bc(
         ("--policy", args.policy.is_some()),
         ("--head", args.head.is_some()),
         ("--chunk-len", args.chunk_len.is_some()),
+        ("--width", args.width.is_some()),
+        ("--layers", args.layers.is_some()),
     ];
     if let Some((flag, _)) = shaping.iter().find(|(_, given)| *given) {
         anyhow::bail!(
-            "{flag}: {} is a LeRobot policy, whose architecture, head and chunk length are its config.json's; leave {flag} out",
+            "{flag}: {} is a LeRobot policy, whose architecture, head, chunk length and size are its config.json's; leave {flag} out",
             init.display()
         );
     }

@@ -2,8 +2,11 @@
 
 use std::path::Path;
 
-use imago_robots::ExpertConfig;
 use imago_robots::bounds::{ConfigError, in_range};
+use imago_robots::{Action, ExpertConfig};
+use rand::rngs::StdRng;
+use rand::{RngExt, SeedableRng};
+use rand_distr::StandardNormal;
 use serde::{Deserialize, Serialize};
 
 use crate::act::camera::BatchCamera;
@@ -23,6 +26,9 @@ pub struct CollectConfig {
     pub robot: RobotConfig,
     /// How imperfect the demonstrations are.
     pub expert: ExpertConfig,
+    /// Perturbations sent to the robot in place of the expert's commands, which stay
+    /// the recorded labels (DART); none by default.
+    pub perturbation: Perturbation,
     /// Number of episodes.
     pub episodes: usize,
     /// Seed of the first episode; episode `i` uses `first_seed + i`. `None`: each
@@ -37,9 +43,84 @@ impl Default for CollectConfig {
         Self {
             robot: RobotConfig::default(),
             expert: ExpertConfig::default(),
+            perturbation: Perturbation::default(),
             episodes: 100,
             first_seed: None,
         }
+    }
+}
+
+/// Noise added to what the robot is sent during a demonstration, not to the recorded
+/// command (DART, Laskey et al. 2017): the demonstrations then cover the states a
+/// clone drifts into, each labelled with the expert's command there. The noise is
+/// autoregressive (`n_t = rho n_(t-1) + sqrt(1 - rho^2) sigma e_t` per action entry,
+/// `e_t` standard normal), so a push is knocked off its course for several ticks
+/// rather than jittered about it, which a position controller would smooth away.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Perturbation {
+    /// Standard deviation of the noise, as a fraction of the action limit; 0 sends
+    /// the expert's commands as they are. Range: [0, 1].
+    pub sigma: f32,
+    /// Correlation of one tick's noise with the previous tick's (`rho`). Range:
+    /// [0, 0.99].
+    pub correlation: f32,
+}
+
+impl Default for Perturbation {
+    fn default() -> Self {
+        Self {
+            sigma: 0.0,
+            correlation: 0.8,
+        }
+    }
+}
+
+impl Perturbation {
+    /// Checks every value against its documented range; the error names the key.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        in_range("sigma", self.sigma, 0.0..=1.0)?;
+        in_range("correlation", self.correlation, 0.0..=0.99)
+    }
+}
+
+/// One episode's perturbation stream.
+struct PerturbationStream {
+    config: Perturbation,
+    rng: StdRng,
+    state: Vec<f32>,
+}
+
+impl PerturbationStream {
+    /// The stream of episode `seed`, for actions of `action_dim` entries.
+    fn new(config: Perturbation, seed: u64, action_dim: usize) -> Self {
+        Self {
+            config,
+            rng: StdRng::seed_from_u64(seed ^ 0xda27_0000_0000_0001),
+            state: vec![0.0; action_dim],
+        }
+    }
+
+    /// What the robot is sent for the expert's `action` (within `limit`), or `None`
+    /// when this stream perturbs nothing.
+    fn perturb(&mut self, action: &Action, limit: &[f32]) -> Option<Action> {
+        let Perturbation { sigma, correlation } = self.config;
+        if sigma == 0.0 {
+            return None;
+        }
+        let innovation = (1.0 - correlation * correlation).sqrt() * sigma;
+        let sent = action
+            .0
+            .iter()
+            .zip(limit)
+            .zip(&mut self.state)
+            .map(|((&a, &l), n)| {
+                let e: f32 = self.rng.sample(StandardNormal);
+                *n = correlation * *n + innovation * e;
+                (a + *n * l).clamp(-l, l)
+            })
+            .collect();
+        Some(Action(sent))
     }
 }
 
@@ -69,6 +150,9 @@ impl CollectConfig {
     pub fn validate(&self) -> Result<(), ConfigError> {
         self.robot.validate().map_err(|e| e.within("robot"))?;
         self.expert.validate().map_err(|e| e.within("expert"))?;
+        self.perturbation
+            .validate()
+            .map_err(|e| e.within("perturbation"))?;
         in_range("episodes", self.episodes, 1..=MAX_EPISODES)
     }
 }
@@ -149,10 +233,16 @@ fn demonstration(config: &CollectConfig, seed: u64, id: u64) -> anyhow::Result<E
         "robot {} has no scripted expert",
         config.robot.name()
     );
+    let limit = config.robot.spec().action_limit;
+    let mut perturbation = PerturbationStream::new(config.perturbation, seed, limit.len());
     let mut transitions = Vec::new();
     while run.any_running() {
         let action = run.lanes_mut()[0].expert_action()?;
-        let tick = run.step(vec![Some(TickCommand::demonstration(action))])?;
+        let command = match perturbation.perturb(&action, &limit) {
+            Some(sent) => TickCommand::perturbed_demonstration(action, sent),
+            None => TickCommand::demonstration(action),
+        };
+        let tick = run.step(vec![Some(command)])?;
         transitions.extend(tick.into_iter().map(|(_, transition)| transition));
     }
     run.lanes()[0]
@@ -205,5 +295,93 @@ mod tests {
             "the same seed records the same demonstration"
         );
         assert_ne!(actions(&episodes[1]), actions(&episodes[4]));
+    }
+
+    #[test]
+    fn perturbed_demonstrations_record_the_experts_command_and_send_a_correlated_perturbation() {
+        // The safety envelope opened, so that what ran is what was sent.
+        let robot = crate::robot::reacher2d_with(
+            "max_steps = 200\n[safety]\nmax_rate = 100.0\ntrip_factor = 1000.0",
+        );
+        let limit = robot.spec().action_limit;
+        let collect = |sigma: f32, out: &Path| {
+            let config = CollectConfig {
+                robot: robot.clone(),
+                expert: ExpertConfig::noiseless(),
+                perturbation: Perturbation {
+                    sigma,
+                    correlation: 0.8,
+                },
+                episodes: 12,
+                first_seed: Some(7),
+            };
+            collect_demonstrations(&config, out, false).unwrap();
+            read_replay(out).unwrap().episodes
+        };
+        let (plain, perturbed) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let plain = collect(0.0, plain.path());
+        let perturbed = collect(0.2, perturbed.path());
+        // Without a perturbation the robot runs the expert's commands.
+        for t in plain.iter().flat_map(|e| &e.transitions) {
+            assert_eq!(t.action, t.executed);
+        }
+        // With one, the robot leaves the expert's path, and what ran differs from the
+        // recorded label (the expert's command) by noise of about the asked spread,
+        // correlated from tick to tick.
+        assert_ne!(
+            plain[0].transitions[5..]
+                .iter()
+                .map(|t| &t.observation.proprio)
+                .collect::<Vec<_>>(),
+            perturbed[0].transitions[5..]
+                .iter()
+                .map(|t| &t.observation.proprio)
+                .collect::<Vec<_>>(),
+            "the perturbation moves the robot off the expert's path"
+        );
+        let noise: Vec<Vec<f32>> = perturbed
+            .iter()
+            .map(|e| {
+                e.transitions
+                    .iter()
+                    .filter(|t| {
+                        t.executed
+                            .0
+                            .iter()
+                            .zip(&limit)
+                            .all(|(v, l)| v.abs() < 0.99 * l)
+                    })
+                    .map(|t| (t.executed.0[0] - t.action.0[0]) / limit[0])
+                    .collect()
+            })
+            .collect();
+        let all: Vec<f32> = noise.iter().flatten().copied().collect();
+        assert!(all.len() > 100, "{} unclamped ticks", all.len());
+        let spread = (all.iter().map(|n| n * n).sum::<f32>() / all.len() as f32).sqrt();
+        assert!((0.1..0.3).contains(&spread), "spread {spread}");
+        let (mut lagged, mut energy) = (0.0, 0.0);
+        for n in &noise {
+            for pair in n.windows(2) {
+                lagged += pair[0] * pair[1];
+                energy += pair[0] * pair[0];
+            }
+        }
+        let correlation = lagged / energy;
+        assert!(
+            (0.5..0.95).contains(&correlation),
+            "lag-1 correlation {correlation}"
+        );
+        let bad = CollectConfig {
+            perturbation: Perturbation {
+                sigma: 2.0,
+                correlation: 0.8,
+            },
+            ..CollectConfig::default()
+        };
+        let err = bad.validate().unwrap_err().to_string();
+        assert!(
+            err.contains("perturbation") && err.contains("sigma"),
+            "{err}"
+        );
     }
 }

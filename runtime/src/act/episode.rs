@@ -11,8 +11,13 @@ use crate::store::replay::{Episode, EpisodeEnd, EpisodeStart, Transition};
 /// What commanded one tick, and with what.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TickCommand {
-    /// The command in robot units.
+    /// The command in robot units: what the transition records as its `action`.
     pub action: Action,
+    /// What the robot is sent instead of `action`, where they differ: a perturbed
+    /// demonstration ([`TickCommand::perturbed_demonstration`]) records the
+    /// demonstrator's command as the label and sends a perturbed one. `None`: the robot
+    /// is sent `action`.
+    pub sent: Option<Action>,
     /// The log-density of the command under the policy that sampled it (`None` for a
     /// deterministic or scripted command).
     pub behaviour_log_prob: Option<f32>,
@@ -27,6 +32,7 @@ impl TickCommand {
     pub fn demonstration(action: Action) -> Self {
         Self {
             action,
+            sent: None,
             behaviour_log_prob: None,
             intervention: false,
             policy_version: 0,
@@ -38,10 +44,28 @@ impl TickCommand {
     pub fn intervention(action: Action, version: u64) -> Self {
         Self {
             action,
+            sent: None,
             behaviour_log_prob: None,
             intervention: true,
             policy_version: version,
         }
+    }
+
+    /// A demonstration in which the robot is sent `sent`, a perturbation of the
+    /// expert's `action`, while `action` is recorded as the label (DART): the
+    /// demonstrations then visit states off the expert's own path, each labelled with
+    /// what the expert commands there; the transition's `executed` is what the robot
+    /// ran.
+    pub fn perturbed_demonstration(action: Action, sent: Action) -> Self {
+        Self {
+            sent: Some(sent),
+            ..Self::demonstration(action)
+        }
+    }
+
+    /// What the robot is sent this tick.
+    pub fn sent(&self) -> &Action {
+        self.sent.as_ref().unwrap_or(&self.action)
     }
 }
 

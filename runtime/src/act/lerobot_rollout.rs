@@ -77,6 +77,7 @@ impl<B: Backend> PolicyCommands for LeRobotCommands<'_, B> {
             .into_iter()
             .map(|action| TickCommand {
                 action,
+                sent: None,
                 behaviour_log_prob: None,
                 intervention: false,
                 policy_version: self.version,

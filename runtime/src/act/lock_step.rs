@@ -122,7 +122,7 @@ impl<'c> LockStep<'c> {
         for (i, (lane, command)) in self.lanes.iter_mut().zip(commands).enumerate() {
             let Some(command) = command else { continue };
             anyhow::ensure!(!lane.episode.is_done(), "a command after episode end");
-            let outcome = lane.robot.step(&command.action);
+            let outcome = lane.robot.step(command.sent());
             let transition = lane.episode.advance(command, outcome);
             let seed = lane.seed();
             lane.takeover

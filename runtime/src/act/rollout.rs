@@ -264,6 +264,7 @@ impl<B: Backend> PolicyCommands for RolloutSampler<'_, B> {
             .into_iter()
             .map(|command| TickCommand {
                 action: to_robot_units(&command.action, limits),
+                sent: None,
                 behaviour_log_prob: command.log_prob,
                 intervention: false,
                 policy_version: self.acting.version,

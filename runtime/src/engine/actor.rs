@@ -339,6 +339,7 @@ impl<'a> ControlLoop<'a> {
                 self.stats.policy_versions.insert(command.version);
                 let tick = TickCommand {
                     action: to_robot_units(&command.action, &self.limits),
+                    sent: None,
                     behaviour_log_prob: command.log_prob,
                     intervention: false,
                     policy_version: command.version,
@@ -353,7 +354,7 @@ impl<'a> ControlLoop<'a> {
             _ => Vec::new(),
         };
         let version = command.policy_version;
-        let outcome = match self.robot.step(episode, version, &command.action, &plan)? {
+        let outcome = match self.robot.step(episode, version, command.sent(), &plan)? {
             Ok(outcome) => outcome,
             Err(interruption) => {
                 self.abandon(episode, step, interruption, &mut out.records);

@@ -431,6 +431,7 @@ impl DemoRun<'_> {
                 expert: self.plan.expert.clone(),
                 episodes: self.plan.demonstrations,
                 first_seed: Some(self.options.seed.wrapping_mul(10_000_000)),
+                ..CollectConfig::default()
             },
             &self.replay_dir(),
             false,

@@ -38,8 +38,8 @@ pub struct BcRunSummary {
     pub version: u64,
 }
 
-/// The choices of a new policy's shape that are not the robot's: its action head and
-/// its chunk length. `None` keeps the default for a new policy, the checkpoint's for
+/// The choices of a new policy's shape that are not the robot's: its action head, its
+/// chunk length and its size. `None` keeps the default for a new policy, the checkpoint's for
 /// one continued with `--init` (which must not be asked to change them).
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct PolicyShape {
@@ -50,6 +50,106 @@ pub struct PolicyShape {
     pub head: Option<ActionHeadKind>,
     /// Actions per chunk. Range: [1, 64].
     pub chunk_len: Option<usize>,
+    /// Width of a new policy's summary ([`PolicyConfig::with_width`]). Range:
+    /// [`WIDTHS`], a multiple of the VLA's attention heads.
+    pub width: Option<usize>,
+    /// Transformer layers of a new VLA. Range: [`LAYERS`].
+    pub layers: Option<usize>,
+}
+
+/// The widths `--width` accepts.
+pub const WIDTHS: std::ops::RangeInclusive<usize> = 8..=1024;
+
+/// The layer counts `--layers` accepts.
+pub const LAYERS: std::ops::RangeInclusive<usize> = 1..=12;
+
+impl PolicyShape {
+    /// `expected` (a new policy's config for the robot) with this shape's choices,
+    /// or an error naming the flag whose value is out of range.
+    fn apply(&self, mut expected: PolicyConfig) -> anyhow::Result<PolicyConfig> {
+        if let Some(k) = self.chunk_len {
+            anyhow::ensure!(
+                (1..=64).contains(&k),
+                "--chunk-len {k}: must be in [1, 64] (actions per predicted chunk)"
+            );
+            expected = expected.with_chunk_len(k);
+        }
+        if let Some(head) = self.head {
+            expected = expected.with_head(head);
+        }
+        if let Some(width) = self.width {
+            let heads = match &expected {
+                PolicyConfig::Vla(c) => c.n_heads,
+                PolicyConfig::Linear(_) => 1,
+            };
+            anyhow::ensure!(
+                WIDTHS.contains(&width) && width.is_multiple_of(heads),
+                "--width {width}: must be in [{}, {}] and a multiple of {heads} (the policy's attention heads)",
+                WIDTHS.start(),
+                WIDTHS.end()
+            );
+            expected = expected.with_width(width);
+        }
+        if let Some(layers) = self.layers {
+            anyhow::ensure!(
+                expected.layers().is_some(),
+                "--layers {layers}: the {} policy has no transformer layers (leave --layers out)",
+                expected.architecture()
+            );
+            anyhow::ensure!(
+                LAYERS.contains(&layers),
+                "--layers {layers}: must be in [{}, {}] (transformer layers)",
+                LAYERS.start(),
+                LAYERS.end()
+            );
+            expected = expected.with_layers(layers);
+        }
+        expected
+            .validate()
+            .map_err(|e| anyhow::anyhow!("the policy's shape (--width, --layers): {e}"))?;
+        Ok(expected)
+    }
+
+    /// The first of this shape's choices that `stored` (the config of the checkpoint
+    /// in `dir`, to be continued) does not share, as the error's text.
+    fn conflict_with(&self, dir: &Path, stored: &PolicyConfig) -> Option<String> {
+        let layers = |l: Option<usize>| l.map_or("no".to_string(), |l| l.to_string());
+        // (flag, asked, held, the checkpoint's policy described with `held`)
+        let choices = [
+            (
+                "--head",
+                self.head.map(|h| h.to_string()),
+                stored.head().to_string(),
+                format!("a {} head", stored.head()),
+            ),
+            (
+                "--chunk-len",
+                self.chunk_len.map(|k| k.to_string()),
+                stored.chunk_len().to_string(),
+                format!("chunks of {}", stored.chunk_len()),
+            ),
+            (
+                "--width",
+                self.width.map(|w| w.to_string()),
+                stored.width().to_string(),
+                format!("width {}", stored.width()),
+            ),
+            (
+                "--layers",
+                self.layers.map(|l| l.to_string()),
+                layers(stored.layers()),
+                format!("{} transformer layers", layers(stored.layers())),
+            ),
+        ];
+        choices.into_iter().find_map(|(flag, asked, held, holds)| {
+            asked.filter(|a| *a != held).map(|a| {
+                format!(
+                    "{flag} {a}: {} holds a policy with {holds} (that cannot change when training continues; leave {flag} out)",
+                    dir.display()
+                )
+            })
+        })
+    }
 }
 
 /// Trains a policy (of `shape`'s architecture) by behaviour cloning on the replay at `replay` and writes the
@@ -66,12 +166,6 @@ pub fn train_bc_offline(
     device: &ResolvedDevice,
     telemetry: &Telemetry,
 ) -> anyhow::Result<BcRunSummary> {
-    if let Some(k) = shape.chunk_len {
-        anyhow::ensure!(
-            (1..=64).contains(&k),
-            "--chunk-len {k}: must be in [1, 64] (actions per predicted chunk)"
-        );
-    }
     replay.ensure_exists()?;
     out.check(OutputKind::PolicyCheckpoint, &replay.inputs_with(init))?;
     let read = read_training_replay(replay)?;
@@ -89,35 +183,18 @@ pub fn train_bc_offline(
         }
         (None, asked) => asked.unwrap_or(Architecture::Vla),
     };
-    let mut expected = PolicyConfig::for_robot(architecture, &spec)
-        .map_err(|e| anyhow::anyhow!("the policy for {}: {e}", spec.summary()))?;
-    if let Some(head) = shape.head {
-        expected = expected.with_head(head);
-    }
-    if let Some(k) = shape.chunk_len {
-        expected = expected.with_chunk_len(k);
-    }
+    let expected = shape.apply(
+        PolicyConfig::for_robot(architecture, &spec)
+            .map_err(|e| anyhow::anyhow!("the policy for {}: {e}", spec.summary()))?,
+    )?;
     Dispatch::seed(&device.training, bc.seed);
     let (policy, config, version, parent) = match init {
         Some(dir) => {
             ensure_trained_for(dir, &spec)?;
             let (policy, config, meta) =
                 load_policy_to_continue::<Dispatch>(dir, &expected, &device.training)?;
-            if shape.head.is_some_and(|head| head != config.head()) {
-                anyhow::bail!(
-                    "--head {}: {} holds a policy with a {} head (a head cannot change when training continues; leave --head out)",
-                    expected.head(),
-                    dir.display(),
-                    config.head()
-                );
-            }
-            if shape.chunk_len.is_some_and(|k| k != config.chunk_len()) {
-                anyhow::bail!(
-                    "--chunk-len {}: {} holds a policy with chunks of {} (the chunk length cannot change when training continues; leave --chunk-len out)",
-                    expected.chunk_len(),
-                    dir.display(),
-                    config.chunk_len()
-                );
+            if let Some(conflict) = shape.conflict_with(dir, &config) {
+                anyhow::bail!(conflict);
             }
             (
                 policy,

@@ -218,8 +218,8 @@ pub fn load_policy<B: Backend>(
 /// Loads a policy checkpoint onto `device` to continue training it (`train --init`,
 /// the daemon): its config must equal `expected` (of the same architecture: ask
 /// [`stored_architecture`]) except in the choices the checkpoint keeps
-/// ([`PolicyConfig::keeping_choices_of`]: its head, chunk length and, for the VLA,
-/// its stem activation, chosen when it was first trained).
+/// ([`PolicyConfig::keeping_choices_of`]: its head, chunk length, size and, for the
+/// VLA, its stem activation, chosen when it was first trained).
 pub fn load_policy_to_continue<B: Backend>(
     dir: &Path,
     expected: &PolicyConfig,

@@ -107,10 +107,14 @@ fn checkpoints_written_before_pooling_action_origins_and_relu_still_load() {
         load_policy_to_continue::<Dispatch>(&dir, &config(), &device).unwrap();
     assert_eq!(continued_config, old);
     assert_eq!(outputs(&continued, &old, &device).unwrap(), before);
-    // So are its head and chunk length.
+    // So are its head, chunk length and size.
     let (_, continued_config, _) = load_policy_to_continue::<Dispatch>(
         &dir,
-        &config().with_chunk_len(7).with_head(ActionHeadKind::Flow),
+        &config()
+            .with_chunk_len(7)
+            .with_head(ActionHeadKind::Flow)
+            .with_width(32)
+            .with_layers(3),
         &device,
     )
     .unwrap();
@@ -118,11 +122,11 @@ fn checkpoints_written_before_pooling_action_origins_and_relu_still_load() {
     // Anything else that differs is still refused.
     let err = load_policy_to_continue::<Dispatch>(
         &dir,
-        &vla(serde_json::json!({ "d_model": 32 })),
+        &vla(serde_json::json!({ "max_words": 8 })),
         &device,
     )
     .unwrap_err();
-    assert!(err.to_string().contains("d_model"), "{err}");
+    assert!(err.to_string().contains("max_words"), "{err}");
 }
 
 #[test]
