@@ -71,6 +71,14 @@ impl<'a> ImitationDataset<'a> {
         }
     }
 
+    /// The same dataset with the transitions of the episodes `keep` accepts only
+    /// (filtered behaviour cloning: a demonstrator's failures left out).
+    pub fn of_episodes(mut self, keep: impl Fn(&Episode) -> bool) -> Self {
+        let episodes = self.episodes;
+        self.samples.retain(|&(e, _)| keep(&episodes[e]));
+        self
+    }
+
     /// Number of transitions.
     pub fn len(&self) -> usize {
         self.samples.len()
@@ -228,6 +236,48 @@ mod tests {
             intervention,
             behaviour_log_prob: None,
         }
+    }
+
+    #[test]
+    fn a_dataset_of_selected_episodes_samples_only_their_transitions() {
+        use crate::store::replay::{EpisodeEnd, EpisodeStart};
+        let episode = |id: u64, steps: usize, success: bool| Episode {
+            start: EpisodeStart {
+                episode: id,
+                robot: "reacher2d".into(),
+                seed: id,
+                instruction: String::new(),
+            },
+            transitions: (0..steps).map(|t| transition(id, t, false)).collect(),
+            end: EpisodeEnd {
+                episode: id,
+                steps: steps as u32,
+                success,
+                final_observation: transition(id, steps, false).observation,
+            },
+        };
+        let episodes = [
+            episode(0, 3, false),
+            episode(1, 2, true),
+            episode(2, 4, true),
+        ];
+        let config = PolicyConfig::for_robot(
+            imago_policies::Architecture::Linear,
+            &crate::robot::reacher2d_with("").spec(),
+        )
+        .unwrap();
+        let all = ImitationDataset::new(&episodes, &config);
+        assert_eq!(all.len(), 9);
+        let successful = ImitationDataset::new(&episodes, &config).of_episodes(|e| e.end.success);
+        assert_eq!(
+            successful.samples(),
+            [(1, 0), (1, 1), (2, 0), (2, 1), (2, 2), (2, 3)]
+        );
+        assert!(
+            ImitationDataset::new(&episodes, &config)
+                .of_episodes(|_| false)
+                .is_empty()
+        );
     }
 
     #[test]
