@@ -244,6 +244,14 @@ fn collect_train_eval_round_trip_and_bad_inputs() {
             must_mention,
         );
     }
+    // A size out of range is named before any replay is read.
+    let missing = path(&dir.path().join("no-such-replay"));
+    assert_one_line_error(
+        &[
+            "--device", "cpu", "train", "--replay", &missing, "--out", &fresh, "--width", "4096",
+        ],
+        "--width 4096: must be in [8, 1024]",
+    );
     // A hand-edited meta.json no longer matches its checksum.
     let meta = std::fs::read_to_string(copy.join("meta.json")).unwrap();
     std::fs::write(

@@ -64,30 +64,52 @@ pub const WIDTHS: std::ops::RangeInclusive<usize> = 8..=1024;
 pub const LAYERS: std::ops::RangeInclusive<usize> = 1..=12;
 
 impl PolicyShape {
-    /// `expected` (a new policy's config for the robot) with this shape's choices,
-    /// or an error naming the flag whose value is out of range.
-    fn apply(&self, mut expected: PolicyConfig) -> anyhow::Result<PolicyConfig> {
+    /// Checks each given value against its range, before anything is read: the error
+    /// names the flag.
+    fn check_ranges(&self) -> anyhow::Result<()> {
         if let Some(k) = self.chunk_len {
             anyhow::ensure!(
                 (1..=64).contains(&k),
                 "--chunk-len {k}: must be in [1, 64] (actions per predicted chunk)"
             );
+        }
+        if let Some(width) = self.width {
+            anyhow::ensure!(
+                WIDTHS.contains(&width),
+                "--width {width}: must be in [{}, {}]",
+                WIDTHS.start(),
+                WIDTHS.end()
+            );
+        }
+        if let Some(layers) = self.layers {
+            anyhow::ensure!(
+                LAYERS.contains(&layers),
+                "--layers {layers}: must be in [{}, {}] (transformer layers)",
+                LAYERS.start(),
+                LAYERS.end()
+            );
+        }
+        Ok(())
+    }
+
+    /// `expected` (a new policy's config for the robot) with this shape's choices
+    /// (in range: [`Self::check_ranges`]), or an error naming the flag the
+    /// architecture cannot take.
+    fn apply(&self, mut expected: PolicyConfig) -> anyhow::Result<PolicyConfig> {
+        if let Some(k) = self.chunk_len {
             expected = expected.with_chunk_len(k);
         }
         if let Some(head) = self.head {
             expected = expected.with_head(head);
         }
         if let Some(width) = self.width {
-            let heads = match &expected {
-                PolicyConfig::Vla(c) => c.n_heads,
-                PolicyConfig::Linear(_) => 1,
-            };
-            anyhow::ensure!(
-                WIDTHS.contains(&width) && width.is_multiple_of(heads),
-                "--width {width}: must be in [{}, {}] and a multiple of {heads} (the policy's attention heads)",
-                WIDTHS.start(),
-                WIDTHS.end()
-            );
+            if let PolicyConfig::Vla(c) = &expected {
+                anyhow::ensure!(
+                    width.is_multiple_of(c.n_heads),
+                    "--width {width}: must be a multiple of {} (the policy's attention heads)",
+                    c.n_heads
+                );
+            }
             expected = expected.with_width(width);
         }
         if let Some(layers) = self.layers {
@@ -95,12 +117,6 @@ impl PolicyShape {
                 expected.layers().is_some(),
                 "--layers {layers}: the {} policy has no transformer layers (leave --layers out)",
                 expected.architecture()
-            );
-            anyhow::ensure!(
-                LAYERS.contains(&layers),
-                "--layers {layers}: must be in [{}, {}] (transformer layers)",
-                LAYERS.start(),
-                LAYERS.end()
             );
             expected = expected.with_layers(layers);
         }
@@ -113,7 +129,7 @@ impl PolicyShape {
     /// The first of this shape's choices that `stored` (the config of the checkpoint
     /// in `dir`, to be continued) does not share, as the error's text.
     fn conflict_with(&self, dir: &Path, stored: &PolicyConfig) -> Option<String> {
-        let layers = |l: Option<usize>| l.map_or("no".to_string(), |l| l.to_string());
+        let held_layers = stored.layers().map_or("no".to_string(), |l| l.to_string());
         // (flag, asked, held, the checkpoint's policy described with `held`)
         let choices = [
             (
@@ -137,8 +153,8 @@ impl PolicyShape {
             (
                 "--layers",
                 self.layers.map(|l| l.to_string()),
-                layers(stored.layers()),
-                format!("{} transformer layers", layers(stored.layers())),
+                held_layers.clone(),
+                format!("{held_layers} transformer layers"),
             ),
         ];
         choices.into_iter().find_map(|(flag, asked, held, holds)| {
@@ -166,6 +182,7 @@ pub fn train_bc_offline(
     device: &ResolvedDevice,
     telemetry: &Telemetry,
 ) -> anyhow::Result<BcRunSummary> {
+    shape.check_ranges()?;
     replay.ensure_exists()?;
     out.check(OutputKind::PolicyCheckpoint, &replay.inputs_with(init))?;
     let read = read_training_replay(replay)?;
