@@ -1455,6 +1455,23 @@ fn pusht_collects_trains_and_evaluates_with_coverage() {
         serde_json::json!({"difference": 0.0, "interval": [0.0, 0.0]}),
         "{json}"
     );
+    // Receding horizon: the checkpoint executing its whole chunk of 4 per plan, paired
+    // with itself re-planning every tick; more than its chunk holds is one error.
+    let receding: Vec<&str> = paired
+        .iter()
+        .copied()
+        .chain(["--execute", "4", "--baseline-execute", "1"])
+        .collect();
+    let table = run(&receding);
+    assert!(table.contains("mean max coverage, paired"), "{table}");
+    for (flag, value, must_mention) in [
+        ("--execute", "5", "chunks hold 4: execute at most 4"),
+        ("--execute", "0", "--execute = 0"),
+        ("--baseline-execute", "65", "--baseline-execute = 65"),
+    ] {
+        let args: Vec<&str> = paired.iter().copied().chain([flag, value]).collect();
+        assert_one_line_error(&args, must_mention);
+    }
     // The pusht policy on reacher2d: one error naming both specs.
     let output = imago(&[
         "--device",

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 use imago_runtime::act::collect::MAX_EPISODES;
-use imago_runtime::act::loaded_policy::evaluate_checkpoint;
+use imago_runtime::act::loaded_policy::{ExecutedSteps, evaluate_checkpoint};
 use imago_runtime::bridge::remote;
 use imago_runtime::device::{DeviceSpec, resolve};
 use imago_runtime::jobs::demo::EVAL_SEED_BASE;
@@ -32,6 +32,17 @@ pub struct EvalArgs {
     /// Seed of the first episode.
     #[arg(long, default_value_t = EVAL_SEED_BASE)]
     seed: u64,
+    /// Actions of each planned chunk an imago policy executes before it plans again
+    /// (receding horizon; 1 re-plans every tick), at most its chunk length; with
+    /// `--paired-with`, the baseline too unless `--baseline-execute` says otherwise.
+    /// A LeRobot policy keeps its own `n_action_steps`.
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    execute: usize,
+    /// Actions of each chunk the `--paired-with` baseline executes per plan (default:
+    /// `--execute`): with the same checkpoint on both sides, a paired comparison of
+    /// two receding horizons.
+    #[arg(long, value_name = "N", requires = "paired_with")]
+    baseline_execute: Option<usize>,
     /// Also write the figures as JSON here.
     #[arg(long)]
     report: Option<PathBuf>,
@@ -47,9 +58,20 @@ pub struct EvalArgs {
     rerun: RerunArgs,
 }
 
+/// `steps` actions per plan, or an error naming `flag` and the range.
+fn executed_steps(flag: &str, steps: usize) -> anyhow::Result<ExecutedSteps> {
+    flag_in_range(flag, steps, 1..=ExecutedSteps::MAX)?;
+    Ok(ExecutedSteps::new(steps).expect("checked against the same range"))
+}
+
 /// Evaluates the checkpoint (paired with a baseline) on the robot and prints the table.
 pub fn run(args: EvalArgs, device: DeviceSpec) -> anyhow::Result<()> {
     flag_in_range("--episodes", args.episodes, 1..=MAX_EPISODES)?;
+    let executed = executed_steps("--execute", args.execute)?;
+    let baseline_executed = match args.baseline_execute {
+        Some(steps) => executed_steps("--baseline-execute", steps)?,
+        None => executed,
+    };
     let robot = match &args.remote {
         Some(path) => RobotConfig::from_table(remote::NAME, &read_toml(path)?)
             .map_err(|e| anyhow::anyhow!("{}: {e:#}", path.display()))?,
@@ -58,8 +80,8 @@ pub fn run(args: EvalArgs, device: DeviceSpec) -> anyhow::Result<()> {
     let device = resolve(device)?;
     let session = args.rerun.start(&TelemetryConfig::default())?;
     let telemetry = session.handle();
-    let (episodes, seed) = (args.episodes, args.seed);
-    let outcome = evaluate_checkpoint(&args.ckpt, &robot, episodes, seed, &device)?;
+    let seeds = (args.episodes, args.seed);
+    let outcome = evaluate_checkpoint(&args.ckpt, &robot, seeds, executed, &device)?;
     telemetry.send(TelemetryEvent::EvalSuccess {
         name: "candidate".into(),
         rate: outcome.success_rate(),
@@ -77,7 +99,8 @@ pub fn run(args: EvalArgs, device: DeviceSpec) -> anyhow::Result<()> {
             }
         }
         Some(baseline) => {
-            let baseline_outcome = evaluate_checkpoint(baseline, &robot, episodes, seed, &device)?;
+            let baseline_outcome =
+                evaluate_checkpoint(baseline, &robot, seeds, baseline_executed, &device)?;
             telemetry.send(TelemetryEvent::EvalSuccess {
                 name: "baseline".into(),
                 rate: baseline_outcome.success_rate(),

@@ -358,6 +358,53 @@ mod tests {
     use super::*;
     use crate::act::camera::tests::batched;
 
+    /// Receding horizon: a policy executing `k` actions per plan sends the first `k`
+    /// actions of the chunk planned from the observation at which it planned, then
+    /// plans again from the observation it has reached.
+    #[test]
+    fn a_policy_executes_the_first_actions_of_each_plan_then_plans_again() {
+        let device = DispatchDevice::NdArray(NdArrayDevice::Cpu);
+        Dispatch::seed(&device, 7);
+        let robot = crate::robot::reacher2d_with("max_steps = 20");
+        let config = PolicyConfig::for_robot(imago_policies::Architecture::Vla, &robot.spec())
+            .unwrap()
+            .compact();
+        let policy = config.init::<Dispatch>(&device);
+        let executed = config.chunk_len() - 1;
+        assert!(executed >= 2, "the default chunk is long enough to test");
+        let controller = Controller::Policy {
+            policy: &policy,
+            config: &config,
+            device: &device,
+            wrong_instruction: false,
+            execute_steps: executed,
+        };
+        let mut run = LockStep::start(&robot, &[3], &BatchCamera::PerRobot, None).unwrap();
+        let mut commands = EvalCommands::new(&controller, &mut run, &robot).unwrap();
+        let mut previous_plan: Option<Vec<Action>> = None;
+        for _ in 0..3 {
+            let observation = run.lanes()[0].episode.observation();
+            let planned = plan(&policy, &config, &device, std::iter::once(observation))
+                .unwrap()
+                .remove(0);
+            if let Some(previous) = &previous_plan {
+                // Had it not planned again, the next action would be the old chunk's.
+                assert!(distance(&previous[executed], &planned[0]) > 1e-3);
+            }
+            for expected in &planned[..executed] {
+                let tick = commands.next(&mut run).unwrap();
+                let sent = &tick[0].as_ref().expect("the lane runs").action;
+                assert!(distance(sent, expected) < 1e-4, "{sent:?} vs {expected:?}");
+                run.step(tick).unwrap();
+            }
+            previous_plan = Some(planned);
+        }
+    }
+
+    fn distance(a: &Action, b: &Action) -> f32 {
+        a.0.iter().zip(&b.0).map(|(x, y)| (x - y).abs()).sum()
+    }
+
     #[test]
     fn a_policy_evaluates_the_same_on_batched_frames() {
         let Some(camera) = batched() else { return };

@@ -55,34 +55,84 @@ impl LoadedPolicy {
     /// The policy as an evaluation's controller on `device` (the device it was loaded
     /// on): an imago policy acting on the mean of its chunks, re-planning every tick.
     pub fn controller<'a>(&'a self, device: &'a DispatchDevice) -> Controller<'a, Dispatch> {
+        self.controller_executing(device, ExecutedSteps::EVERY_TICK)
+            .expect("re-planning every tick suits every policy")
+    }
+
+    /// The policy as an evaluation's controller that executes `executed` actions of
+    /// each planned chunk before planning again (receding horizon). An imago policy
+    /// whose chunks are shorter than that, or a LeRobot policy asked for anything but
+    /// every tick (it executes through its own queue, its config's `n_action_steps`),
+    /// is an error that says so.
+    pub fn controller_executing<'a>(
+        &'a self,
+        device: &'a DispatchDevice,
+        executed: ExecutedSteps,
+    ) -> anyhow::Result<Controller<'a, Dispatch>> {
         match self {
-            Self::Imago { policy, config } => Controller::Policy {
-                policy,
-                config,
-                device,
-                wrong_instruction: false,
-                execute_steps: 1,
-            },
-            Self::LeRobot(driver) => Controller::LeRobot(driver),
+            Self::Imago { policy, config } => {
+                anyhow::ensure!(
+                    executed.0 <= config.chunk_len(),
+                    "asked to execute {} actions of each plan, but the policy's chunks hold {}: execute at most {} (or train with --chunk-len {})",
+                    executed.0,
+                    config.chunk_len(),
+                    config.chunk_len(),
+                    executed.0
+                );
+                Ok(Controller::Policy {
+                    policy,
+                    config,
+                    device,
+                    wrong_instruction: false,
+                    execute_steps: executed.0,
+                })
+            }
+            Self::LeRobot(driver) => {
+                anyhow::ensure!(
+                    executed == ExecutedSteps::EVERY_TICK,
+                    "a LeRobot policy executes its chunks through its own queue (its config's n_action_steps): execute 1 action per plan, the default, for it"
+                );
+                Ok(Controller::LeRobot(driver))
+            }
         }
     }
 }
 
+/// Actions of each planned chunk an imago policy executes before it plans again
+/// (receding horizon): 1 re-plans every tick.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExecutedSteps(usize);
+
+impl ExecutedSteps {
+    /// Re-plan at every tick.
+    pub const EVERY_TICK: Self = Self(1);
+    /// The most any chunk allows (imago's chunks hold at most this many actions).
+    pub const MAX: usize = 64;
+
+    /// `steps` actions per plan, in `1..=MAX`; `None` otherwise.
+    pub fn new(steps: usize) -> Option<Self> {
+        (1..=Self::MAX).contains(&steps).then_some(Self(steps))
+    }
+}
+
 /// Evaluates the policy of `dir` (a checkpoint or a LeRobot directory) on `robot` on
-/// `episodes` seeds from `first_seed`, in lock-step batches of at most [`EVAL_BATCH`]
-/// (memory stays flat for any number, with the same outcomes).
+/// `episodes` seeds from `first_seed`, executing `executed` actions of each chunk per
+/// plan, in lock-step batches of at most [`EVAL_BATCH`] (memory stays flat for any
+/// number, with the same outcomes).
 pub fn evaluate_checkpoint(
     dir: &Path,
     robot: &RobotConfig,
-    episodes: usize,
-    first_seed: u64,
+    (episodes, first_seed): (usize, u64),
+    executed: ExecutedSteps,
     device: &ResolvedDevice,
 ) -> anyhow::Result<EvalOutcome> {
     let seeds: Vec<u64> = (0..episodes as u64)
         .map(|i| first_seed.wrapping_add(i))
         .collect();
     let policy = LoadedPolicy::load(dir, robot, &device.inference)?;
-    let controller = policy.controller(&device.inference);
+    let controller = policy
+        .controller_executing(&device.inference, executed)
+        .map_err(|e| anyhow::anyhow!("{}: {e:#}", dir.display()))?;
     if let RobotConfig::Remote(remote) = robot {
         return evaluate_remote(&controller, remote, &seeds, "eval");
     }

@@ -88,6 +88,10 @@ pub struct DemoReport {
     pub quick: bool,
     /// Evaluation episodes per controller (paired seeds).
     pub episodes: usize,
+    /// Actions of each planned chunk the policies executed before planning again in
+    /// the evaluation (1: every tick).
+    #[serde(default = "every_tick")]
+    pub executed_per_plan: usize,
     /// Demonstration episodes collected.
     pub demonstrations: usize,
     /// Success rate of the (imperfect) demonstrations.
@@ -179,17 +183,30 @@ impl From<PairedCounts> for Improvement {
     }
 }
 
+/// Reports written before `executed_per_plan` was recorded re-planned every tick.
+fn every_tick() -> usize {
+    1
+}
+
 impl DemoReport {
     /// The report as a plain-text table.
     pub fn table(&self) -> String {
         let mut out = String::new();
         out.push_str(&format!(
-            "imago demo{} on {}: {} demonstrations ({:.0}% successful), {} paired evaluation episodes\n\n",
+            "imago demo{} on {}: {} demonstrations ({:.0}% successful), {} paired evaluation episodes{}\n\n",
             if self.quick { " --quick" } else { "" },
             self.device,
             self.demonstrations,
             100.0 * self.demonstration_success_rate,
-            self.episodes
+            self.episodes,
+            if self.executed_per_plan > 1 {
+                format!(
+                    ", the policies executing {} actions of each plan",
+                    self.executed_per_plan
+                )
+            } else {
+                String::new()
+            }
         ));
         let coverage = self
             .controllers
