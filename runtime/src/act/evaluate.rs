@@ -364,12 +364,8 @@ mod tests {
     #[test]
     fn a_policy_executes_the_first_actions_of_each_plan_then_plans_again() {
         let device = DispatchDevice::NdArray(NdArrayDevice::Cpu);
-        Dispatch::seed(&device, 7);
         let robot = crate::robot::reacher2d_with("max_steps = 20");
-        let config = PolicyConfig::for_robot(imago_policies::Architecture::Vla, &robot.spec())
-            .unwrap()
-            .compact();
-        let policy = config.init::<Dispatch>(&device);
+        let (config, policy) = compact_vla(&robot, &device, 7);
         let executed = config.chunk_len() - 1;
         assert!(executed >= 2, "the default chunk is long enough to test");
         let controller = Controller::Policy {
@@ -401,6 +397,20 @@ mod tests {
         }
     }
 
+    /// A small VLA for `robot`, its weights drawn on `device` from `seed`.
+    fn compact_vla(
+        robot: &RobotConfig,
+        device: &DispatchDevice,
+        seed: u64,
+    ) -> (PolicyConfig, Policy<Dispatch>) {
+        Dispatch::seed(device, seed);
+        let config = PolicyConfig::for_robot(imago_policies::Architecture::Vla, &robot.spec())
+            .unwrap()
+            .compact();
+        let policy = config.init::<Dispatch>(device);
+        (config, policy)
+    }
+
     fn distance(a: &Action, b: &Action) -> f32 {
         a.0.iter().zip(&b.0).map(|(x, y)| (x - y).abs()).sum()
     }
@@ -409,12 +419,8 @@ mod tests {
     fn a_policy_evaluates_the_same_on_batched_frames() {
         let Some(camera) = batched() else { return };
         let device = DispatchDevice::NdArray(NdArrayDevice::Cpu);
-        Dispatch::seed(&device, 5);
         let robot = crate::robot::reacher2d_with("max_steps = 6");
-        let config = PolicyConfig::for_robot(imago_policies::Architecture::Vla, &robot.spec())
-            .unwrap()
-            .compact();
-        let policy = config.init::<Dispatch>(&device);
+        let (config, policy) = compact_vla(&robot, &device, 5);
         let controller = Controller::Policy {
             policy: &policy,
             config: &config,
