@@ -1464,10 +1464,34 @@ fn pusht_collects_trains_and_evaluates_with_coverage() {
         .collect();
     let table = run(&receding);
     assert!(table.contains("mean max coverage, paired"), "{table}");
+    // Sampled actions, paired with itself at the same noise: each episode draws the
+    // same noise from its seed, a difference of 0; and against its own mean.
+    let sampled: Vec<&str> = paired
+        .iter()
+        .copied()
+        .chain(["--sampling-noise", "1"])
+        .collect();
+    let table = run(&sampled);
+    assert!(
+        table.contains("mean max coverage, paired: +0.000"),
+        "{table}"
+    );
+    let against_mean: Vec<&str> = sampled
+        .iter()
+        .copied()
+        .chain(["--baseline-sampling-noise", "0"])
+        .collect();
+    assert!(run(&against_mean).contains("mean max coverage, paired"));
     for (flag, value, must_mention) in [
         ("--execute", "5", "chunks hold 4: execute at most 4"),
         ("--execute", "0", "--execute = 0"),
         ("--baseline-execute", "65", "--baseline-execute = 65"),
+        ("--sampling-noise", "11", "--sampling-noise = 11.0"),
+        (
+            "--baseline-sampling-noise",
+            "NaN",
+            "--baseline-sampling-noise = NaN",
+        ),
     ] {
         let args: Vec<&str> = paired.iter().copied().chain([flag, value]).collect();
         assert_one_line_error(&args, must_mention);

@@ -72,6 +72,32 @@ fn lerobot_act_and_diffusion_policies_run_in_imago_eval_on_pusht() {
         assert_eq!(report["episodes"], 2, "{report}");
         assert_eq!(report["mean_length"], 40.0, "{report}");
     }
+    // A LeRobot policy executes and samples as its own config says: imago's receding
+    // horizon and sampling noise are refused, one line each.
+    let act = fixture("act_policy");
+    for (flag, must_mention) in [
+        ("--execute", "n_action_steps"),
+        ("--sampling-noise", "samples as its own config says"),
+    ] {
+        assert_one_line_error(
+            &[
+                "--device",
+                "cpu",
+                "eval",
+                "--policy",
+                path(&act),
+                "--robot",
+                "pusht",
+                "--robot-config",
+                path(&config),
+                "--episodes",
+                "1",
+                flag,
+                "2",
+            ],
+            must_mention,
+        );
+    }
 }
 
 #[test]

@@ -43,6 +43,18 @@ pub struct EvalArgs {
     /// two receding horizons.
     #[arg(long, value_name = "N", requires = "paired_with")]
     baseline_execute: Option<usize>,
+    /// Act on actions sampled from an imago policy, its noise scaled by S relative
+    /// to the policy's own spread (1: the policy as trained), in [0, 10]; 0 acts on
+    /// each chunk's mean. Each episode's noise comes from its seed, so paired
+    /// policies draw the same. With `--paired-with`, the baseline too unless
+    /// `--baseline-sampling-noise` says otherwise. A LeRobot policy samples as its
+    /// config says.
+    #[arg(long, default_value_t = 0.0, value_name = "S")]
+    sampling_noise: f32,
+    /// The `--paired-with` baseline's sampling noise (default: `--sampling-noise`):
+    /// with the same checkpoint on both sides, the mean against samples.
+    #[arg(long, value_name = "S", requires = "paired_with")]
+    baseline_sampling_noise: Option<f32>,
     /// Also write the figures as JSON here.
     #[arg(long)]
     report: Option<PathBuf>,
@@ -58,6 +70,9 @@ pub struct EvalArgs {
     rerun: RerunArgs,
 }
 
+/// The range of `--sampling-noise` (as a rollout's `exploration`).
+const MAX_SAMPLING_NOISE: std::ops::RangeInclusive<f32> = 0.0..=10.0;
+
 /// `steps` actions per plan, or an error naming `flag` and the range.
 fn executed_steps(flag: &str, steps: usize) -> anyhow::Result<ExecutedSteps> {
     flag_in_range(flag, steps, 1..=ExecutedSteps::MAX)?;
@@ -72,6 +87,13 @@ pub fn run(args: EvalArgs, device: DeviceSpec) -> anyhow::Result<()> {
         Some(steps) => executed_steps("--baseline-execute", steps)?,
         None => executed,
     };
+    flag_in_range("--sampling-noise", args.sampling_noise, MAX_SAMPLING_NOISE)?;
+    let baseline_noise = args.baseline_sampling_noise.unwrap_or(args.sampling_noise);
+    flag_in_range(
+        "--baseline-sampling-noise",
+        baseline_noise,
+        MAX_SAMPLING_NOISE,
+    )?;
     let robot = match &args.remote {
         Some(path) => RobotConfig::from_table(remote::NAME, &read_toml(path)?)
             .map_err(|e| anyhow::anyhow!("{}: {e:#}", path.display()))?,
@@ -81,7 +103,13 @@ pub fn run(args: EvalArgs, device: DeviceSpec) -> anyhow::Result<()> {
     let session = args.rerun.start(&TelemetryConfig::default())?;
     let telemetry = session.handle();
     let seeds = (args.episodes, args.seed);
-    let outcome = evaluate_checkpoint(&args.ckpt, &robot, seeds, executed, &device)?;
+    let outcome = evaluate_checkpoint(
+        &args.ckpt,
+        &robot,
+        seeds,
+        (executed, args.sampling_noise),
+        &device,
+    )?;
     telemetry.send(TelemetryEvent::EvalSuccess {
         name: "candidate".into(),
         rate: outcome.success_rate(),
@@ -99,8 +127,13 @@ pub fn run(args: EvalArgs, device: DeviceSpec) -> anyhow::Result<()> {
             }
         }
         Some(baseline) => {
-            let baseline_outcome =
-                evaluate_checkpoint(baseline, &robot, seeds, baseline_executed, &device)?;
+            let baseline_outcome = evaluate_checkpoint(
+                baseline,
+                &robot,
+                seeds,
+                (baseline_executed, baseline_noise),
+                &device,
+            )?;
             telemetry.send(TelemetryEvent::EvalSuccess {
                 name: "baseline".into(),
                 rate: baseline_outcome.success_rate(),

@@ -16,14 +16,14 @@ use crate::act::camera::BatchCamera;
 use crate::act::episode::TickCommand;
 use crate::act::lerobot_driver::{LeRobotDriver, LeRobotEpisode};
 use crate::act::lock_step::LockStep;
-use crate::act::sampling::{plan, plan_on_host};
+use crate::act::sampling::{leading_actions, plan, plan_on_host};
 use crate::progress;
 use crate::robot::RobotConfig;
 use crate::stats::{MeanInterval, mean_interval, quantile, wilson_interval};
 
 /// What drives the robot during an evaluation.
 pub enum Controller<'a, B: Backend> {
-    /// A VLA policy, acting on the mean of its action chunks.
+    /// A VLA policy, acting on the mean of its action chunks or on samples of them.
     Policy {
         /// The policy.
         policy: &'a Policy<B>,
@@ -34,8 +34,14 @@ pub enum Controller<'a, B: Backend> {
         /// Give the policy one of the robot's alternative instructions, naming another
         /// goal than the robot's (success still means the robot's goal).
         wrong_instruction: bool,
-        /// Actions of each chunk executed before re-planning (1..=K).
+        /// Actions of each chunk executed before re-planning (1..=K; more is an
+        /// error).
         execute_steps: usize,
+        /// Scale of the sampling noise relative to the policy's own spread: 0 acts on
+        /// each chunk's mean, 1 samples the policy as it was trained. Each episode's
+        /// noise comes from its seed, so two policies evaluated on the same seeds
+        /// draw the same noise.
+        sampling_noise: f32,
     },
     /// A LeRobot policy, through its own queues (one per episode).
     LeRobot(&'a LeRobotDriver<B>),
@@ -234,6 +240,7 @@ impl<'c, 'a, B: Backend> EvalCommands<'c, 'a, B> {
             config,
             device,
             execute_steps,
+            sampling_noise,
             ..
         } = self.controller
         {
@@ -246,13 +253,15 @@ impl<'c, 'a, B: Backend> EvalCommands<'c, 'a, B> {
                 let planned = planning
                     .iter()
                     .map(|&i| run.lanes()[i].episode.observation());
-                let chunks = match &self.host {
-                    Some(host) => plan_on_host(host, config, planned)?,
-                    None => plan(policy, config, device, planned)?,
-                };
-                let executed = (*execute_steps).clamp(1, config.chunk_len());
-                for (&i, chunk) in planning.iter().zip(chunks) {
-                    self.queues[i].extend(chunk.into_iter().take(executed));
+                let actions = leading_actions(
+                    (*policy, *config, *device),
+                    self.host.as_ref(),
+                    planned,
+                    (*execute_steps, *sampling_noise),
+                    (&mut self.rngs, &planning),
+                )?;
+                for (&i, chunk) in planning.iter().zip(actions) {
+                    self.queues[i].extend(chunk);
                 }
             }
         }
@@ -374,6 +383,7 @@ mod tests {
             device: &device,
             wrong_instruction: false,
             execute_steps: executed,
+            sampling_noise: 0.0,
         };
         let mut run = LockStep::start(&robot, &[3], &BatchCamera::PerRobot, None).unwrap();
         let mut commands = EvalCommands::new(&controller, &mut run, &robot).unwrap();
@@ -394,6 +404,45 @@ mod tests {
                 run.step(tick).unwrap();
             }
             previous_plan = Some(planned);
+        }
+    }
+
+    /// A sampling policy's noise comes from the episode's seed: the same seed draws
+    /// the same actions, which part from the mean's by the policy's spread scaled by
+    /// the noise.
+    #[test]
+    fn a_sampling_policy_draws_its_noise_from_the_episode_seed() {
+        let device = DispatchDevice::NdArray(NdArrayDevice::Cpu);
+        let robot = crate::robot::reacher2d_with("max_steps = 6");
+        let (config, policy) = compact_vla(&robot, &device, 9);
+        let sent = |sampling_noise: f32| -> Vec<Action> {
+            let controller = Controller::Policy {
+                policy: &policy,
+                config: &config,
+                device: &device,
+                wrong_instruction: false,
+                execute_steps: 2,
+                sampling_noise,
+            };
+            let mut run = LockStep::start(&robot, &[3], &BatchCamera::PerRobot, None).unwrap();
+            let mut commands = EvalCommands::new(&controller, &mut run, &robot).unwrap();
+            (0..4)
+                .map(|_| {
+                    let tick = commands.next(&mut run).unwrap();
+                    let action = tick[0].as_ref().expect("the lane runs").action.clone();
+                    run.step(tick).unwrap();
+                    action
+                })
+                .collect()
+        };
+        let (mean, sampled) = (sent(0.0), sent(1.0));
+        assert_eq!(sampled, sent(1.0), "the same seed, the same noise");
+        assert!(
+            distance(&sampled[0], &mean[0]) > 1e-3,
+            "{sampled:?} vs {mean:?}"
+        );
+        for (barely, mean) in sent(1e-4).iter().zip(&mean) {
+            assert!(distance(barely, mean) < 1e-3, "{barely:?} vs {mean:?}");
         }
     }
 
@@ -427,6 +476,7 @@ mod tests {
             device: &device,
             wrong_instruction: false,
             execute_steps: 2,
+            sampling_noise: 0.0,
         };
         let seeds: Vec<u64> = (0..6).collect();
         let own = evaluate_with_camera(&controller, &robot, &seeds, "own", &BatchCamera::PerRobot)

@@ -55,19 +55,22 @@ impl LoadedPolicy {
     /// The policy as an evaluation's controller on `device` (the device it was loaded
     /// on): an imago policy acting on the mean of its chunks, re-planning every tick.
     pub fn controller<'a>(&'a self, device: &'a DispatchDevice) -> Controller<'a, Dispatch> {
-        self.controller_executing(device, ExecutedSteps::EVERY_TICK)
-            .expect("re-planning every tick suits every policy")
+        self.controller_executing(device, ExecutedSteps::EVERY_TICK, 0.0)
+            .expect("re-planning every tick on the mean suits every policy")
     }
 
     /// The policy as an evaluation's controller that executes `executed` actions of
-    /// each planned chunk before planning again (receding horizon). An imago policy
-    /// whose chunks are shorter than that, or a LeRobot policy asked for anything but
-    /// every tick (it executes through its own queue, its config's `n_action_steps`),
-    /// is an error that says so.
+    /// each planned chunk before planning again (receding horizon), acting on the
+    /// chunks' means (`sampling_noise` 0) or on samples with the policy's spread scaled
+    /// by `sampling_noise`. An imago policy whose chunks are shorter than `executed`,
+    /// or a LeRobot policy asked for anything but every tick (it executes through its
+    /// own queue, its config's `n_action_steps`) or for sampling noise (it samples as
+    /// its config says), is an error that says so.
     pub fn controller_executing<'a>(
         &'a self,
         device: &'a DispatchDevice,
         executed: ExecutedSteps,
+        sampling_noise: f32,
     ) -> anyhow::Result<Controller<'a, Dispatch>> {
         match self {
             Self::Imago { policy, config } => {
@@ -85,12 +88,17 @@ impl LoadedPolicy {
                     device,
                     wrong_instruction: false,
                     execute_steps: executed.0,
+                    sampling_noise,
                 })
             }
             Self::LeRobot(driver) => {
                 anyhow::ensure!(
                     executed == ExecutedSteps::EVERY_TICK,
                     "a LeRobot policy executes its chunks through its own queue (its config's n_action_steps): execute 1 action per plan, the default, for it"
+                );
+                anyhow::ensure!(
+                    sampling_noise == 0.0,
+                    "a LeRobot policy samples as its own config says: leave the sampling noise at 0, the default, for it"
                 );
                 Ok(Controller::LeRobot(driver))
             }
@@ -117,13 +125,13 @@ impl ExecutedSteps {
 
 /// Evaluates the policy of `dir` (a checkpoint or a LeRobot directory) on `robot` on
 /// `episodes` seeds from `first_seed`, executing `executed` actions of each chunk per
-/// plan, in lock-step batches of at most [`EVAL_BATCH`] (memory stays flat for any
+/// plan, its means or samples with its spread scaled by `sampling_noise`, in lock-step batches of at most [`EVAL_BATCH`] (memory stays flat for any
 /// number, with the same outcomes).
 pub fn evaluate_checkpoint(
     dir: &Path,
     robot: &RobotConfig,
     (episodes, first_seed): (usize, u64),
-    executed: ExecutedSteps,
+    (executed, sampling_noise): (ExecutedSteps, f32),
     device: &ResolvedDevice,
 ) -> anyhow::Result<EvalOutcome> {
     let seeds: Vec<u64> = (0..episodes as u64)
@@ -131,7 +139,7 @@ pub fn evaluate_checkpoint(
         .collect();
     let policy = LoadedPolicy::load(dir, robot, &device.inference)?;
     let controller = policy
-        .controller_executing(&device.inference, executed)
+        .controller_executing(&device.inference, executed, sampling_noise)
         .map_err(|e| anyhow::anyhow!("{}: {e:#}", dir.display()))?;
     if let RobotConfig::Remote(remote) = robot {
         return evaluate_remote(&controller, remote, &seeds, "eval");

@@ -22,7 +22,7 @@ use rand::{RngExt, SeedableRng};
 
 use crate::act::episode::{EpisodeInProgress, TickCommand};
 use crate::act::evaluate::{Controller, EvalOutcome};
-use crate::act::sampling::{plan, plan_on_host};
+use crate::act::sampling::leading_actions;
 use crate::bridge::{Interruption, RemoteRobot, RemoteRobotConfig};
 use crate::progress;
 use crate::store::replay::EpisodeStart;
@@ -136,16 +136,18 @@ fn run_episode<B: Backend>(
                 config,
                 device,
                 execute_steps,
+                sampling_noise,
                 ..
             } => {
                 if queue.is_empty() {
-                    let observation = std::iter::once(episode.observation());
-                    let chunks = match host {
-                        Some(host) => plan_on_host(host, config, observation)?,
-                        None => plan(policy, config, device, observation)?,
-                    };
-                    let executed = (*execute_steps).clamp(1, config.chunk_len());
-                    queue.extend(chunks.into_iter().flatten().take(executed));
+                    let actions = leading_actions(
+                        (*policy, *config, *device),
+                        host,
+                        std::iter::once(episode.observation()),
+                        (*execute_steps, *sampling_noise),
+                        (std::slice::from_mut(&mut rng), &[0]),
+                    )?;
+                    queue.extend(actions.into_iter().flatten());
                 }
                 queue
                     .pop_front()
@@ -264,6 +266,7 @@ mod tests {
             device: &device,
             wrong_instruction: false,
             execute_steps: 2,
+            sampling_noise: 0.0,
         };
         let local = evaluate(&controller, &reacher, &seeds, "local").unwrap();
         assert_eq!(local.length, [7, 7, 7]);

@@ -4,6 +4,8 @@
 //! when the policy stalls (a simulated human intervention) or with the scripted expert
 //! coaching short stretches at random ticks (DAgger's mixture of expert and learner).
 
+use std::collections::VecDeque;
+
 use burn::prelude::*;
 use imago_policies::{HostPolicy, HostScratch, Policy, PolicyBatch, PolicyConfig};
 use imago_robots::ExpertConfig;
@@ -15,7 +17,7 @@ use serde::{Deserialize, Serialize};
 use crate::act::camera::BatchCamera;
 use crate::act::episode::TickCommand;
 use crate::act::lock_step::LockStep;
-use crate::act::sampling::{exploration_rng, sample_first_actions, to_robot_units};
+use crate::act::sampling::{exploration_rng, sample_leading_actions, to_robot_units};
 use crate::act::takeover::TakeoverConfig;
 use crate::progress;
 use crate::robot::RobotConfig;
@@ -73,12 +75,19 @@ pub struct RolloutConfig {
     /// Let the scripted expert coach stretches at random ticks; coached ticks are
     /// flagged as interventions.
     pub coaching: Option<CoachingConfig>,
+    /// Actions of each sampled chunk executed before the policy samples again (1:
+    /// it samples at every tick). At most the policy's chunk length; a takeover or
+    /// a coached stretch drops what is left. Only the first action of each sample
+    /// records its behaviour density (the others were planned from an earlier
+    /// observation, so they get no importance correction). Range: [1, 64].
+    pub executed_per_plan: usize,
 }
 
 impl RolloutConfig {
     /// Checks every value against its documented range.
     pub fn validate(&self) -> Result<(), ConfigError> {
         in_range("exploration", self.exploration, 0.0..=10.0)?;
+        in_range("executed_per_plan", self.executed_per_plan, 1..=64)?;
         if let Some(takeover) = &self.takeover {
             takeover.validate().map_err(|e| e.within("takeover"))?;
         }
@@ -95,6 +104,7 @@ impl Default for RolloutConfig {
             exploration: 1.0,
             takeover: None,
             coaching: None,
+            executed_per_plan: 1,
         }
     }
 }
@@ -120,7 +130,8 @@ pub trait PolicyCommands {
 }
 
 /// Runs one episode per seed with `acting`, sampling its action chunks and executing
-/// the first action of each, and appends every finished episode whole to `writer`
+/// the first `rollout.executed_per_plan` actions of each (more than the chunk holds
+/// is an error), and appends every finished episode whole to `writer`
 /// (flushed as it ends). Returns the episodes in seed order.
 pub fn collect_policy_episodes<B: Backend>(
     acting: &ActingPolicy<'_, B>,
@@ -132,8 +143,14 @@ pub fn collect_policy_episodes<B: Backend>(
 where
     B::Device: 'static,
 {
+    let chunk = acting.config.chunk_len();
+    anyhow::ensure!(
+        rollout.executed_per_plan <= chunk,
+        "rollout.executed_per_plan is {} but the policy's chunks hold {chunk}: execute at most {chunk}",
+        rollout.executed_per_plan
+    );
     let camera = BatchCamera::for_device::<B>(acting.device, robot, seeds.len());
-    let mut sampler = RolloutSampler::new(acting, seeds, rollout.exploration);
+    let mut sampler = RolloutSampler::new(acting, seeds, rollout);
     collect_episodes(
         (&mut sampler, acting.version),
         (robot, &camera),
@@ -213,8 +230,9 @@ pub fn collect_episodes(
 }
 
 /// The policy's sampled commands for a tick's lanes: one batch through the host
-/// forward on a CPU (the same distribution within 1e-5), else burn's; each lane draws
-/// its exploration noise from its own generator.
+/// forward on a CPU (the same distribution within 1e-5), else burn's, for the lanes
+/// whose sampled actions have all run; each lane draws its exploration noise from its
+/// own generator.
 struct RolloutSampler<'a, B: Backend> {
     acting: &'a ActingPolicy<'a, B>,
     host: Option<HostPolicy>,
@@ -222,10 +240,13 @@ struct RolloutSampler<'a, B: Backend> {
     batch: PolicyBatch,
     rngs: Vec<StdRng>,
     exploration: f32,
+    executed_per_plan: usize,
+    /// Per lane, the sampled commands still to run.
+    queues: Vec<VecDeque<TickCommand>>,
 }
 
 impl<'a, B: Backend> RolloutSampler<'a, B> {
-    fn new(acting: &'a ActingPolicy<'a, B>, seeds: &[u64], exploration: f32) -> Self {
+    fn new(acting: &'a ActingPolicy<'a, B>, seeds: &[u64], rollout: &RolloutConfig) -> Self {
         Self {
             acting,
             host: acting.policy.host_copy(),
@@ -235,7 +256,9 @@ impl<'a, B: Backend> RolloutSampler<'a, B> {
                 .iter()
                 .map(|&seed| exploration_rng(seed, acting.version))
                 .collect(),
-            exploration,
+            exploration: rollout.exploration,
+            executed_per_plan: rollout.executed_per_plan,
+            queues: vec![VecDeque::new(); seeds.len()],
         }
     }
 }
@@ -246,30 +269,50 @@ impl<B: Backend> PolicyCommands for RolloutSampler<'_, B> {
         run: &LockStep<'_>,
         lanes: &[usize],
     ) -> anyhow::Result<Vec<TickCommand>> {
-        self.batch.clear();
-        for &i in lanes {
-            self.batch.push(run.lanes()[i].episode.observation())?;
+        // The expert commanded the running lanes left out: their plans are dropped.
+        for i in run.running() {
+            if !lanes.contains(&i) {
+                self.queues[i].clear();
+            }
         }
-        let sampled = sample_first_actions(
-            self.acting.policy,
-            self.host.as_ref().map(|host| (host, &mut self.scratch)),
-            &self.batch,
-            self.acting.device,
-            &mut self.rngs,
-            lanes,
-            self.exploration,
-        )?;
-        let limits = self.acting.config.action_limit();
-        Ok(sampled
-            .into_iter()
-            .map(|command| TickCommand {
-                action: to_robot_units(&command.action, limits),
-                sent: None,
-                behaviour_log_prob: command.log_prob,
-                intervention: false,
-                policy_version: self.acting.version,
+        let sampling: Vec<usize> = lanes
+            .iter()
+            .copied()
+            .filter(|&i| self.queues[i].is_empty())
+            .collect();
+        if !sampling.is_empty() {
+            self.batch.clear();
+            for &i in &sampling {
+                self.batch.push(run.lanes()[i].episode.observation())?;
+            }
+            let sampled = sample_leading_actions(
+                self.acting.policy,
+                self.host.as_ref().map(|host| (host, &mut self.scratch)),
+                &self.batch,
+                self.acting.device,
+                (&mut self.rngs, &sampling),
+                (self.exploration, self.executed_per_plan),
+            )?;
+            let limits = self.acting.config.action_limit();
+            for (&i, command) in sampling.iter().zip(sampled) {
+                let actions = command.action.chunks(limits.len());
+                self.queues[i].extend(actions.enumerate().map(|(j, action)| TickCommand {
+                    action: to_robot_units(action, limits),
+                    sent: None,
+                    behaviour_log_prob: command.log_prob.filter(|_| j == 0),
+                    intervention: false,
+                    policy_version: self.acting.version,
+                }));
+            }
+        }
+        lanes
+            .iter()
+            .map(|&i| {
+                self.queues[i]
+                    .pop_front()
+                    .ok_or_else(|| anyhow::anyhow!("the policy sampled no action"))
             })
-            .collect())
+            .collect()
     }
 }
 
@@ -346,6 +389,7 @@ mod tests {
                 min_progress: 10.0,
             }),
             coaching: None,
+            executed_per_plan: 1,
         };
         for head in ActionHeadKind::ALL {
             let config = PolicyConfig::for_robot(imago_policies::Architecture::Vla, &spec)
@@ -395,6 +439,7 @@ mod tests {
             exploration: 1.0,
             takeover: None,
             coaching: Some(coaching.clone()),
+            executed_per_plan: 1,
         };
         let config =
             PolicyConfig::for_robot(imago_policies::Architecture::Vla, &robot.spec()).unwrap();
@@ -452,6 +497,74 @@ mod tests {
         assert!(
             (share - expected).abs() < 0.15,
             "coached share {share}, expected about {expected}"
+        );
+        writer.close().unwrap();
+    }
+
+    #[test]
+    fn rollouts_execute_the_leading_actions_of_each_sampled_chunk() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut writer = writer_in(dir.path());
+        let device = DispatchDevice::NdArray(NdArrayDevice::Cpu);
+        let robot = crate::robot::reacher2d_with("max_steps = 11");
+        let spec = robot.spec();
+        let config = PolicyConfig::for_robot(imago_policies::Architecture::Vla, &spec).unwrap();
+        let policy = config.init::<Dispatch>(&device);
+        let acting = ActingPolicy {
+            policy: &policy,
+            config: &config,
+            device: &device,
+            version: 2,
+        };
+        let k = config.chunk_len();
+        assert!(k >= 2, "the test needs chunks of at least 2");
+        // Without exploration, every sampled action is the mean chunk's, planned from
+        // the observation of the tick the chunk was sampled at.
+        let rollout = RolloutConfig {
+            exploration: 0.0,
+            executed_per_plan: k,
+            ..RolloutConfig::default()
+        };
+        let episodes =
+            collect_policy_episodes(&acting, &robot, &[5, 6], &rollout, &mut writer).unwrap();
+        for episode in &episodes {
+            assert_eq!(episode.transitions.len(), 11);
+            for plan_start in episode.transitions.chunks(k) {
+                let planned_at = &plan_start[0].observation;
+                let chunk = crate::act::sampling::plan(
+                    &policy,
+                    &config,
+                    &device,
+                    std::iter::once(planned_at),
+                )
+                .unwrap()
+                .remove(0);
+                for (j, (t, planned)) in plan_start.iter().zip(&chunk).enumerate() {
+                    for ((x, y), limit) in t.action.0.iter().zip(&planned.0).zip(&spec.action_limit)
+                    {
+                        let expected = y.clamp(-limit, *limit);
+                        assert!(
+                            (x - expected).abs() <= 1e-4,
+                            "step {}: {x} vs {expected}",
+                            t.step
+                        );
+                    }
+                    // Only a sample's first action carries its behaviour density.
+                    assert_eq!(t.behaviour_log_prob.is_some(), j == 0, "step {}", t.step);
+                }
+            }
+        }
+        let too_many = RolloutConfig {
+            executed_per_plan: k + 1,
+            ..rollout
+        };
+        let refused = collect_policy_episodes(&acting, &robot, &[5], &too_many, &mut writer)
+            .expect_err("more actions than a chunk holds");
+        assert!(
+            refused
+                .to_string()
+                .contains(&format!("execute at most {k}")),
+            "{refused}"
         );
         writer.close().unwrap();
     }

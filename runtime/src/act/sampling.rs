@@ -28,55 +28,66 @@ pub fn exploration_rng(seed: u64, version: u64) -> StdRng {
     StdRng::seed_from_u64(seed ^ version.rotate_left(17) ^ 0x0c01_1ec7)
 }
 
-/// A command sampled for one robot: its first action and that action's density
-/// (normalised units), and the whole chunk the policy intended (its mean for a
-/// Gaussian head, the sample for a flow head).
+/// A command sampled for one robot: its leading actions (the first, or the first
+/// few of the chunk when a rollout executes them before sampling again), the first
+/// action's density (normalised units), and the whole chunk the policy intended (its
+/// mean for a Gaussian head, the sample for a flow head).
 #[derive(Debug, Clone, PartialEq)]
 pub struct SampledCommand {
-    /// The first action, clamped to the limits.
+    /// The leading actions, one after another (`[leading * action_dim]`), each
+    /// clamped to the limits.
     pub action: Vec<f32>,
-    /// Its log-density under the policy (Gaussian heads only).
+    /// The first action's log-density under the policy (Gaussian heads only).
     pub log_prob: Option<f32>,
     /// The intended chunk, `[steps * action_dim]`.
     pub chunk: Vec<f32>,
 }
 
-/// The first action of a sampled chunk for every observation of `batch` (robot
-/// `acting[row]`, whose noise comes from `rngs[acting[row]]`), in units of the action
-/// limit, with its log-density under the policy (Gaussian heads only). Through `host`,
+/// The first `leading` actions of a sampled chunk for every observation of `batch`
+/// (robot `acting[row]`, whose noise comes from `rngs[acting[row]]`), in units of the
+/// action limit, with the first one's log-density under the policy (Gaussian heads
+/// only); `leading` is at most the chunk's length. Through `host`,
 /// the policy's host forward with the caller's buffers ([`Policy::host_copy`]: the same
 /// numbers within 1e-5, without tensors), where there is one; else through burn's
 /// forward of `policy` on `device`.
-pub fn sample_first_actions<B: Backend>(
+pub fn sample_leading_actions<B: Backend>(
     policy: &Policy<B>,
     host: Option<(&HostPolicy, &mut HostScratch)>,
     batch: &PolicyBatch,
     device: &B::Device,
-    rngs: &mut [StdRng],
-    acting: &[usize],
-    exploration: f32,
+    (rngs, acting): (&mut [StdRng], &[usize]),
+    (exploration, leading): (f32, usize),
 ) -> anyhow::Result<Vec<SampledCommand>> {
+    let (k, _) = policy.chunk_shape();
+    anyhow::ensure!(
+        (1..=k).contains(&leading),
+        "cannot execute {leading} actions of a chunk of {k}"
+    );
     match host {
         Some((host, scratch)) => Ok(sample_on_host(
             host,
             scratch,
             batch,
-            rngs,
-            acting,
-            exploration,
+            (rngs, acting),
+            (exploration, leading),
         )),
-        None => sample_through_burn(policy, batch, device, rngs, acting, exploration),
+        None => sample_through_burn(
+            policy,
+            batch,
+            device,
+            (rngs, acting),
+            (exploration, leading),
+        ),
     }
 }
 
-/// [`sample_first_actions`] through burn's forward.
+/// [`sample_leading_actions`] through burn's forward.
 fn sample_through_burn<B: Backend>(
     policy: &Policy<B>,
     batch: &PolicyBatch,
     device: &B::Device,
-    rngs: &mut [StdRng],
-    acting: &[usize],
-    exploration: f32,
+    (rngs, acting): (&mut [StdRng], &[usize]),
+    (exploration, leading): (f32, usize),
 ) -> anyhow::Result<Vec<SampledCommand>> {
     let read = |t: Tensor<B, 3>| -> anyhow::Result<Vec<f32>> {
         t.into_data()
@@ -91,12 +102,10 @@ fn sample_through_burn<B: Backend>(
             let [_, k, a] = chunk.mean.dims();
             let (mean, log_std) = (read(chunk.mean)?, read(chunk.log_std)?);
             Ok(sample_gaussian(
-                &mean,
-                &log_std,
+                (&mean, &log_std),
                 (k, a),
-                rngs,
-                acting,
-                exploration,
+                (rngs, acting),
+                (exploration, leading),
             ))
         }
         None => {
@@ -118,7 +127,7 @@ fn sample_through_burn<B: Backend>(
                 .map(|row| {
                     let chunk = chunks[row * width..(row + 1) * width].to_vec();
                     SampledCommand {
-                        action: chunk[..a].to_vec(),
+                        action: chunk[..leading * a].to_vec(),
                         log_prob: None,
                         chunk,
                     }
@@ -128,14 +137,13 @@ fn sample_through_burn<B: Backend>(
     }
 }
 
-/// [`sample_first_actions`] through the policy's host forward.
+/// [`sample_leading_actions`] through the policy's host forward.
 fn sample_on_host(
     host: &HostPolicy,
     scratch: &mut HostScratch,
     batch: &PolicyBatch,
-    rngs: &mut [StdRng],
-    acting: &[usize],
-    exploration: f32,
+    (rngs, acting): (&mut [StdRng], &[usize]),
+    (exploration, leading): (f32, usize),
 ) -> Vec<SampledCommand> {
     let (k, a) = host.chunk_shape();
     let (mean, log_std) = if batch.len() == 1 {
@@ -146,35 +154,42 @@ fn sample_on_host(
     } else {
         host.gaussian_rows(batch)
     };
-    sample_gaussian(&mean, &log_std, (k, a), rngs, acting, exploration)
+    sample_gaussian(
+        (&mean, &log_std),
+        (k, a),
+        (rngs, acting),
+        (exploration, leading),
+    )
 }
 
-/// The first action of a chunk sampled from each row's Gaussian (`mean` and
-/// `log_std` `[rows, k, a]`, row-major; row `row` explores with `rngs[acting[row]]`,
-/// its standard deviations scaled by `exploration`), clamped to the limits, with its
-/// log-density as recorded; the intended chunk is the mean.
+/// The first `leading` actions of a chunk sampled from each row's Gaussian (`mean`
+/// and `log_std` `[rows, k, a]`, row-major; row `row` explores with
+/// `rngs[acting[row]]`, its standard deviations scaled by `exploration`), clamped to
+/// the limits, with the first one's log-density as recorded; the intended chunk is
+/// the mean. Each position draws its own noise, the first before the others, so one
+/// leading action draws what it always drew.
 fn sample_gaussian(
-    mean: &[f32],
-    log_std: &[f32],
+    (mean, log_std): (&[f32], &[f32]),
     (k, a): (usize, usize),
-    rngs: &mut [StdRng],
-    acting: &[usize],
-    exploration: f32,
+    (rngs, acting): (&mut [StdRng], &[usize]),
+    (exploration, leading): (f32, usize),
 ) -> Vec<SampledCommand> {
     let normal = Normal::new(0.0f32, 1.0).expect("unit normal");
     let mut out = Vec::with_capacity(acting.len());
     for (row, &i) in acting.iter().enumerate() {
         let first = row * k * a;
-        let mut action = Vec::with_capacity(a);
+        let mut action = Vec::with_capacity(leading * a);
         let mut log_prob = 0.0f32;
-        for j in first..first + a {
+        for j in first..first + leading * a {
             let std = log_std[j].exp() * exploration.max(1e-6);
             let z: f32 = normal.sample(&mut rngs[i]);
             // The density of the action as recorded: clamped to the limit.
             let value = (mean[j] + std * z).clamp(-1.0, 1.0);
             let z = (value - mean[j]) / std;
             action.push(value);
-            log_prob -= 0.5 * z * z + std.ln() + 0.5 * (2.0 * std::f32::consts::PI).ln();
+            if j < first + a {
+                log_prob -= 0.5 * z * z + std.ln() + 0.5 * (2.0 * std::f32::consts::PI).ln();
+            }
         }
         out.push(SampledCommand {
             action,
@@ -183,6 +198,59 @@ fn sample_gaussian(
         });
     }
     out
+}
+
+/// The actions, in robot units, that a policy executes from each observation before
+/// it plans again: the first `executed` (1..=its chunk length) of the chunk it plans,
+/// its mean when `noise` is 0, else a sample with its spread scaled by `noise` (the
+/// flow head: its noise), row `i` drawing from `rngs[acting[i]]`. Through `host`, the
+/// policy's host forward, where there is one.
+pub fn leading_actions<'o, B: Backend>(
+    (policy, config, device): (&Policy<B>, &PolicyConfig, &B::Device),
+    host: Option<&HostPolicy>,
+    observations: impl Iterator<Item = &'o Observation>,
+    (executed, noise): (usize, f32),
+    (rngs, acting): (&mut [StdRng], &[usize]),
+) -> anyhow::Result<Vec<Vec<Action>>> {
+    let k = config.chunk_len();
+    anyhow::ensure!(
+        (1..=k).contains(&executed),
+        "cannot execute {executed} actions of a chunk of {k}"
+    );
+    if noise == 0.0 {
+        let chunks = match host {
+            Some(host) => plan_on_host(host, config, observations)?,
+            None => plan(policy, config, device, observations)?,
+        };
+        return Ok(chunks
+            .into_iter()
+            .map(|chunk| chunk.into_iter().take(executed).collect())
+            .collect());
+    }
+    let mut batch = PolicyBatch::new(&config.input_spec());
+    for obs in observations {
+        batch.push(obs)?;
+    }
+    let mut scratch = HostScratch::default();
+    let sampled = sample_leading_actions(
+        policy,
+        host.map(|host| (host, &mut scratch)),
+        &batch,
+        device,
+        (rngs, acting),
+        (noise, executed),
+    )?;
+    let limits = config.action_limit();
+    Ok(sampled
+        .iter()
+        .map(|command| {
+            command
+                .action
+                .chunks(limits.len())
+                .map(|action| to_robot_units(action, limits))
+                .collect()
+        })
+        .collect())
 }
 
 /// The mean action chunks of `policy` for `observations`, in robot units.
@@ -288,26 +356,44 @@ mod tests {
         observations.iter().for_each(|o| batch.push(o).unwrap());
         let acting: Vec<usize> = (0..observations.len()).collect();
         let rngs = || -> Vec<StdRng> { (0..5).map(|s| exploration_rng(s, 1)).collect() };
-        let burn = sample_first_actions(&policy, None, &batch, &device, &mut rngs(), &acting, 1.0)
-            .unwrap();
+        let sample = |host: Option<(&HostPolicy, &mut HostScratch)>, leading| {
+            sample_leading_actions(
+                &policy,
+                host,
+                &batch,
+                &device,
+                (&mut rngs(), &acting),
+                (1.0, leading),
+            )
+            .unwrap()
+        };
         let mut scratch = HostScratch::default();
-        let on_host = sample_first_actions(
-            &policy,
-            Some((&host, &mut scratch)),
-            &batch,
-            &device,
-            &mut rngs(),
-            &acting,
-            1.0,
-        )
-        .unwrap();
+        let burn = sample(None, 2);
+        let on_host = sample(Some((&host, &mut scratch)), 2);
         for (b, h) in burn.iter().zip(&on_host) {
+            assert_eq!(b.action.len(), 2 * config.action_dim());
             for (x, y) in b.action.iter().zip(&h.action) {
                 assert!((x - y).abs() <= 1e-4, "{b:?} vs {h:?}");
             }
             let (x, y) = (b.log_prob.unwrap(), h.log_prob.unwrap());
             assert!((x - y).abs() <= 1e-3 * (1.0 + x.abs()), "{x} vs {y}");
         }
+        // One leading action is the first of two, with the same density: the first
+        // position draws its noise first.
+        for (one, two) in sample(None, 1).iter().zip(&burn) {
+            assert_eq!(one.action[..], two.action[..config.action_dim()]);
+            assert_eq!(one.log_prob, two.log_prob);
+        }
+        let k = config.chunk_len();
+        let refused = sample_leading_actions(
+            &policy,
+            None,
+            &batch,
+            &device,
+            (&mut rngs(), &acting),
+            (1.0, k + 1),
+        );
+        assert!(refused.is_err(), "more actions than the chunk holds");
         // A flow head, or a GPU, has no host forward.
         let flow = config
             .clone()

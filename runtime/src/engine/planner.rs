@@ -16,7 +16,7 @@ use rand::rngs::StdRng;
 
 use super::priority;
 use super::snapshot::{PolicySnapshot, SnapshotPolicy};
-use crate::act::sampling::{SampledCommand, sample_first_actions};
+use crate::act::sampling::{SampledCommand, sample_leading_actions};
 
 /// A chunk to plan: from `observation`, seen at tick `step` of `episode`, by
 /// `snapshot`, exploring with `rng`.
@@ -61,14 +61,13 @@ pub(crate) fn sample_command(
     };
     batch.clear();
     batch.push(observation)?;
-    let mut commands = sample_first_actions(
+    let mut commands = sample_leading_actions(
         policy,
         host.as_ref().map(|host| (host, scratch)),
         batch,
         device,
-        std::slice::from_mut(rng),
-        &[0],
-        exploration,
+        (std::slice::from_mut(rng), &[0]),
+        (exploration, 1),
     )?;
     Ok(commands.remove(0))
 }

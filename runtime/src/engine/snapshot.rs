@@ -67,6 +67,7 @@ impl PolicySnapshot {
                 device,
                 wrong_instruction: false,
                 execute_steps: 1,
+                sampling_noise: 0.0,
             },
             SnapshotPolicy::LeRobot(driver) => Controller::LeRobot(driver),
         }

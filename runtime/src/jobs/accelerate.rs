@@ -149,6 +149,7 @@ pub fn run_accelerate(
         device: &device.inference,
         wrong_instruction: false,
         execute_steps,
+        sampling_noise: 0.0,
     };
     let reference = controller(&samplers[0].policy, 1);
     let executes: Vec<usize> = std::iter::successors(Some(1usize), |k| Some(k * 2))

@@ -92,6 +92,10 @@ pub struct DemoReport {
     /// the evaluation (1: every tick).
     #[serde(default = "every_tick")]
     pub executed_per_plan: usize,
+    /// Scale of the noise the policies sampled their actions with in the evaluation,
+    /// relative to their own spread (0: they acted on their chunks' means).
+    #[serde(default)]
+    pub sampling_noise: f32,
     /// Demonstration episodes collected.
     pub demonstrations: usize,
     /// Success rate of the (imperfect) demonstrations.
@@ -188,6 +192,20 @@ fn every_tick() -> usize {
     1
 }
 
+/// How the evaluated policies acted, for the table's header ("" for the defaults:
+/// the mean of each chunk, re-planned every tick).
+fn acting_description(executed_per_plan: usize, sampling_noise: f32) -> String {
+    let executed = (executed_per_plan > 1)
+        .then(|| format!("executing {executed_per_plan} actions of each plan"));
+    let sampled =
+        (sampling_noise > 0.0).then(|| format!("sampling their actions (noise x{sampling_noise})"));
+    match (executed, sampled) {
+        (None, None) => String::new(),
+        (Some(one), None) | (None, Some(one)) => format!(", the policies {one}"),
+        (Some(executed), Some(sampled)) => format!(", the policies {executed} and {sampled}"),
+    }
+}
+
 impl DemoReport {
     /// The report as a plain-text table.
     pub fn table(&self) -> String {
@@ -199,14 +217,7 @@ impl DemoReport {
             self.demonstrations,
             100.0 * self.demonstration_success_rate,
             self.episodes,
-            if self.executed_per_plan > 1 {
-                format!(
-                    ", the policies executing {} actions of each plan",
-                    self.executed_per_plan
-                )
-            } else {
-                String::new()
-            }
+            acting_description(self.executed_per_plan, self.sampling_noise)
         ));
         let coverage = self
             .controllers
@@ -376,5 +387,27 @@ impl PairedReport {
                 )
             })
             .unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_header_says_how_the_policies_acted() {
+        assert_eq!(acting_description(1, 0.0), "");
+        assert_eq!(
+            acting_description(4, 0.0),
+            ", the policies executing 4 actions of each plan"
+        );
+        assert_eq!(
+            acting_description(1, 0.5),
+            ", the policies sampling their actions (noise x0.5)"
+        );
+        assert_eq!(
+            acting_description(4, 1.0),
+            ", the policies executing 4 actions of each plan and sampling their actions (noise x1)"
+        );
     }
 }
