@@ -225,6 +225,22 @@ fn collect_train_eval_round_trip_and_bad_inputs() {
     assert!(output.status.success(), "{}", stderr(&output));
     continue_from(&path(&narrow), &["--width", "64"], "width 32");
     continue_from(&path(&narrow), &["--layers", "2"], "1 transformer layers");
+    // A new VLA that does not read the camera: kept when training continues, refused
+    // where it cannot change, and by the linear policy, which reads none.
+    assert_eq!(meta["config"]["reads_camera"], true);
+    let blind = dir.path().join("blind");
+    let output = run(bc_args(
+        &path(&blind),
+        &["--batch-size", "4", "--no-camera"],
+    ));
+    assert!(output.status.success(), "{}", stderr(&output));
+    let blind_meta: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(blind.join("meta.json")).unwrap()).unwrap();
+    assert_eq!(blind_meta["config"]["reads_camera"], false);
+    let blind_continued = path(&dir.path().join("blind-continued"));
+    let output = run(bc_args(&blind_continued, &["--init", &path(&blind)]));
+    assert!(output.status.success(), "{}", stderr(&output));
+    continue_from(&path(&narrow), &["--no-camera"], "a camera it reads");
     let fresh = path(&dir.path().join("fresh"));
     for (flags, must_mention) in [
         (&["--width", "30"][..], "a multiple of 4"),
@@ -236,6 +252,10 @@ fn collect_train_eval_round_trip_and_bad_inputs() {
         (
             &["--policy", "linear", "--layers", "2"][..],
             "has no transformer layers",
+        ),
+        (
+            &["--policy", "linear", "--no-camera"][..],
+            "reads no camera already",
         ),
     ] {
         let args = bc_args(&fresh, flags);

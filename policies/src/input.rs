@@ -204,7 +204,8 @@ impl PolicyBatch {
     /// Appends one observation; on error the batch is unchanged.
     pub fn push(&mut self, observation: &Observation) -> Result<(), PolicyInputError> {
         let frame = match self.spec.camera() {
-            Some(camera) => Some((camera, checked_frame(observation, camera)?)),
+            Some(camera) if camera.blank => Some((camera, None)),
+            Some(camera) => Some((camera, Some(checked_frame(observation, camera)?))),
             None => None,
         };
         if observation.proprio.len() != self.spec.proprio_dim {
@@ -226,13 +227,19 @@ impl PolicyBatch {
             None => None,
         };
 
-        if let Some((camera, rgb)) = frame {
-            if camera.pool <= 1 {
+        match frame {
+            Some((camera, None)) => {
+                let values = camera.side * camera.side * 3;
+                self.images.extend(std::iter::repeat_n(1.0f32, values));
+            }
+            Some((camera, Some(rgb))) if camera.pool <= 1 => {
                 self.images.extend(rgb.iter().map(|&v| v as f32 / 255.0));
-            } else {
+            }
+            Some((camera, Some(rgb))) => {
                 let side = camera.recorded_side();
                 self.images.extend(pooled_pixels(rgb, side, camera.pool));
             }
+            None => {}
         }
         if let Some((ids, word_pad)) = words {
             self.words.extend(ids.iter().map(|&id| id as i64));
@@ -400,5 +407,30 @@ mod tests {
             Err(PolicyInputError::ImageSize { want: 16, .. })
         ));
         assert_eq!(batch.len(), 1);
+    }
+
+    #[test]
+    fn a_blank_camera_reads_white_whatever_the_frame() {
+        let config = crate::VlaPolicyConfig::new(1, vec![0], vec![1.0; 2])
+            .with_image_size(8)
+            .with_frame_pool(2)
+            .with_reads_camera(false);
+        let mut batch = PolicyBatch::new(&config.input_spec());
+        let observation = |image: Option<Image>| Observation {
+            image,
+            proprio: vec![0.5],
+            instruction: "reach the red target".into(),
+        };
+        // A frame of any size, or none: the policy is given the same white frame.
+        batch
+            .push(&observation(Some(Image::filled(16, 16, [255, 0, 0]))))
+            .unwrap();
+        batch
+            .push(&observation(Some(Image::filled(5, 5, [0, 0, 0]))))
+            .unwrap();
+        batch.push(&observation(None)).unwrap();
+        assert_eq!(batch.len(), 3);
+        assert_eq!(batch.images.len(), 3 * 8 * 8 * 3);
+        assert!(batch.images.iter().all(|&v| v == 1.0));
     }
 }

@@ -21,6 +21,11 @@ pub struct CameraInput {
     /// The whole factor the recorded frame is averaged down by to `side` (1: read as
     /// recorded): the robot's frames are `side * pool` pixels square.
     pub pool: usize,
+    /// The model is given a blank (white) frame instead of the camera's: it learns
+    /// nothing from the camera and needs none (a policy that must not depend on how
+    /// a simulator draws its frames).
+    #[serde(default)]
+    pub blank: bool,
 }
 
 impl CameraInput {

@@ -90,6 +90,13 @@ pub struct VlaPolicyConfig {
     /// Euler steps of the flow head's sampler.
     #[config(default = 8)]
     pub flow_steps: usize,
+    /// Whether the policy reads the robot's camera. Without it the policy is given a
+    /// blank (white) frame (the architecture unchanged) and learns from the
+    /// instruction and the proprioception alone: where the proprioception holds the
+    /// state (pusht's pose setting), a clone that does not depend on how a simulator
+    /// draws its frames (docs/pusht.md, "Sampling the policy's actions").
+    #[config(default = true)]
+    pub reads_camera: bool,
 }
 
 /// Largest camera side, in pixels, that [`VlaPolicyConfig::for_robot`] has the policy
@@ -151,14 +158,16 @@ impl VlaPolicyConfig {
 
     /// Gives a stored config (a checkpoint's JSON) the keys added since checkpoints were
     /// first written, with the value that means what such a checkpoint did: `frame_pool`
-    /// 1 (frames read as they are), `action_origin` null (absolute actions) and
-    /// `stem_activation` `gelu` (the stem's activation before ReLU). Keys it
+    /// 1 (frames read as they are), `action_origin` null (absolute actions),
+    /// `stem_activation` `gelu` (the stem's activation before ReLU) and `reads_camera`
+    /// true. Keys it
     /// has are left alone, and anything that is not a JSON object is left to fail to
     /// parse.
     pub fn fill_later_keys(stored: &mut serde_json::Value) {
         if let Some(fields) = stored.as_object_mut() {
             fields.entry("frame_pool").or_insert(1.into());
             fields.entry("stem_activation").or_insert("gelu".into());
+            fields.entry("reads_camera").or_insert(true.into());
             fields
                 .entry("action_origin")
                 .or_insert(serde_json::Value::Null);
@@ -180,6 +189,7 @@ impl VlaPolicyConfig {
                 name: MAIN_CAMERA.to_string(),
                 side: self.image_size,
                 pool: self.frame_pool,
+                blank: !self.reads_camera,
             }],
             instruction_words: Some(self.max_words),
             history: 1,

@@ -249,6 +249,24 @@ impl PolicyConfig {
         }
     }
 
+    /// Whether the policy reads the robot's camera (the linear policy never does).
+    pub fn reads_camera(&self) -> bool {
+        match self {
+            Self::Vla(c) => c.reads_camera,
+            Self::Linear(_) => false,
+        }
+    }
+
+    /// The same VLA given a blank frame instead of the camera's
+    /// ([`VlaPolicyConfig::reads_camera`]); a linear policy, which reads none, is
+    /// returned unchanged.
+    pub fn without_camera(self) -> Self {
+        match self {
+            Self::Vla(c) => Self::Vla(c.with_reads_camera(false)),
+            linear => linear,
+        }
+    }
+
     /// The same VLA with `layers` transformer layers (checked by `validate`); a linear
     /// policy, which has no layers, is returned unchanged.
     pub fn with_layers(self, layers: usize) -> Self {
@@ -277,7 +295,7 @@ impl PolicyConfig {
     /// This config with the choices a trained policy keeps from `stored` (its
     /// architecture's config when it was first trained): the head, its flow width
     /// and steps, the chunk length, the width, the linear policy's state statistics and
-    /// the VLA's layers, feed-forward width and stem activation. What is left must
+    /// the VLA's layers, feed-forward width, stem activation and camera. What is left must
     /// equal `stored` for training to continue from it. Of another architecture,
     /// `self` is returned unchanged (and differs from `stored`).
     pub fn keeping_choices_of(self, stored: &Self) -> Self {
@@ -290,7 +308,8 @@ impl PolicyConfig {
                     .with_head(s.head)
                     .with_flow_width(s.flow_width)
                     .with_flow_steps(s.flow_steps)
-                    .with_chunk_len(s.chunk_len),
+                    .with_chunk_len(s.chunk_len)
+                    .with_reads_camera(s.reads_camera),
             ),
             (Self::Linear(c), Self::Linear(s)) => Self::Linear(
                 c.with_state_normalizer(s.state_normalizer.clone())

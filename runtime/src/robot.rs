@@ -106,6 +106,14 @@ impl RobotConfig {
         }
     }
 
+    /// Whether the proprioception holds the whole task state, so that a policy needs no
+    /// camera: pusht's pose setting (the pusher and the block's pose). reacher2d shows
+    /// its target only in the frame, pusht's vision setting the block, and a remote
+    /// robot's state is not known here.
+    pub fn state_in_proprioception(&self) -> bool {
+        matches!(self, Self::PushT(config) if config.observation == pusht::PushTObservation::Pose)
+    }
+
     /// Checks every setting against its documented range; the error names the key.
     pub fn validate(&self) -> Result<(), ConfigError> {
         match self {

@@ -101,6 +101,12 @@ pub struct TrainArgs {
     /// the checkpoint's].
     #[arg(long)]
     layers: Option<usize>,
+    /// Policy: a new VLA that does not read the camera (it is given a blank frame and
+    /// learns from the instruction and proprioception alone; for pusht's pose
+    /// setting, where the proprioception holds the block) [default: it reads the
+    /// camera; with --init, the checkpoint's].
+    #[arg(long)]
+    no_camera: bool,
     /// Fine-tuning: the world-model checkpoint imagination runs in [default: a SALT
     /// world model trained on the replay first].
     #[arg(long)]
@@ -309,6 +315,7 @@ fn train_bc(
             chunk_len: args.chunk_len,
             width: args.width,
             layers: args.layers,
+            no_camera: args.no_camera,
         },
         &bc,
         device,

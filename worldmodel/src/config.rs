@@ -138,6 +138,7 @@ impl WorldModelConfig {
                 name: MAIN_CAMERA.to_string(),
                 side: self.image_size,
                 pool: 1,
+                blank: false,
             }],
             instruction_words: Some(self.max_words),
             history: 1,

@@ -55,6 +55,9 @@ pub struct PolicyShape {
     pub width: Option<usize>,
     /// Transformer layers of a new VLA. Range: [`LAYERS`].
     pub layers: Option<usize>,
+    /// A new VLA given a blank frame instead of the camera's
+    /// ([`PolicyConfig::without_camera`]); with `init`, the checkpoint must be one.
+    pub no_camera: bool,
 }
 
 /// The widths `--width` accepts.
@@ -120,6 +123,14 @@ impl PolicyShape {
             );
             expected = expected.with_layers(layers);
         }
+        if self.no_camera {
+            anyhow::ensure!(
+                expected.reads_camera(),
+                "--no-camera: the {} policy reads no camera already (leave --no-camera out)",
+                expected.architecture()
+            );
+            expected = expected.without_camera();
+        }
         expected
             .validate()
             .map_err(|e| anyhow::anyhow!("the policy's shape (--width, --layers): {e}"))?;
@@ -155,6 +166,17 @@ impl PolicyShape {
                 self.layers.map(|l| l.to_string()),
                 held_layers.clone(),
                 format!("{held_layers} transformer layers"),
+            ),
+            (
+                "--no-camera",
+                self.no_camera.then(|| "set".to_string()),
+                if stored.reads_camera() {
+                    "unset"
+                } else {
+                    "set"
+                }
+                .to_string(),
+                "a camera it reads".to_string(),
             ),
         ];
         choices.into_iter().find_map(|(flag, asked, held, holds)| {
