@@ -432,6 +432,28 @@ fn lerobot_policies_fine_tune_and_imitate_on_pusht_into_lerobot_directories() {
         ],
         "replace the input",
     );
+    // A LeRobot policy executes its chunks through its own queue.
+    let whole_chunks = dir.path().join("whole-chunks.toml");
+    std::fs::write(
+        &whole_chunks,
+        std::fs::read_to_string(&settings)
+            .unwrap()
+            .replace("[rollout]\n", "[rollout]\nexecuted_per_plan = 2\n"),
+    )
+    .unwrap();
+    refused(
+        &[
+            "--what",
+            "finetune",
+            "--init",
+            path(&act),
+            "--out",
+            path(&dir.path().join("whole")),
+            "--config",
+            path(&whole_chunks),
+        ],
+        "executes its chunks through its own queue",
+    );
     refused(
         &[
             "--what",

@@ -2,8 +2,10 @@
 //! through its own queues (one per episode), its commands stamped with the policy
 //! version, the expert taking over or coaching as for any policy. A LeRobot policy
 //! samples as it does in LeRobot (Diffusion's denoising noise, ACT's deterministic
-//! chunks); `rollout.exploration` does not apply to it, and its commands carry no
-//! log-density (their importance weight is 1).
+//! chunks); `rollout.exploration` does not apply to it, it executes its chunks through
+//! its own queues (`rollout.executed_per_plan` other than 1 is refused before
+//! training: `LeRobotLearner::binding`), and its
+//! commands carry no log-density (their importance weight is 1).
 
 use burn::prelude::*;
 

@@ -64,8 +64,9 @@ impl LeRobotLearner {
     }
 
     /// `policy`'s features bound to `robot` on the training device, checked before
-    /// anything is trained: features the robot does not give, or a method that needs a
-    /// flow head (`advantage-flow`), are an error.
+    /// anything is trained: features the robot does not give, a method that needs a
+    /// flow head (`advantage-flow`), or rollouts asked to execute more than one action
+    /// per plan (the policy executes through its own queue), are an error.
     pub fn binding(
         policy: &LeRobotPolicy<Dispatch>,
         robot: (&RobotSpec, LeRobotUnits),
@@ -76,6 +77,11 @@ impl LeRobotLearner {
             config.method != FinetuneMethod::AdvantageFlow,
             "advantage-flow fine-tunes a flow head, which a LeRobot {} policy does not have; use awr-returns, awr-imagination, habc or dagger",
             policy.kind()
+        );
+        anyhow::ensure!(
+            config.rollout.executed_per_plan == 1,
+            "rollout.executed_per_plan is {}, but a LeRobot policy executes its chunks through its own queue (its config's n_action_steps): leave it at 1 for it",
+            config.rollout.executed_per_plan
         );
         LeRobotBinding::new(policy, robot, &device.training)
     }
