@@ -257,6 +257,10 @@ fn collect_train_eval_round_trip_and_bad_inputs() {
             &["--policy", "linear", "--no-camera"][..],
             "reads no camera already",
         ),
+        (
+            &["--what", "worldmodel", "--no-camera"][..],
+            "--no-camera applies to --what bc, not --what worldmodel",
+        ),
     ] {
         let args = bc_args(&fresh, flags);
         assert_one_line_error(

@@ -854,6 +854,10 @@ fn a_new_diffusion_policy_trains_on_pushts_state_and_keypoints_and_runs_in_eval(
             "--chunk-len",
         ),
         (
+            &["--policy", "diffusion", "--no-camera"][..],
+            "--no-camera does not apply to --policy diffusion",
+        ),
+        (
             &["--policy", "diffuson"][..],
             "one of: vla, linear, diffusion",
         ),

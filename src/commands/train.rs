@@ -195,7 +195,7 @@ impl TrainArgs {
     /// error naming the flag and the trainers it applies to.
     fn check_flags_apply(&self) -> anyhow::Result<()> {
         use TrainTarget::{Bc, Finetune, Worldmodel};
-        let given: [(&str, bool, &[TrainTarget]); 15] = [
+        let given: [(&str, bool, &[TrainTarget]); 16] = [
             ("--successful-only", self.successful_only, &[Bc]),
             ("--family", self.family.is_some(), &[Worldmodel]),
             ("--horizon", self.horizon.is_some(), &[Worldmodel]),
@@ -205,6 +205,7 @@ impl TrainArgs {
             ("--chunk-len", self.chunk_len.is_some(), &[Bc]),
             ("--width", self.width.is_some(), &[Bc]),
             ("--layers", self.layers.is_some(), &[Bc]),
+            ("--no-camera", self.no_camera, &[Bc]),
             ("--world-model", self.world_model.is_some(), &[Finetune]),
             ("--method", self.method.is_some(), &[Finetune]),
             ("--rounds", self.rounds.is_some(), &[Finetune]),
@@ -438,6 +439,11 @@ fn train_new_diffusion(
             args.layers.is_some(),
             "a new Diffusion Policy's U-Net is sized for a CPU (docs/pusht.md)",
         ),
+        (
+            "--no-camera",
+            args.no_camera,
+            "a new Diffusion Policy reads the robot's state and the block's keypoints, no camera",
+        ),
     ];
     if let Some((flag, _, why)) = refused.iter().find(|(_, given, _)| *given) {
         anyhow::bail!("{flag} does not apply to --policy diffusion: {why}");
@@ -474,6 +480,7 @@ fn train_lerobot_bc(
         ("--chunk-len", args.chunk_len.is_some()),
         ("--width", args.width.is_some()),
         ("--layers", args.layers.is_some()),
+        ("--no-camera", args.no_camera),
     ];
     if let Some((flag, _)) = shaping.iter().find(|(_, given)| *given) {
         anyhow::bail!(
