@@ -16,6 +16,10 @@ use crate::flow::{euler_sample, time_features};
 use crate::precision::cast_to;
 use crate::vision::ComputePath;
 
+/// The most actions an imago policy's chunk holds (the VLA's and the linear policy's
+/// `chunk_len`); what a receding horizon may execute of one plan is bounded by it too.
+pub const MAX_CHUNK_LEN: usize = 64;
+
 /// Which head a policy predicts its action chunk with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]

@@ -53,7 +53,9 @@ pub use advantage::{
     AdvantageNormaliser, awr_weights, discounted_returns, generalised_advantages, lambda_returns,
 };
 pub use habc::{HabcGate, SegmentCredit, segment_credit};
-pub use head::{ActionHead, ActionHeadKind, FlowHead, GaussianChunk, GaussianHead, HeadShape};
+pub use head::{
+    ActionHead, ActionHeadKind, FlowHead, GaussianChunk, GaussianHead, HeadShape, MAX_CHUNK_LEN,
+};
 pub use host::{HostPolicy, HostScratch};
 pub use host_linear::HostLinear;
 pub use importance::{effective_sample_size, truncated_importance_weights};

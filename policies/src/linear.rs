@@ -121,7 +121,7 @@ impl LinearPolicyConfig {
             normalizer.validate("state_normalizer", self.proprio_inputs.len())?;
         }
         in_range("width", self.width, 1..=4096)?;
-        in_range("chunk_len", self.chunk_len, 1..=64)?;
+        in_range("chunk_len", self.chunk_len, 1..=crate::head::MAX_CHUNK_LEN)?;
         self.head_shape().validate()?;
         in_range("flow_steps", self.flow_steps, 1..=1000)?;
         in_range("parameters", self.parameter_count(), 1..=MAX_PARAMETERS)

@@ -268,7 +268,7 @@ impl VlaPolicyConfig {
         in_range("stem_channels", self.stem_channels, 1..=256)?;
         in_range("max_words", self.max_words, 1..=64)?;
         in_range("vocab_size", self.vocab_size, VOCABULARY.len()..=100_000)?;
-        in_range("chunk_len", self.chunk_len, 1..=64)?;
+        in_range("chunk_len", self.chunk_len, 1..=crate::head::MAX_CHUNK_LEN)?;
         in_range("d_model", self.d_model, 1..=2048)?;
         in_range("n_heads", self.n_heads, 1..=64)?;
         if !self.d_model.is_multiple_of(self.n_heads) {

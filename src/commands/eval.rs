@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use clap::Args;
 use imago_runtime::act::collect::MAX_EPISODES;
 use imago_runtime::act::loaded_policy::{ExecutedSteps, evaluate_checkpoint};
+use imago_runtime::act::sampling::NOISE_SCALES;
 use imago_runtime::bridge::remote;
 use imago_runtime::device::{DeviceSpec, resolve};
 use imago_runtime::jobs::demo::EVAL_SEED_BASE;
@@ -70,9 +71,6 @@ pub struct EvalArgs {
     rerun: RerunArgs,
 }
 
-/// The range of `--sampling-noise` (as a rollout's `exploration`).
-const MAX_SAMPLING_NOISE: std::ops::RangeInclusive<f32> = 0.0..=10.0;
-
 /// `steps` actions per plan, or an error naming `flag` and the range.
 fn executed_steps(flag: &str, steps: usize) -> anyhow::Result<ExecutedSteps> {
     flag_in_range(flag, steps, 1..=ExecutedSteps::MAX)?;
@@ -87,13 +85,9 @@ pub fn run(args: EvalArgs, device: DeviceSpec) -> anyhow::Result<()> {
         Some(steps) => executed_steps("--baseline-execute", steps)?,
         None => executed,
     };
-    flag_in_range("--sampling-noise", args.sampling_noise, MAX_SAMPLING_NOISE)?;
+    flag_in_range("--sampling-noise", args.sampling_noise, NOISE_SCALES)?;
     let baseline_noise = args.baseline_sampling_noise.unwrap_or(args.sampling_noise);
-    flag_in_range(
-        "--baseline-sampling-noise",
-        baseline_noise,
-        MAX_SAMPLING_NOISE,
-    )?;
+    flag_in_range("--baseline-sampling-noise", baseline_noise, NOISE_SCALES)?;
     let robot = match &args.remote {
         Some(path) => RobotConfig::from_table(remote::NAME, &read_toml(path)?)
             .map_err(|e| anyhow::anyhow!("{}: {e:#}", path.display()))?,

@@ -115,7 +115,7 @@ impl ExecutedSteps {
     /// Re-plan at every tick.
     pub const EVERY_TICK: Self = Self(1);
     /// The most any chunk allows (imago's chunks hold at most this many actions).
-    pub const MAX: usize = 64;
+    pub const MAX: usize = imago_policies::MAX_CHUNK_LEN;
 
     /// `steps` actions per plan, in `1..=MAX`; `None` otherwise.
     pub fn new(steps: usize) -> Option<Self> {
@@ -125,8 +125,9 @@ impl ExecutedSteps {
 
 /// Evaluates the policy of `dir` (a checkpoint or a LeRobot directory) on `robot` on
 /// `episodes` seeds from `first_seed`, executing `executed` actions of each chunk per
-/// plan, its means or samples with its spread scaled by `sampling_noise`, in lock-step batches of at most [`EVAL_BATCH`] (memory stays flat for any
-/// number, with the same outcomes).
+/// plan, its means or samples with its spread scaled by `sampling_noise`, in
+/// lock-step batches of at most [`EVAL_BATCH`] (memory stays flat for any number,
+/// with the same outcomes).
 pub fn evaluate_checkpoint(
     dir: &Path,
     robot: &RobotConfig,

@@ -7,7 +7,7 @@
 use std::collections::VecDeque;
 
 use burn::prelude::*;
-use imago_policies::{HostPolicy, HostScratch, Policy, PolicyBatch, PolicyConfig};
+use imago_policies::{HostPolicy, HostScratch, MAX_CHUNK_LEN, Policy, PolicyBatch, PolicyConfig};
 use imago_robots::ExpertConfig;
 use imago_robots::bounds::{ConfigError, in_range};
 use rand::rngs::StdRng;
@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 use crate::act::camera::BatchCamera;
 use crate::act::episode::TickCommand;
 use crate::act::lock_step::LockStep;
-use crate::act::sampling::{exploration_rng, sample_leading_actions, to_robot_units};
+use crate::act::sampling::{NOISE_SCALES, exploration_rng, sample_leading_actions, to_robot_units};
 use crate::act::takeover::TakeoverConfig;
 use crate::progress;
 use crate::robot::RobotConfig;
@@ -86,8 +86,12 @@ pub struct RolloutConfig {
 impl RolloutConfig {
     /// Checks every value against its documented range.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        in_range("exploration", self.exploration, 0.0..=10.0)?;
-        in_range("executed_per_plan", self.executed_per_plan, 1..=64)?;
+        in_range("exploration", self.exploration, NOISE_SCALES)?;
+        in_range(
+            "executed_per_plan",
+            self.executed_per_plan,
+            1..=MAX_CHUNK_LEN,
+        )?;
         if let Some(takeover) = &self.takeover {
             takeover.validate().map_err(|e| e.within("takeover"))?;
         }
@@ -269,9 +273,10 @@ impl<B: Backend> PolicyCommands for RolloutSampler<'_, B> {
         run: &LockStep<'_>,
         lanes: &[usize],
     ) -> anyhow::Result<Vec<TickCommand>> {
-        // The expert commanded the running lanes left out: their plans are dropped.
+        // The expert commanded the running lanes left out (`lanes` is ascending): their
+        // plans are dropped.
         for i in run.running() {
-            if !lanes.contains(&i) {
+            if lanes.binary_search(&i).is_err() {
                 self.queues[i].clear();
             }
         }

@@ -23,6 +23,10 @@ pub fn to_robot_units(normalised: &[f32], limits: &[f32]) -> Action {
     )
 }
 
+/// The scales of sampling noise relative to a policy's own spread that a rollout's
+/// `exploration`, the actor's and an evaluation's `--sampling-noise` accept.
+pub const NOISE_SCALES: std::ops::RangeInclusive<f32> = 0.0..=10.0;
+
 /// The exploration noise stream of the episode from `seed` under policy `version`.
 pub fn exploration_rng(seed: u64, version: u64) -> StdRng {
     StdRng::seed_from_u64(seed ^ version.rotate_left(17) ^ 0x0c01_1ec7)

@@ -26,7 +26,7 @@ use super::snapshot::{PolicySnapshot, SnapshotMailbox, SnapshotPolicy};
 use super::stats::ControlStats;
 use super::status::LiveCounters;
 use crate::act::episode::{EpisodeInProgress, TickCommand};
-use crate::act::sampling::to_robot_units;
+use crate::act::sampling::{NOISE_SCALES, to_robot_units};
 use crate::act::takeover::{TakeoverConfig, TakeoverWatch};
 use crate::bridge::Interruption;
 use crate::robot::RobotConfig;
@@ -79,7 +79,7 @@ impl ActorConfig {
     /// Checks every value against its documented range; the error names the key.
     pub fn validate(&self) -> Result<(), ConfigError> {
         self.robot.validate().map_err(|e| e.within("robot"))?;
-        in_range("exploration", self.exploration, 0.0..=10.0)?;
+        in_range("exploration", self.exploration, NOISE_SCALES)?;
         in_range("policy_delay_ms", self.policy_delay_ms, 0.0..=10_000.0)?;
         self.chunking.validate().map_err(|e| e.within("chunking"))?;
         match &self.takeover {

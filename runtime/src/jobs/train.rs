@@ -6,7 +6,7 @@ use std::path::Path;
 use burn::Dispatch;
 use burn::module::AutodiffModule;
 use burn::prelude::Backend;
-use imago_policies::{ActionHeadKind, Architecture, PolicyConfig};
+use imago_policies::{ActionHeadKind, Architecture, MAX_CHUNK_LEN, PolicyConfig};
 use serde::{Deserialize, Serialize};
 
 use crate::device::ResolvedDevice;
@@ -72,8 +72,8 @@ impl PolicyShape {
     fn check_ranges(&self) -> anyhow::Result<()> {
         if let Some(k) = self.chunk_len {
             anyhow::ensure!(
-                (1..=64).contains(&k),
-                "--chunk-len {k}: must be in [1, 64] (actions per predicted chunk)"
+                (1..=MAX_CHUNK_LEN).contains(&k),
+                "--chunk-len {k}: must be in [1, {MAX_CHUNK_LEN}] (actions per predicted chunk)"
             );
         }
         if let Some(width) = self.width {
