@@ -682,6 +682,29 @@ fn finetune_every_method_and_paired_eval() {
         ],
         "betta",
     );
+    // Rollouts asked to execute more of a chunk than the policy plans: one line,
+    // before any world model trains (none is given here) or rollout runs.
+    std::fs::write(&config, "[rollout]\nexecuted_per_plan = 5\n").unwrap();
+    let whole = path(&dir.path().join("whole-chunks"));
+    assert_one_line_error(
+        &[
+            "--device",
+            "cpu",
+            "train",
+            "--what",
+            "finetune",
+            "--replay",
+            &replay,
+            "--out",
+            &whole,
+            "--init",
+            &bc,
+            "--config",
+            &path(&config),
+        ],
+        "chunks hold 4: execute at most 4",
+    );
+    assert!(!std::path::Path::new(&whole).exists());
 }
 
 #[test]

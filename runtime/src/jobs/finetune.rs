@@ -99,8 +99,16 @@ pub fn finetune_offline(
             init.display()
         );
         ensure_trained_for(init, &spec)?;
-        let (policy, config, meta) = load_policy::<Dispatch>(init, None, &device.training)?;
-        StartingPolicy::Imago(policy, config, meta.version)
+        let (policy, policy_config, meta) = load_policy::<Dispatch>(init, None, &device.training)?;
+        // Checked here as well as where rollouts start, so that a setting the policy
+        // cannot follow fails before the world model trains.
+        let chunk = policy_config.chunk_len();
+        anyhow::ensure!(
+            config.rollout.executed_per_plan <= chunk,
+            "rollout.executed_per_plan is {} but the policy's chunks hold {chunk}: execute at most {chunk}",
+            config.rollout.executed_per_plan
+        );
+        StartingPolicy::Imago(policy, policy_config, meta.version)
     };
     let (model, wm_config) = match world_model {
         Some(dir) => {
