@@ -64,7 +64,8 @@ pub(crate) struct Command {
     /// What the robot executes now.
     pub action: Vec<f32>,
     /// Its density under the policy where it was sampled at this tick's observation
-    /// (`every_tick` with a Gaussian head); `None` for a planned chunk's action.
+    /// (with a Gaussian head: every `every_tick` action, a `synchronous` chunk's
+    /// first); `None` for an action planned at an earlier tick.
     pub log_prob: Option<f32>,
     /// The plan from this tick on, `[steps * action_dim]`, `action` first.
     pub plan: Vec<f32>,

@@ -6,7 +6,8 @@
 //! - `synchronous`: the robot executes each chunk whole, then waits while the policy
 //!   plans the next on the control thread (LeRobot's and openpi's default execution):
 //!   a slow policy makes the robot pause at every chunk boundary, and the new chunk
-//!   starts wherever it starts.
+//!   starts wherever it starts. Each chunk's first action records its behaviour
+//!   density (it was sampled at the observation it is executed at).
 //! - `realtime`: real-time chunking. A planner thread computes the next chunk from
 //!   the newest observation while the robot executes the current one. It is asked
 //!   just in time: when the plan left is no longer than the last chunk's planning
@@ -15,6 +16,9 @@
 //!   due while it was computed and is cross-faded into the old plan ([`ChunkQueue`]).
 //!   The control thread never waits on inference; if the plan runs out before the
 //!   next chunk is in, the robot holds its last command (counted as a starved tick).
+//!
+//! Every mode samples its actions with `[actor] exploration` times the policy's
+//! spread (0: the mean); the chunked modes sample every action of a chunk.
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
@@ -27,7 +31,7 @@ use rand::rngs::StdRng;
 
 use super::chunking::{ChunkMode, Command, CommandSettings};
 use super::lerobot_ticks::LeRobotTicks;
-use super::planner::{ChunkPlanner, ChunkRequest, PlannedChunk, sample_command};
+use super::planner::{ChunkPlanner, ChunkRequest, Executed, PlannedChunk, sample_command};
 use super::snapshot::{PolicySnapshot, SnapshotPolicy};
 use crate::act::chunk_queue::{ChunkQueue, QueuedAction};
 use crate::act::sampling::{SampledCommand, exploration_rng};
@@ -185,7 +189,7 @@ impl EveryTick {
         current: &Arc<PolicySnapshot>,
     ) -> anyhow::Result<Command> {
         let Some(mut queue) = self.whole_chunks.take() else {
-            let sampled = self.sample(observation, current)?;
+            let sampled = self.sample(observation, current, Executed::First)?;
             return Ok(Command {
                 action: sampled.action,
                 log_prob: sampled.log_prob,
@@ -198,17 +202,19 @@ impl EveryTick {
         next
     }
 
-    /// `synchronous`: the next action of the chunk in `queue`, planning a new chunk
-    /// when it is done.
+    /// `synchronous`: the next action of the sampled chunk in `queue`, sampling a new
+    /// chunk when it is done; a new chunk's first action carries its density.
     fn next_of_chunk(
         &mut self,
         queue: &mut ChunkQueue,
         observation: &Observation,
         current: &PolicySnapshot,
     ) -> anyhow::Result<Command> {
+        let mut log_prob = None;
         if queue.is_empty() {
-            let sampled = self.sample(observation, current)?;
-            queue.merge(&sampled.chunk, 0, 0, current.version);
+            let sampled = self.sample(observation, current, Executed::WholeChunk)?;
+            queue.merge(&sampled.action, 0, 0, current.version);
+            log_prob = sampled.log_prob;
         }
         let next = queue
             .pop()
@@ -217,7 +223,7 @@ impl EveryTick {
         plan.extend(queue.planned());
         Ok(Command {
             action: next.action,
-            log_prob: None,
+            log_prob,
             plan,
             version: next.version,
         })
@@ -228,6 +234,7 @@ impl EveryTick {
         &mut self,
         observation: &Observation,
         current: &PolicySnapshot,
+        executed: Executed,
     ) -> anyhow::Result<SampledCommand> {
         let sampled = sample_command(
             current,
@@ -235,7 +242,7 @@ impl EveryTick {
             (&mut self.batch, &mut self.scratch),
             &self.device,
             &mut self.rng,
-            self.exploration,
+            (self.exploration, executed),
         )?;
         if !self.added_latency.is_zero() {
             std::thread::sleep(self.added_latency);
@@ -317,5 +324,135 @@ impl RealtimeChunks {
         self.planning_delay = delay;
         self.queue
             .merge(&planned.chunk, delay, self.blend, planned.version);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use burn::backend::ndarray::NdArrayDevice;
+    use burn::{Dispatch, DispatchDevice};
+    use imago_policies::{Architecture, PolicyConfig};
+    use imago_robots::Robot;
+
+    use super::super::chunking::ChunkingConfig;
+    use super::*;
+    use crate::robot::RobotConfig;
+
+    /// `mode` with `exploration`: the commands of `chunks` whole chunks from one
+    /// observation (the robot is not stepped, so every chunk is planned from it), the
+    /// same episode's commands again, and the mean chunk the policy plans there.
+    fn commands_at_rest(
+        mode: ChunkMode,
+        exploration: f32,
+        chunks: usize,
+    ) -> (Vec<Command>, Vec<Command>, Vec<f32>, usize) {
+        let device = DispatchDevice::NdArray(NdArrayDevice::Cpu);
+        let robot_config = RobotConfig::default();
+        let config = PolicyConfig::for_robot(Architecture::Vla, &robot_config.spec()).unwrap();
+        let snapshot = Arc::new(PolicySnapshot::new(
+            1,
+            config.init::<Dispatch>(&device),
+            &config,
+        ));
+        let chunking = ChunkingConfig {
+            mode,
+            ..ChunkingConfig::default()
+        };
+        let settings = CommandSettings {
+            chunking: &chunking,
+            exploration,
+            added_latency: Duration::ZERO,
+        };
+        let limits = config.action_limit().to_vec();
+        let mut source = CommandSource::new(&settings, &snapshot, (&limits, &device)).unwrap();
+        let observation = robot_config.build().unwrap().reset(3);
+        let k = config.chunk_len();
+        let mut episode = || -> Vec<Command> {
+            assert!(
+                source
+                    .start_episode((0, 3), &observation, &snapshot, &AtomicBool::new(false))
+                    .unwrap()
+            );
+            (0..(chunks * k) as u32)
+                .map(|step| source.command(step, &observation, &snapshot).unwrap())
+                .collect()
+        };
+        let (commands, again) = (episode(), episode());
+        let mean = sample_command(
+            &snapshot,
+            &observation,
+            (
+                &mut PolicyBatch::new(&config.input_spec()),
+                &mut HostScratch::default(),
+            ),
+            &device,
+            &mut exploration_rng(0, 0),
+            (0.0, Executed::First),
+        )
+        .unwrap()
+        .chunk;
+        (commands, again, mean, k)
+    }
+
+    /// The executed actions of `commands`, one after another.
+    fn executed(commands: &[Command]) -> Vec<f32> {
+        commands.iter().flat_map(|c| c.action.clone()).collect()
+    }
+
+    #[test]
+    fn synchronous_chunks_are_sampled_whole_and_their_first_action_carries_its_density() {
+        let (commands, again, mean, k) = commands_at_rest(ChunkMode::Synchronous, 1.0, 3);
+        let a = mean.len() / k;
+        for (tick, command) in commands.iter().enumerate() {
+            // Only a fresh chunk's first action was sampled at the tick it executes.
+            assert_eq!(command.log_prob.is_some(), tick % k == 0, "tick {tick}");
+            // The plan is the rest of the chunk being executed, this action first.
+            assert_eq!(command.plan.len(), (k - tick % k) * a, "tick {tick}");
+            assert_eq!(command.plan[..a], command.action[..], "tick {tick}");
+        }
+        // Every action of every chunk is a sample, not the mean, and each chunk
+        // draws its own: the same observation gives three different chunks.
+        let actions = executed(&commands);
+        let chunks: Vec<&[f32]> = actions.chunks(k * a).collect();
+        for chunk in &chunks {
+            for (step, (sampled, mean)) in chunk.chunks(a).zip(mean.chunks(a)).enumerate() {
+                let gap: f32 = sampled.iter().zip(mean).map(|(s, m)| (s - m).abs()).sum();
+                assert!(
+                    gap > 1e-3,
+                    "action {step} of a chunk is the mean: {sampled:?}"
+                );
+            }
+        }
+        assert_ne!(chunks[0], chunks[1]);
+        assert_ne!(chunks[1], chunks[2]);
+        // The episode's seed fixes the noise.
+        assert_eq!(executed(&again), actions);
+    }
+
+    #[test]
+    fn synchronous_chunks_without_exploration_are_the_mean() {
+        let (commands, _, mean, _) = commands_at_rest(ChunkMode::Synchronous, 0.0, 3);
+        let expected: Vec<f32> = mean.iter().map(|v| v.clamp(-1.0, 1.0)).collect();
+        for chunk in executed(&commands).chunks(mean.len()) {
+            for (got, want) in chunk.iter().zip(&expected) {
+                assert!((got - want).abs() < 1e-4, "{chunk:?} against {expected:?}");
+            }
+        }
+    }
+
+    /// Real-time chunking plans on another thread; its first chunk (planned while
+    /// the robot is at rest, so on time) is sampled the same way.
+    #[test]
+    fn realtime_chunks_are_sampled_and_without_exploration_the_mean() {
+        let first = |exploration| {
+            let (commands, again, mean, k) = commands_at_rest(ChunkMode::Realtime, exploration, 1);
+            let a = mean.len() / k;
+            let actions: Vec<f32> = executed(&commands).into_iter().take(a).collect();
+            assert_eq!(executed(&again)[..a], actions[..]);
+            let gap: f32 = actions.iter().zip(&mean).map(|(s, m)| (s - m).abs()).sum();
+            gap
+        };
+        assert!(first(1.0) > 1e-3);
+        assert!(first(0.0) < 1e-4);
     }
 }

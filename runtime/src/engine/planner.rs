@@ -28,7 +28,8 @@ pub(crate) struct ChunkRequest {
     pub rng: StdRng,
 }
 
-/// A planned chunk (normalised units, `[k * action_dim]`), and the request it answers.
+/// A planned chunk (normalised units, `[k * action_dim]`, every action sampled with
+/// the actor's exploration), and the request it answers.
 pub(crate) struct PlannedChunk {
     pub episode: u64,
     pub step: u32,
@@ -44,20 +45,36 @@ pub(crate) struct ChunkPlanner {
     in_flight: bool,
 }
 
-/// One command sampled by `snapshot` for `observation`, through the buffers given.
+/// How much of each sampled chunk the robot executes before the policy plans again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Executed {
+    /// Its first action (`every_tick`).
+    First,
+    /// All of it (`synchronous`, `realtime`): every action sampled, as `imago eval
+    /// --execute K --sampling-noise S` acts.
+    WholeChunk,
+}
+
+/// One command sampled by `snapshot` for `observation`, through the buffers given,
+/// with `exploration` times the policy's spread: its leading actions are the first
+/// action or the whole chunk, as `executed` says.
 pub(crate) fn sample_command(
     snapshot: &PolicySnapshot,
     observation: &Observation,
     (batch, scratch): (&mut PolicyBatch, &mut HostScratch),
     device: &burn::tensor::Device<Dispatch>,
     rng: &mut StdRng,
-    exploration: f32,
+    (exploration, executed): (f32, Executed),
 ) -> anyhow::Result<SampledCommand> {
     let SnapshotPolicy::Imago { policy, host, .. } = &snapshot.policy else {
         anyhow::bail!(
             "version {} is a LeRobot policy, which acts through its own queues, not imago's sampling",
             snapshot.version
         );
+    };
+    let leading = match executed {
+        Executed::First => 1,
+        Executed::WholeChunk => policy.chunk_shape().0,
     };
     batch.clear();
     batch.push(observation)?;
@@ -67,7 +84,7 @@ pub(crate) fn sample_command(
         batch,
         device,
         (std::slice::from_mut(rng), &[0]),
-        (exploration, 1),
+        (exploration, leading),
     )?;
     Ok(commands.remove(0))
 }
@@ -99,13 +116,13 @@ impl ChunkPlanner {
                             (&mut batch, &mut scratch),
                             &device,
                             &mut request.rng,
-                            exploration,
+                            (exploration, Executed::WholeChunk),
                         )
                         .map(|command| PlannedChunk {
                             episode: request.episode,
                             step: request.step,
                             version: request.snapshot.version,
-                            chunk: command.chunk,
+                            chunk: command.action,
                         });
                         if !added_latency.is_zero() {
                             std::thread::sleep(added_latency);
