@@ -17,8 +17,8 @@ use imago_runtime::telemetry::{
 };
 use imago_runtime::toml_file::read_toml;
 
-/// Longest world-model horizon a flag accepts.
-pub const MAX_HORIZON: usize = 64;
+/// Longest world-model horizon a flag accepts (a config's too).
+pub use imago_runtime::learn::world_model::MAX_HORIZON;
 
 /// The robot a command creates (`--robot NAME`, `--robot-config FILE.toml`).
 #[derive(Debug, Clone, Args)]

@@ -365,7 +365,14 @@ fn world_model_train_and_wm_eval_round_trip() {
         let json: serde_json::Value =
             serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
         assert_eq!(json["family"], family);
-        assert_eq!(json["horizon_error"].as_array().unwrap().len(), 4);
+        for errors in [
+            "horizon_error",
+            "copy_last_error",
+            "constant_velocity_error",
+            "shuffled_action_error",
+        ] {
+            assert_eq!(json[errors].as_array().unwrap().len(), 4, "{errors}");
+        }
         assert!(json["spearman"].is_object());
         for level in ["coverage_1sigma", "coverage_2sigma"] {
             for kind in ["raw", "own_rollout", "calibrated"] {
@@ -378,6 +385,48 @@ fn world_model_train_and_wm_eval_round_trip() {
         }
         assert_eq!(json["episodes"], 2, "episodes 4 and 9 are held out");
         assert_eq!(json["salt_error_split"].is_object(), family == "salt");
+    }
+
+    // Training settings from a file, flags winning; a misspelt key or a value out of
+    // range is one line naming it, and nothing is written.
+    let config = dir.path().join("wm.toml");
+    let train_with_config = |out: &std::path::Path| {
+        vec![
+            "--device".to_string(),
+            "cpu".into(),
+            "train".into(),
+            "--what".into(),
+            "worldmodel".into(),
+            "--replay".into(),
+            path(&replay),
+            "--out".into(),
+            path(out),
+            "--steps".into(),
+            "2".into(),
+            "--config".into(),
+            path(&config),
+        ]
+    };
+    std::fs::write(&config, "ema_decay = 0.0\nbatch_size = 4\nhorizon = 3\n").unwrap();
+    let from_file = dir.path().join("wm-from-file");
+    let args = train_with_config(&from_file);
+    let output = imago(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    assert!(output.status.success(), "{}", stderr(&output));
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(stdout.contains("windows of 3 steps"), "{stdout}");
+    for (text, named) in [
+        ("ema_decy = 0.0\n", "ema_decy"),
+        (
+            "ema_decay = 1.5\n",
+            "ema_decay = 1.5: must be in [0.0, 0.9999]",
+        ),
+        ("[losses]\nprediction = -1.0\n", "losses.prediction"),
+    ] {
+        std::fs::write(&config, text).unwrap();
+        let refused = dir.path().join("wm-refused");
+        let args = train_with_config(&refused);
+        assert_one_line_error(&args.iter().map(String::as_str).collect::<Vec<_>>(), named);
+        assert!(!refused.exists(), "{text}");
     }
 
     // A policy checkpoint is not a world model; a horizon of 0 is refused.

@@ -13,7 +13,7 @@ use imago_runtime::jobs::bench::{
 use imago_runtime::jobs::bench_bridge::{bench_bridge, bench_frame_codec};
 use imago_runtime::jobs::bench_learner::{LearnerBenchRow, bench_learner};
 use imago_runtime::jobs::bench_lerobot::{LeRobotBenchRow, bench_lerobot_policy};
-use imago_runtime::learn::finetune::MAX_BATCH;
+use imago_runtime::learn::MAX_BATCH;
 use imago_runtime::learn::world_model::WorldModelTrainConfig;
 
 use crate::args::{RobotArgs, flag_in_range, write_json};

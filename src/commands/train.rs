@@ -14,9 +14,11 @@ use imago_runtime::jobs::train_lerobot::{
 };
 use imago_runtime::jobs::train_world_model::train_world_model_offline;
 use imago_runtime::learn::bc::BcConfig;
-use imago_runtime::learn::finetune::{FinetuneConfig, FinetuneMethod, MAX_BATCH, MAX_STEPS};
+use imago_runtime::learn::finetune::{FinetuneConfig, FinetuneMethod};
 use imago_runtime::learn::schedule::RateSchedule;
 use imago_runtime::learn::world_model::WorldModelTrainConfig;
+use imago_runtime::learn::{MAX_BATCH, MAX_STEPS};
+use imago_runtime::store::checkpoint::WORLD_MODEL_KIND;
 use imago_runtime::store::lerobot_policy::names_lerobot_policy;
 use imago_runtime::store::outputs::{Input, OutputKind, OutputPath};
 use imago_runtime::store::replay::{EpisodeSelection, ReplaySource};
@@ -118,7 +120,8 @@ pub struct TrainArgs {
     /// Fine-tuning: collect-update rounds [default: 3, or the config's].
     #[arg(long)]
     rounds: Option<usize>,
-    /// Fine-tuning: a TOML file of settings (see docs/finetuning.md); flags win.
+    /// Fine-tuning or world model: a TOML file of settings (`FinetuneConfig`, see
+    /// docs/finetuning.md; `WorldModelTrainConfig`, see docs/worldmodel.md); flags win.
     #[arg(long)]
     config: Option<PathBuf>,
     /// Fine-tuning: also write what the run did as JSON here.
@@ -209,7 +212,7 @@ impl TrainArgs {
             ("--world-model", self.world_model.is_some(), &[Finetune]),
             ("--method", self.method.is_some(), &[Finetune]),
             ("--rounds", self.rounds.is_some(), &[Finetune]),
-            ("--config", self.config.is_some(), &[Finetune]),
+            ("--config", self.config.is_some(), &[Worldmodel, Finetune]),
             ("--report", self.report.is_some(), &[Finetune]),
             ("--lora-rank", self.lora_rank.is_some(), &[Bc, Finetune]),
         ];
@@ -340,7 +343,17 @@ fn train_world_model(
     device: &imago_runtime::device::ResolvedDevice,
     telemetry: &Telemetry,
 ) -> anyhow::Result<()> {
-    let defaults = WorldModelTrainConfig::default();
+    let defaults = match &args.config {
+        Some(path) => {
+            let config_file = Input {
+                flag: "--config",
+                path,
+            };
+            output(args).check(OutputKind::Checkpoint(WORLD_MODEL_KIND), &[config_file])?;
+            read_toml::<WorldModelTrainConfig>(path)?
+        }
+        None => WorldModelTrainConfig::default(),
+    };
     let steps = args.steps.unwrap_or(defaults.steps);
     let horizon = args.horizon.unwrap_or(defaults.horizon);
     let train = WorldModelTrainConfig {
@@ -354,9 +367,13 @@ fn train_world_model(
             None => defaults.supervision,
         },
         seed: args.seed,
+        // A short run warms up for at most half its steps.
         warmup_steps: defaults.warmup_steps.min(steps / 2),
         ..defaults
     };
+    train
+        .validate()
+        .map_err(|e| anyhow::anyhow!("world-model training settings: {e}"))?;
     let family = args
         .family
         .unwrap_or(WorldModelConfig::new(1, vec![1.0]).family);

@@ -42,6 +42,26 @@ pub struct LossWeights {
     pub actor: f64,
 }
 
+impl LossWeights {
+    /// Every weight is finite and at least 0, `prediction_decay` in (0, 1]; the error
+    /// names the key.
+    pub fn validate(&self) -> Result<(), imago_robots::bounds::ConfigError> {
+        use imago_robots::bounds::in_range;
+        for (key, value) in [
+            ("prediction", self.prediction),
+            ("variance", self.variance),
+            ("covariance", self.covariance),
+            ("reward", self.reward),
+            ("continuation", self.continuation),
+            ("value", self.value),
+            ("actor", self.actor),
+        ] {
+            in_range(key, value, 0.0..=1e6)?;
+        }
+        in_range("prediction_decay", self.prediction_decay, 1e-6..=1.0)
+    }
+}
+
 impl Default for LossWeights {
     fn default() -> Self {
         Self {

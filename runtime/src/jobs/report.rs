@@ -277,16 +277,27 @@ impl DemoReport {
 /// correlations.
 fn world_model_rows(report: &WorldModelEvalReport, horizons: &[usize]) -> String {
     let mut out = format!(
-        "{:>7} {:>8} {:>10} {:>9} {:>9} {:>9} {:>9}\n",
-        "horizon", "error", "copy-last", "1σ raw", "1σ own", "1σ cal", "2σ cal"
+        "{:>7} {:>8} {:>10} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}\n",
+        "horizon",
+        "error",
+        "copy-last",
+        "const-vel",
+        "shuffled",
+        "1σ raw",
+        "1σ own",
+        "1σ cal",
+        "2σ cal"
     );
+    let at = |values: &[f64], i: usize| values.get(i).copied().unwrap_or(f64::NAN);
     for &h in horizons {
         let i = h - 1;
         out.push_str(&format!(
-            "{:>7} {:>8.3} {:>10.3} {:>9.3} {:>9.3} {:>9.3} {:>9.3}\n",
+            "{:>7} {:>8.3} {:>10.3} {:>9.3} {:>9.3} {:>9.3} {:>9.3} {:>9.3} {:>9.3}\n",
             h,
             report.horizon_error[i],
             report.copy_last_error[i],
+            at(&report.constant_velocity_error, i),
+            at(&report.shuffled_action_error, i),
             report.coverage_1sigma.raw[i],
             report.coverage_1sigma.own_rollout[i],
             report.coverage_1sigma.calibrated[i],

@@ -9,3 +9,8 @@ pub mod lerobot_update;
 pub mod schedule;
 pub mod weight_average;
 pub mod world_model;
+
+/// Largest number of optimiser steps any config or flag may ask for.
+pub const MAX_STEPS: usize = 10_000_000;
+/// Largest training batch (transitions or windows) any config or flag may ask for.
+pub const MAX_BATCH: usize = 4096;

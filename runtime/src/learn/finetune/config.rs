@@ -6,6 +6,8 @@ use std::str::FromStr;
 use imago_policies::lora::LoraConfig;
 use imago_policies::{AdvantageNormaliser, HabcGate};
 use imago_robots::bounds::{ConfigError, in_range};
+
+use crate::learn::{MAX_BATCH, MAX_STEPS};
 use imago_worldmodel::ImaginationConfig;
 use serde::{Deserialize, Serialize};
 
@@ -349,11 +351,6 @@ impl FinetuneConfig {
         }
     }
 }
-
-/// Largest number of optimiser steps any config or flag may ask for.
-pub const MAX_STEPS: usize = 10_000_000;
-/// Largest training batch (transitions or windows) any config or flag may ask for.
-pub const MAX_BATCH: usize = 4096;
 
 #[cfg(test)]
 mod tests {

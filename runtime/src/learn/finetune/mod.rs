@@ -19,7 +19,7 @@ pub use advantage_models::{AdvantageModels, Weighed};
 pub use advantages::{AdvantageSummary, TransitionWeights, transition_weights};
 pub use config::{
     AdvantageFlowSettings, AwrReturnsSettings, FinetuneConfig, FinetuneMethod, HabcSettings,
-    MAX_BATCH, MAX_STEPS, ReturnGroups,
+    ReturnGroups,
 };
 pub use critic::{CriticLosses, train_critic};
 pub use latents::EncodedEpisodes;

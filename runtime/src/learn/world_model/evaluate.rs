@@ -77,6 +77,17 @@ pub struct WorldModelEvalReport {
     pub horizon_error: Vec<f64>,
     /// The same error for the copy-last-latent baseline (predict no change).
     pub copy_last_error: Vec<f64>,
+    /// The same error for constant-velocity extrapolation of the latent,
+    /// `z_t + k (z_t - z_(t-1))` (an episode's first window, without a `z_(t-1)`,
+    /// copies the last latent).
+    #[serde(default)]
+    pub constant_velocity_error: Vec<f64>,
+    /// The model's error rolled out with another held-out episode's actions instead of
+    /// the recorded ones (the next episode's windows, cycled): a model that reads the
+    /// action errs clearly more here than in `horizon_error`; one that ignores it errs
+    /// the same.
+    #[serde(default)]
+    pub shuffled_action_error: Vec<f64>,
     /// Mean per-dimension variance of the target latents the errors are divided by.
     pub latent_variance: f64,
     /// Disagreement-error rank correlation.
@@ -95,9 +106,12 @@ pub struct WorldModelEvalReport {
 /// Per-window, per-horizon quantities collected over all episodes.
 struct Collected {
     horizon: usize,
-    /// Squared error sums per horizon (model, copy-last), and their count of entries.
+    /// Squared error sums per horizon (model, copy-last, constant velocity, model
+    /// with another episode's actions), and their count of entries.
     model_sq: Vec<f64>,
     copy_sq: Vec<f64>,
+    velocity_sq: Vec<f64>,
+    shuffled_sq: Vec<f64>,
     entries: Vec<usize>,
     /// Per horizon: (episode index, disagreement, error) of every window.
     ranked: Vec<Vec<(usize, f64, f64)>>,
@@ -149,6 +163,8 @@ pub fn evaluate_world_model<B: Backend>(
         horizon,
         model_sq: vec![0.0; horizon],
         copy_sq: vec![0.0; horizon],
+        velocity_sq: vec![0.0; horizon],
+        shuffled_sq: vec![0.0; horizon],
         entries: vec![0; horizon],
         ranked: vec![Vec::new(); horizon],
         own_ratios: vec![Vec::new(); horizon],
@@ -171,10 +187,11 @@ pub fn evaluate_world_model<B: Backend>(
         host: HostWorldModel::for_device(model, device),
     };
     for (index, episode) in usable.iter().enumerate() {
+        let other = usable[(index + 1) % usable.len()];
         evaluate_episode(
             &models,
             config,
-            episode,
+            (episode, other),
             index,
             &mut batch,
             &mut collected,
@@ -200,13 +217,14 @@ struct Models<'a, B: Backend> {
 }
 
 /// Scores one episode into `out`: every window rolled out once, and the error,
-/// disagreement and interval measures all read from that one rollout. (Long, about
-/// 140 lines, because the measures share the rollout's buffers; the evaluation is to
-/// be rebuilt by issue 41, with baselines and decoded quantities.)
+/// disagreement and interval measures all read from that one rollout, then once more
+/// with `other`'s actions. (Long, about 160 lines, because the measures share the
+/// rollout's buffers; the evaluation is to be rebuilt by issue 41, with decoded
+/// quantities.)
 fn evaluate_episode<B: Backend>(
     models: &Models<'_, B>,
     config: &WorldModelConfig,
-    episode: &Episode,
+    (episode, other): (&Episode, &Episode),
     index: usize,
     batch: &mut PolicyBatch,
     out: &mut Collected,
@@ -248,27 +266,46 @@ fn evaluate_episode<B: Backend>(
         TensorData::new(action_values.clone(), [windows, h, a]),
         device,
     );
+    let other_windows = other.transitions.len() + 1 - h;
+    let shuffled_values = window_actions(
+        other,
+        (0..windows).map(|w| w % other_windows),
+        h,
+        &config.action_limit,
+    );
 
-    let (own, raw) = match &models.host {
+    let (own, raw, shuffled) = match &models.host {
         Some(host_model) => {
             let start_values = host(starts.clone())?;
             (
                 host_model.rollout_members(&start_values, &action_values),
                 host_model.rollout_shared(&start_values, &action_values),
+                host_model.rollout_members(&start_values, &shuffled_values),
             )
         }
-        None => (
-            host(
-                model
-                    .rollout_members(starts.clone(), actions.clone())
-                    .members,
-            )?,
-            host(
-                model
-                    .rollout_shared(starts.clone(), actions.clone())
-                    .members,
-            )?,
-        ),
+        None => {
+            let shuffled_actions = Tensor::<B, 3>::from_data(
+                TensorData::new(shuffled_values, [windows, h, a]),
+                device,
+            );
+            (
+                host(
+                    model
+                        .rollout_members(starts.clone(), actions.clone())
+                        .members,
+                )?,
+                host(
+                    model
+                        .rollout_shared(starts.clone(), actions.clone())
+                        .members,
+                )?,
+                host(
+                    model
+                        .rollout_members(starts.clone(), shuffled_actions)
+                        .members,
+                )?,
+            )
+        }
     };
     let truth_host = host(truth.clone().unsqueeze_dim::<4>(0))?;
     let n = config.ensemble_size;
@@ -296,18 +333,29 @@ fn evaluate_episode<B: Backend>(
         for k in 0..h {
             let own_stats: Vec<(f64, f64)> = (0..d).map(|j| mean_std(&own, w, k, j)).collect();
             let spread = own_stats.iter().map(|(_, std)| std).sum::<f64>() / d as f64;
-            let (mut sq, mut copy_sq) = (0.0, 0.0);
+            let (mut sq, mut copy_sq, mut velocity_sq, mut shuffled_sq) = (0.0, 0.0, 0.0, 0.0);
             for (j, &(mean, std)) in own_stats.iter().enumerate() {
                 let truth = true_at(w, k + 1, j);
                 let (raw_mean, raw_std) = mean_std(&raw, w, k, j);
                 sq += (mean - truth).powi(2);
-                copy_sq += (true_at(w, 0, j) - truth).powi(2);
+                let last = true_at(w, 0, j);
+                copy_sq += (last - truth).powi(2);
+                // Window w - 1 starts one step earlier: its first latent is z_(t-1).
+                let velocity = if w == 0 {
+                    0.0
+                } else {
+                    last - true_at(w - 1, 0, j)
+                };
+                velocity_sq += (last + (k + 1) as f64 * velocity - truth).powi(2);
+                shuffled_sq += (mean_std(&shuffled, w, k, j).0 - truth).powi(2);
                 out.own_ratios[k].push(standardised_error(mean - truth, std));
                 out.raw_ratios[k].push(standardised_error(raw_mean - truth, raw_std));
                 out.spread_ratios[k][j][index].push(standardised_error(mean - truth, spread));
             }
             out.model_sq[k] += sq;
             out.copy_sq[k] += copy_sq;
+            out.velocity_sq[k] += velocity_sq;
+            out.shuffled_sq[k] += shuffled_sq;
             out.entries[k] += d;
             out.ranked[k].push((index, spread, sq.sqrt()));
         }
@@ -429,6 +477,8 @@ fn summarise(c: Collected, family: TransitionFamily, episodes: usize) -> WorldMo
         windows: c.ranked[0].len(),
         horizon_error: normalise(&c.model_sq),
         copy_last_error: normalise(&c.copy_sq),
+        constant_velocity_error: normalise(&c.velocity_sq),
+        shuffled_action_error: normalise(&c.shuffled_sq),
         latent_variance,
         spearman: SpearmanReport {
             across_dataset,

@@ -16,7 +16,8 @@ pub use evaluate::{
 };
 pub use imagined::{ImaginedWindows, log_imagined_windows};
 pub use train::{
-    WorldModelStep, WorldModelTrainConfig, log_world_model_losses, mean_loss, train_world_model,
+    MAX_HORIZON, WorldModelStep, WorldModelTrainConfig, log_world_model_losses, mean_loss,
+    train_world_model,
 };
 
 use crate::store::replay::Episode;

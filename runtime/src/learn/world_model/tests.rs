@@ -70,6 +70,23 @@ fn briefly_trained_world_model_beats_copying_the_last_latent() {
             report.copy_last_error[i]
         );
     }
+    // It reads the action: rolled with another episode's actions it errs clearly more
+    // (the arm's joints follow the commands).
+    println!(
+        "model {:?}\ncopy-last {:?}\nconstant velocity {:?}\nshuffled actions {:?}",
+        report.horizon_error,
+        report.copy_last_error,
+        report.constant_velocity_error,
+        report.shuffled_action_error
+    );
+    assert!(
+        report.shuffled_action_error[h] > 1.2 * report.horizon_error[h],
+        "horizon {}: true actions {:.4} vs another episode's {:.4}",
+        h + 1,
+        report.horizon_error[h],
+        report.shuffled_action_error[h]
+    );
+    assert_eq!(report.constant_velocity_error.len(), train.horizon);
     // The latents did not collapse: the errors are relative to a real spread.
     assert!(report.latent_variance > 0.1, "{}", report.latent_variance);
     assert!(report.spearman.across_dataset.is_some());

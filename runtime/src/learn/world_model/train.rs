@@ -6,6 +6,7 @@ use burn::optim::{AdamConfig, GradientsParams, Optimizer};
 use burn::prelude::*;
 use burn::tensor::backend::AutodiffBackend;
 use imago_policies::PolicyBatch;
+use imago_robots::bounds::{ConfigError, in_range};
 use imago_worldmodel::{
     LOSS_PARTS, LossWeights, Supervision, WorldModel, WorldModelBatch, WorldModelConfig,
     world_model_loss,
@@ -17,6 +18,7 @@ use serde::{Deserialize, Serialize};
 
 use super::dataset::WindowDataset;
 use crate::learn::schedule::warmup_cosine;
+use crate::learn::{MAX_BATCH, MAX_STEPS};
 use crate::progress;
 use crate::telemetry::{Telemetry, TelemetryEvent};
 
@@ -34,7 +36,8 @@ pub struct WorldModelTrainConfig {
     pub supervision: Supervision,
     /// Peak learning rate (Adam).
     pub learning_rate: f64,
-    /// Steps of linear warm-up before the cosine decay.
+    /// Steps of linear warm-up before the cosine decay (`imago train` uses at most
+    /// half the run's steps).
     pub warmup_steps: usize,
     /// Gradient norm clip.
     pub grad_clip: f32,
@@ -50,6 +53,24 @@ pub struct WorldModelTrainConfig {
     /// Seed of the window sampler and the bootstrap.
     pub seed: u64,
 }
+
+impl WorldModelTrainConfig {
+    /// Checks every value against its range; the error names the key.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        in_range("steps", self.steps, 1..=MAX_STEPS)?;
+        in_range("batch_size", self.batch_size, 1..=MAX_BATCH)?;
+        in_range("horizon", self.horizon, 1..=MAX_HORIZON)?;
+        in_range("learning_rate", self.learning_rate, 1e-9..=1.0)?;
+        in_range("warmup_steps", self.warmup_steps, 0..=MAX_STEPS)?;
+        in_range("grad_clip", self.grad_clip, 1e-6..=1e6)?;
+        in_range("ema_decay", self.ema_decay, 0.0..=0.9999)?;
+        in_range("discount", self.discount, 0.0..=1.0)?;
+        self.losses.validate().map_err(|e| e.within("losses"))
+    }
+}
+
+/// Longest training window, in steps, a config or flag may ask for.
+pub const MAX_HORIZON: usize = 64;
 
 impl Default for WorldModelTrainConfig {
     fn default() -> Self {
