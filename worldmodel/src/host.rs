@@ -159,7 +159,9 @@ impl HostMember {
                     })
                     .collect();
                 let mut next = delta.forward(rows, &input);
-                next.iter_mut().zip(start).for_each(|(n, z)| *n += z);
+                next.iter_mut()
+                    .zip(start)
+                    .for_each(|(n, z)| *n = z + n.tanh());
                 next
             }
             Self::Salt(affine) => {
