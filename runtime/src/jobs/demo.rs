@@ -158,7 +158,7 @@ impl DemoPlan {
             // lag the model must otherwise predict across. On the committed expert's
             // 300 demonstrations (1000 steps): error at 5 ticks 0.430 (SALT) -> 0.094
             // (residual) -> 0.056 (residual, ema_decay 0), against copying the last
-            // latent's 0.031-0.037 (docs/worldmodel.md, "PushT"). Still worse than
+            // latent's 0.031-0.037 (docs/worldmodel.md, on pusht). Still worse than
             // copying; the demo's fine-tuning (DAgger) does not use it.
             world_model: WorldModelTrainConfig {
                 steps: 500,
