@@ -710,47 +710,29 @@ fn finetune_every_method_and_paired_eval() {
         ],
         "--init",
     );
+    // Fine-tuning `bc` into `out` with `extra` flags fails in one line naming `needle`.
+    let finetune_refused = |out: &str, extra: &[&str], needle: &str| {
+        let mut args = vec![
+            "--device", "cpu", "train", "--what", "finetune", "--replay", &replay, "--out", out,
+            "--init", &bc,
+        ];
+        args.extend(extra);
+        assert_one_line_error(&args, needle);
+    };
+    let config_path = path(&config);
     std::fs::write(&config, "betta = 2.0\n").unwrap();
-    assert_one_line_error(
-        &[
-            "--device",
-            "cpu",
-            "train",
-            "--what",
-            "finetune",
-            "--replay",
-            &replay,
-            "--out",
-            &bc,
-            "--init",
-            &bc,
-            "--world-model",
-            &wm,
-            "--config",
-            &path(&config),
-        ],
+    finetune_refused(
+        &bc,
+        &["--world-model", &wm, "--config", &config_path],
         "betta",
     );
     // Rollouts asked to execute more of a chunk than the policy plans: one line,
     // before any world model trains (none is given here) or rollout runs.
     std::fs::write(&config, "[rollout]\nexecuted_per_plan = 5\n").unwrap();
     let whole = path(&dir.path().join("whole-chunks"));
-    assert_one_line_error(
-        &[
-            "--device",
-            "cpu",
-            "train",
-            "--what",
-            "finetune",
-            "--replay",
-            &replay,
-            "--out",
-            &whole,
-            "--init",
-            &bc,
-            "--config",
-            &path(&config),
-        ],
+    finetune_refused(
+        &whole,
+        &["--config", &config_path],
         "chunks hold 4: execute at most 4",
     );
     assert!(!std::path::Path::new(&whole).exists());

@@ -84,6 +84,19 @@ pub struct RolloutConfig {
 }
 
 impl RolloutConfig {
+    /// Whether `policy` can follow these settings: it executes at most its chunk's
+    /// length of each plan (`executed_per_plan` is checked against the largest chunk
+    /// alone by [`RolloutConfig::validate`]).
+    pub fn check_fits(&self, policy: &PolicyConfig) -> anyhow::Result<()> {
+        let chunk = policy.chunk_len();
+        anyhow::ensure!(
+            self.executed_per_plan <= chunk,
+            "rollout.executed_per_plan is {} but the policy's chunks hold {chunk}: execute at most {chunk}",
+            self.executed_per_plan
+        );
+        Ok(())
+    }
+
     /// Checks every value against its documented range.
     pub fn validate(&self) -> Result<(), ConfigError> {
         in_range("exploration", self.exploration, NOISE_SCALES)?;
@@ -147,12 +160,7 @@ pub fn collect_policy_episodes<B: Backend>(
 where
     B::Device: 'static,
 {
-    let chunk = acting.config.chunk_len();
-    anyhow::ensure!(
-        rollout.executed_per_plan <= chunk,
-        "rollout.executed_per_plan is {} but the policy's chunks hold {chunk}: execute at most {chunk}",
-        rollout.executed_per_plan
-    );
+    rollout.check_fits(acting.config)?;
     let camera = BatchCamera::for_device::<B>(acting.device, robot, seeds.len());
     let mut sampler = RolloutSampler::new(acting, seeds, rollout);
     collect_episodes(

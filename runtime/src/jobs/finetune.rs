@@ -102,12 +102,7 @@ pub fn finetune_offline(
         let (policy, policy_config, meta) = load_policy::<Dispatch>(init, None, &device.training)?;
         // Checked here as well as where rollouts start, so that a setting the policy
         // cannot follow fails before the world model trains.
-        let chunk = policy_config.chunk_len();
-        anyhow::ensure!(
-            config.rollout.executed_per_plan <= chunk,
-            "rollout.executed_per_plan is {} but the policy's chunks hold {chunk}: execute at most {chunk}",
-            config.rollout.executed_per_plan
-        );
+        config.rollout.check_fits(&policy_config)?;
         StartingPolicy::Imago(policy, policy_config, meta.version)
     };
     let (model, wm_config) = match world_model {

@@ -288,7 +288,6 @@ fn world_model_rows(report: &WorldModelEvalReport, horizons: &[usize]) -> String
         "1σ cal",
         "2σ cal"
     );
-    let at = |values: &[f64], i: usize| values.get(i).copied().unwrap_or(f64::NAN);
     for &h in horizons {
         let i = h - 1;
         out.push_str(&format!(
@@ -296,8 +295,8 @@ fn world_model_rows(report: &WorldModelEvalReport, horizons: &[usize]) -> String
             h,
             report.horizon_error[i],
             report.copy_last_error[i],
-            at(&report.constant_velocity_error, i),
-            at(&report.shuffled_action_error, i),
+            report.constant_velocity_error[i],
+            report.shuffled_action_error[i],
             report.coverage_1sigma.raw[i],
             report.coverage_1sigma.own_rollout[i],
             report.coverage_1sigma.calibrated[i],

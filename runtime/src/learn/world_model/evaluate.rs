@@ -80,13 +80,11 @@ pub struct WorldModelEvalReport {
     /// The same error for constant-velocity extrapolation of the latent,
     /// `z_t + k (z_t - z_(t-1))` (an episode's first window, without a `z_(t-1)`,
     /// copies the last latent).
-    #[serde(default)]
     pub constant_velocity_error: Vec<f64>,
     /// The model's error rolled out with another held-out episode's actions instead of
     /// the recorded ones (the next episode's windows, cycled): a model that reads the
     /// action errs clearly more here than in `horizon_error`; one that ignores it errs
     /// the same.
-    #[serde(default)]
     pub shuffled_action_error: Vec<f64>,
     /// Mean per-dimension variance of the target latents the errors are divided by.
     pub latent_variance: f64,
