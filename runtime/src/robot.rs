@@ -114,6 +114,17 @@ impl RobotConfig {
         matches!(self, Self::PushT(config) if config.observation == pusht::PushTObservation::Pose)
     }
 
+    /// The proprioception entries that give the pose of an object the robot moves
+    /// by contact (pusht's block, where the proprioception holds its pose; entries
+    /// the spec lacks are ignored by their users): the world-model evaluation splits
+    /// its errors by whether they changed.
+    pub fn object_pose_entries(&self) -> &'static [&'static str] {
+        match self {
+            Self::PushT(_) => &pusht::BLOCK_POSE,
+            Self::Reacher2d(_) | Self::Remote(_) => &[],
+        }
+    }
+
     /// Checks every setting against its documented range; the error names the key.
     pub fn validate(&self) -> Result<(), ConfigError> {
         match self {

@@ -102,6 +102,14 @@ pub struct WorldModelConfig {
     /// rollouts restart from its last prediction.
     #[config(default = 8)]
     pub prefix_horizon: usize,
+    /// A linear head decodes the proprioception from every latent (trained by the
+    /// `state` loss), so that the latent keeps the measured state of the robot and
+    /// of what it pushes, which the JEPA objective alone lets go (issue 41: pusht's
+    /// latents missed the pusher's position by as far as it moves in 16 ticks).
+    /// Training gives a new model one when its `state` loss weight is above 0; false
+    /// in checkpoints written before it.
+    #[config(default = false)]
+    pub state_decoder: bool,
 }
 
 impl WorldModelConfig {
@@ -120,6 +128,16 @@ impl WorldModelConfig {
         let config = config.with_family(family);
         config.validate()?;
         Ok(config)
+    }
+
+    /// Gives a stored config (a checkpoint's JSON) the keys added since checkpoints were
+    /// first written, with the value that means what such a checkpoint did:
+    /// `state_decoder` false. Keys it has are left alone, and anything that is not a
+    /// JSON object is left to fail to parse.
+    pub fn fill_later_keys(stored: &mut serde_json::Value) {
+        if let Some(fields) = stored.as_object_mut() {
+            fields.entry("state_decoder").or_insert(false.into());
+        }
     }
 
     /// Length of an action.
@@ -172,7 +190,17 @@ impl WorldModelConfig {
                 linear(a, h) + self.prefix_horizon * h + mlp(d + h, d)
             }
         };
-        2 * encoder + self.ensemble_size * member + mlp(d + a, 1) + 2 * mlp(d, 1) + mlp(d, a)
+        let state = if self.state_decoder {
+            linear(d, self.proprio_dim)
+        } else {
+            0
+        };
+        2 * encoder
+            + self.ensemble_size * member
+            + mlp(d + a, 1)
+            + 2 * mlp(d, 1)
+            + mlp(d, a)
+            + state
     }
 
     /// Checks every size against its documented range (see docs/configuration.md)

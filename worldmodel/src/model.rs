@@ -1,5 +1,6 @@
 //! The world model: encoders, the transition ensemble and the latent heads.
 
+use burn::nn::{Linear, LinearConfig};
 use burn::prelude::*;
 use burn::tensor::activation::{sigmoid, tanh};
 use imago_kernels::{EnsembleStatistics, composite};
@@ -13,9 +14,9 @@ use crate::transition::TransitionMember;
 
 /// A JEPA-style latent world model (see `docs/worldmodel.md`): an online encoder, its
 /// EMA target encoder (the training targets, never trained by gradient), an ensemble
-/// of transition members, and heads for reward, continuation, value and a latent
-/// actor (the behaviour policy distilled into latent space, so imagination can run a
-/// policy without rendering pixels).
+/// of transition members, and heads for reward, continuation, value, a latent actor
+/// (the behaviour policy distilled into latent space, so imagination can run a
+/// policy without rendering pixels) and, optionally, the proprioception.
 #[derive(Module, Debug)]
 pub struct WorldModel<B: Backend> {
     encoder: ObservationEncoder<B>,
@@ -25,6 +26,8 @@ pub struct WorldModel<B: Backend> {
     pub(crate) continuation: Mlp<B>,
     pub(crate) value: Mlp<B>,
     pub(crate) actor: Mlp<B>,
+    /// The proprioception read linearly from a latent (`state_decoder`).
+    pub(crate) state: Option<Linear<B>>,
 }
 
 /// The ensemble's open-loop predictions, each member on its own predictions.
@@ -62,6 +65,9 @@ impl WorldModelConfig {
             continuation: head(d, 1),
             value: head(d, 1),
             actor: head(d, a),
+            state: self
+                .state_decoder
+                .then(|| LinearConfig::new(d, self.proprio_dim).init(device)),
         }
     }
 }
@@ -175,6 +181,25 @@ impl<B: Backend> WorldModel<B> {
     pub fn value(&self, latent: Tensor<B, 2>) -> Tensor<B, 1> {
         let batch = latent.dims()[0];
         self.value.forward(latent).reshape([batch])
+    }
+
+    /// The proprioception `[B, P]` decoded from `latent` `[B, D]`, for a model with a
+    /// state decoder.
+    pub fn decode_state(&self, latent: Tensor<B, 2>) -> Option<Tensor<B, 2>> {
+        self.state.as_ref().map(|head| head.forward(latent))
+    }
+
+    /// The state decoder's weight `[D, P]` (row-major) and bias `[P]` on the host, for
+    /// a model with one: evaluation reads predicted latents out with it.
+    pub fn state_decoder_weights(&self) -> Option<(Vec<f32>, Vec<f32>)> {
+        let head = self.state.as_ref()?;
+        let read = |t: Tensor<B, 1>| t.into_data().convert::<f32>().to_vec::<f32>().ok();
+        let weight = read(head.weight.val().flatten(0, 1))?;
+        let bias = match &head.bias {
+            Some(bias) => read(bias.val())?,
+            None => vec![0.0; head.weight.dims()[1]],
+        };
+        Some((weight, bias))
     }
 
     /// The latent actor's action `[B, A]` (in units of the action limit) in `latent`.

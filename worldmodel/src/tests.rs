@@ -476,3 +476,73 @@ fn a_residual_step_changes_each_latent_dimension_by_at_most_one() {
         .unwrap();
     assert!(raw.iter().any(|v| v.abs() > 2.0), "{raw:?}");
 }
+
+#[test]
+fn a_state_decoder_learns_the_proprioception_and_old_configs_have_none() {
+    use burn::optim::{AdamConfig, GradientsParams, Optimizer};
+    let device = Default::default();
+    let without = config(TransitionFamily::ResidualMlp);
+    // A config written before the decoder existed reads as one without it.
+    let mut json = serde_json::to_value(&without).unwrap();
+    json.as_object_mut().unwrap().remove("state_decoder");
+    assert!(serde_json::from_value::<WorldModelConfig>(json.clone()).is_err());
+    WorldModelConfig::fill_later_keys(&mut json);
+    let old: WorldModelConfig = serde_json::from_value(json).unwrap();
+    assert!(!old.state_decoder);
+    let plain = without.init::<Cpu>(&device);
+    assert!(plain.decode_state(Tensor::zeros([2, 6], &device)).is_none());
+
+    let config = without.clone().with_state_decoder(true);
+    let mut model = config.init::<Autodiff<Cpu>>(&device);
+    assert_eq!(config.parameter_count(), model.num_params());
+    let (b, h) = (4, 2);
+    let batch = WorldModelBatch {
+        starts: observations(&config, b, &device),
+        frames: observations(&config, b * (h + 1), &device),
+        actions: actions(b, h, &device),
+        rewards: Tensor::zeros([b, h], &device),
+        continues: Tensor::ones([b, h], &device),
+        returns: Tensor::zeros([b, h], &device),
+        member_weights: Tensor::ones([3, b], &device),
+    };
+    let state_only = LossWeights {
+        prediction: 0.0,
+        variance: 0.0,
+        covariance: 0.0,
+        reward: 0.0,
+        continuation: 0.0,
+        value: 0.0,
+        actor: 0.0,
+        state: 1.0,
+        ..LossWeights::default()
+    };
+    let state_at = |model: &WorldModel<Autodiff<Cpu>>| {
+        let loss = world_model_loss(model, &batch, Supervision::MultiStep, &state_only);
+        let parts = loss.parts.into_data().to_vec::<f32>().unwrap();
+        parts[LOSS_PARTS.iter().position(|p| *p == "state").unwrap()]
+    };
+    let before = state_at(&model);
+    let mut optimizer = AdamConfig::new().init();
+    for _ in 0..150 {
+        let loss = world_model_loss(&model, &batch, Supervision::MultiStep, &state_only);
+        let grads = GradientsParams::from_grads(loss.total.backward(), &model);
+        model = optimizer.step(3e-3, model, grads);
+    }
+    let after = state_at(&model);
+    // The proprioception is read from the start latent and from every predicted one:
+    // the encoder, the members and the decoder all learn to keep it.
+    assert!(after < 0.2 * before, "state loss {before} -> {after}");
+    // A model without a decoder has no state term.
+    let plain = without.init::<Autodiff<Cpu>>(&device);
+    let loss = world_model_loss(
+        &plain,
+        &batch,
+        Supervision::MultiStep,
+        &LossWeights::default(),
+    );
+    let parts = loss.parts.into_data().to_vec::<f32>().unwrap();
+    assert_eq!(
+        parts[LOSS_PARTS.iter().position(|p| *p == "state").unwrap()],
+        0.0
+    );
+}

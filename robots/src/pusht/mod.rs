@@ -86,6 +86,16 @@ pub enum PushTObservation {
     Vision,
 }
 
+/// The proprioception entries that give the block's pose (in the `pose` setting):
+/// what moves only when the pusher touches the block.
+pub const BLOCK_POSE: [&str; 5] = [
+    "block_x",
+    "block_y",
+    "block_angle",
+    "block_cos",
+    "block_sin",
+];
+
 impl PushTObservation {
     /// The names of the proprioception's entries.
     pub fn proprio_names(self) -> &'static [&'static str] {

@@ -12,7 +12,7 @@ use burn::module::AutodiffModule;
 use burn::prelude::Backend;
 use imago_policies::{Architecture, Policy, PolicyConfig};
 use imago_robots::{ExpertConfig, Robot};
-use imago_worldmodel::{TransitionFamily, WorldModelConfig};
+use imago_worldmodel::{LossWeights, TransitionFamily, WorldModelConfig};
 
 use crate::act::collect::{CollectConfig, CollectSummary, collect_demonstrations};
 use crate::act::evaluate::{Controller, EvalOutcome, evaluate, measure_latency};
@@ -26,8 +26,8 @@ use crate::learn::finetune::{
     FinetuneConfig, FinetuneMethod, FinetuneOutcome, FinetuneStart, finetune,
 };
 use crate::learn::world_model::{
-    WorldModelEvalReport, WorldModelTrainConfig, evaluate_world_model, log_imagined_windows,
-    log_world_model_losses, split_episodes,
+    PhysicalQuantities, WorldModelEvalReport, WorldModelTrainConfig, evaluate_world_model,
+    log_imagined_windows, log_world_model_losses, split_episodes,
 };
 use crate::robot::RobotConfig;
 use crate::store::atomic;
@@ -158,11 +158,17 @@ impl DemoPlan {
             // lag the model must otherwise predict across. On the committed expert's
             // 300 demonstrations (1000 steps): error at 5 ticks 0.430 (SALT) -> 0.094
             // (residual) -> 0.056 (residual, ema_decay 0), against copying the last
-            // latent's 0.031-0.037 (docs/worldmodel.md, on pusht). Still worse than
-            // copying; the demo's fine-tuning (DAgger) does not use it.
+            // latent's 0.031-0.037. With the state decoder (weight 10) and 3000 steps
+            // its predictions read out into the pusher's and block's measured state
+            // err 0.033 at 5 ticks against copy-last's 0.047 (docs/worldmodel.md, on
+            // pusht). The demo's fine-tuning (DAgger) does not use it.
             world_model: WorldModelTrainConfig {
-                steps: 500,
+                steps: scale(1000, 3000),
                 ema_decay: 0.0,
+                losses: LossWeights {
+                    state: 10.0,
+                    ..LossWeights::default()
+                },
                 ..plan.world_model
             },
             world_model_family: TransitionFamily::ResidualMlp,
@@ -588,7 +594,8 @@ impl DemoRun<'_> {
         held_out: &[Episode],
     ) -> anyhow::Result<DemoWorldModel> {
         let spec = self.options.robot.spec();
-        let config = WorldModelConfig::for_robot(&spec, self.plan.world_model_family)?;
+        let config = WorldModelConfig::for_robot(&spec, self.plan.world_model_family)?
+            .with_state_decoder(self.plan.world_model.losses.state > 0.0);
         eprintln!(
             "training a {} world model on {} episodes ({} steps), scoring it on {} held-out ones",
             self.plan.world_model_family,
@@ -619,6 +626,7 @@ impl DemoRun<'_> {
                 &config,
                 held_out,
                 train.horizon,
+                &PhysicalQuantities::of_robot(Some(&run.options.robot), config.proprio_dim),
                 &run.device.inference,
             )
         })?;
@@ -815,12 +823,16 @@ mod tests {
             let pusht = DemoPlan::for_robot(&RobotConfig::named("pusht").unwrap(), quick);
             assert_eq!(pusht.world_model_family, TransitionFamily::ResidualMlp);
             assert_eq!(pusht.world_model.ema_decay, 0.0);
+            // Its latents keep the pusher's and block's state (a state decoder);
+            // reacher2d's imagination-based fine-tuning lost with one.
+            assert_eq!(pusht.world_model.losses.state, 10.0);
             let reacher = DemoPlan::for_robot(&RobotConfig::named("reacher2d").unwrap(), quick);
             assert_eq!(reacher.world_model_family, TransitionFamily::Salt);
             assert_eq!(
                 reacher.world_model.ema_decay,
                 WorldModelTrainConfig::default().ema_decay
             );
+            assert_eq!(reacher.world_model.losses.state, 0.0);
         }
     }
 }

@@ -7,7 +7,9 @@ use serde::{Deserialize, Serialize};
 use crate::act::evaluate::{EvalOutcome, Latency};
 use crate::act::paired::{PairedCounts, coverage_difference};
 use crate::learn::finetune::RoundReport;
-use crate::learn::world_model::WorldModelEvalReport;
+use crate::learn::world_model::{
+    ContactSplitReport, DecodedReport, ReadoutKind, WorldModelEvalReport,
+};
 use crate::stats::MeanInterval;
 
 /// One evaluated controller.
@@ -310,6 +312,83 @@ fn world_model_rows(report: &WorldModelEvalReport, horizons: &[usize]) -> String
         show(report.spearman.within_trajectory),
         show(report.spearman.pooled)
     ));
+    out.push_str(&decoded_rows(&report.decoded, horizons));
+    if let Some(contact) = &report.contact {
+        out.push_str(&contact_rows(contact, horizons));
+    }
+    out
+}
+
+/// The predictions read out into the proprioception: the normalised error per
+/// horizon against copying the last measurement, and each entry's RMSE at the
+/// longest horizon shown beside the readout's floor.
+fn decoded_rows(decoded: &DecodedReport, horizons: &[usize]) -> String {
+    let mut out = format!(
+        "read out into the proprioception by {} (squared error / variance, mean of {} entries)\n{:>7} {:>8} {:>10}\n",
+        match decoded.readout {
+            ReadoutKind::ModelDecoder => "the model's state decoder",
+            ReadoutKind::FittedLinear => "a linear map fitted on the real latents",
+        },
+        decoded.names.len(),
+        "horizon",
+        "decoded",
+        "copy-last"
+    );
+    for &h in horizons {
+        out.push_str(&format!(
+            "{:>7} {:>8.3} {:>10.3}\n",
+            h,
+            decoded.error[h - 1],
+            decoded.copy_last_error[h - 1]
+        ));
+    }
+    if let Some(&last) = horizons.last() {
+        let entries: Vec<String> = decoded
+            .names
+            .iter()
+            .enumerate()
+            .map(|(k, name)| {
+                format!(
+                    "{name} {:.4} (copy-last {:.4}, floor {:.4})",
+                    decoded.rmse[last - 1][k],
+                    decoded.copy_last_rmse[last - 1][k],
+                    decoded.readout_floor_rmse[k]
+                )
+            })
+            .collect();
+        out.push_str(&format!("RMSE at horizon {last}: {}\n", entries.join(", ")));
+    }
+    out
+}
+
+/// Errors split by whether the pushed object moved by each horizon.
+fn contact_rows(contact: &ContactSplitReport, horizons: &[usize]) -> String {
+    let mut out = format!(
+        "split by whether {} moved by the horizon (latent errors as above; decoded: its entries)\n{:>7} {:>7} {:>8} {:>10} {:>8} {:>10} {:>8} {:>10}\n",
+        contact.entries.join("/"),
+        "horizon",
+        "moved",
+        "error",
+        "copy-last",
+        "decoded",
+        "copy-last",
+        "still",
+        "copy-last"
+    );
+    for &h in horizons {
+        let i = h - 1;
+        out.push_str(&format!(
+            "{:>7} {:>7.2} {:>8.3} {:>10.3} {:>8.3} {:>10.3} {:>8.3} {:>10.3}\n",
+            h,
+            contact.moved_share[i],
+            contact.moved_error[i],
+            contact.moved_copy_last_error[i],
+            contact.moved_decoded_error[i],
+            contact.moved_decoded_copy_last_error[i],
+            contact.still_error[i],
+            contact.still_copy_last_error[i],
+        ));
+    }
     out
 }
 

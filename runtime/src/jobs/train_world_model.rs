@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::device::ResolvedDevice;
 use crate::learn::world_model::{
-    WindowDataset, WorldModelEvalReport, WorldModelStep, WorldModelTrainConfig,
+    PhysicalQuantities, WindowDataset, WorldModelEvalReport, WorldModelStep, WorldModelTrainConfig,
     evaluate_world_model, log_imagined_windows, log_world_model_losses, mean_loss, split_episodes,
     train_world_model,
 };
@@ -62,7 +62,8 @@ pub fn train_world_model_offline(
     let spec = read.spec;
     let (training, held_out) = split_episodes(&read.contents.episodes);
     let expected = WorldModelConfig::for_robot(&spec, family)
-        .map_err(|e| anyhow::anyhow!("the world model for {}: {e}", spec.summary()))?;
+        .map_err(|e| anyhow::anyhow!("the world model for {}: {e}", spec.summary()))?
+        .with_state_decoder(train.losses.state > 0.0);
     Dispatch::seed(&device.training, train.seed);
     let (model, config, version, parent) = match init {
         Some(dir) => {
@@ -197,7 +198,14 @@ pub fn evaluate_world_model_checkpoint_on(
         held_out = split_episodes(all).1;
         &held_out
     };
-    let report = evaluate_world_model(&model, &config, episodes, horizon, &device.inference)?;
+    let report = evaluate_world_model(
+        &model,
+        &config,
+        episodes,
+        horizon,
+        &PhysicalQuantities::of_robot(robot, config.proprio_dim),
+        &device.inference,
+    )?;
     telemetry.send(TelemetryEvent::WorldModelEvaluation {
         horizon_error: report.horizon_error.clone(),
         copy_last_error: report.copy_last_error.clone(),

@@ -1,4 +1,5 @@
-//! Rollout-error evaluation of a world model on held-out episodes (`imago wm-eval`).
+//! Rollout-error evaluation of a world model on held-out episodes (`imago wm-eval`):
+//! in latent space here, read out into the proprioception in [`super::decoded`].
 
 use burn::prelude::*;
 use imago_policies::PolicyBatch;
@@ -11,6 +12,9 @@ use imago_worldmodel::{
 use serde::{Deserialize, Serialize};
 
 use super::dataset::{observation_at, window_actions};
+use super::decoded::{
+    ContactSplitReport, DecodedReport, EpisodeRecord, PhysicalQuantities, physical_errors,
+};
 use crate::stats::quantile;
 use crate::store::replay::Episode;
 
@@ -99,6 +103,11 @@ pub struct WorldModelEvalReport {
     pub calibration_scale: Vec<f64>,
     /// For SALT, the exact split of the error.
     pub salt_error_split: Option<SaltSplitReport>,
+    /// The predictions read out into the proprioception, against the measured values.
+    pub decoded: DecodedReport,
+    /// Errors split by whether the object the robot pushes moved (robots that name
+    /// one).
+    pub contact: Option<ContactSplitReport>,
 }
 
 /// Per-window, per-horizon quantities collected over all episodes.
@@ -125,6 +134,8 @@ struct Collected {
     latent_sq: Vec<f64>,
     latents: usize,
     salt: Option<SaltSums>,
+    /// What each episode leaves for the decoded errors and the contact split.
+    records: Vec<EpisodeRecord>,
 }
 
 struct SaltSums {
@@ -137,12 +148,13 @@ struct SaltSums {
 
 /// Rolls the ensemble open loop from every window start of `episodes` (recorded
 /// actions) and scores the predictions against the target encoder's latents of what
-/// really followed.
+/// really followed, and read out into `quantities` against what the robot measured.
 pub fn evaluate_world_model<B: Backend>(
     model: &WorldModel<B>,
     config: &WorldModelConfig,
     episodes: &[Episode],
     horizon: usize,
+    quantities: &PhysicalQuantities,
     device: &B::Device,
 ) -> anyhow::Result<WorldModelEvalReport> {
     anyhow::ensure!(horizon > 0, "the horizon must be at least 1");
@@ -178,6 +190,7 @@ pub fn evaluate_world_model<B: Backend>(
             count: vec![0; horizon],
             max_residual: 0.0,
         }),
+        records: Vec::with_capacity(usable.len()),
     };
     let mut batch = PolicyBatch::new(&config.input_spec());
     let models = Models {
@@ -196,7 +209,13 @@ pub fn evaluate_world_model<B: Backend>(
             device,
         )?;
     }
-    Ok(summarise(collected, family, usable.len()))
+    summarise(
+        collected,
+        family,
+        usable.len(),
+        quantities,
+        model.state_decoder_weights(),
+    )
 }
 
 /// A tensor's values on the host, row-major.
@@ -216,9 +235,8 @@ struct Models<'a, B: Backend> {
 
 /// Scores one episode into `out`: every window rolled out once, and the error,
 /// disagreement and interval measures all read from that one rollout, then once more
-/// with `other`'s actions. (Long, about 160 lines, because the measures share the
-/// rollout's buffers; the evaluation is to be rebuilt by issue 41, with decoded
-/// quantities.)
+/// with `other`'s actions; what the decoded errors need is left in `out.records`.
+/// (Long, about 170 lines, because the measures share the rollout's buffers.)
 fn evaluate_episode<B: Backend>(
     models: &Models<'_, B>,
     config: &WorldModelConfig,
@@ -320,17 +338,30 @@ fn evaluate_episode<B: Backend>(
         (mean, var.sqrt())
     };
 
-    for latent in host(target.clone().unsqueeze::<4>())?.chunks(d) {
+    let truth_latents = host(target.clone().unsqueeze::<4>())?;
+    for latent in truth_latents.chunks(d) {
         for (j, &v) in latent.iter().enumerate() {
             out.latent_sum[j] += v as f64;
             out.latent_sq[j] += (v as f64).powi(2);
         }
     }
     out.latents += len + 1;
+    let mut record = EpisodeRecord {
+        truth_latents,
+        proprio: (0..=len)
+            .map(|k| observation_at(episode, k).proprio.clone())
+            .collect(),
+        predicted: Vec::with_capacity(windows * h * d),
+        model_sq: Vec::with_capacity(windows * h),
+        copy_sq: Vec::with_capacity(windows * h),
+    };
     for w in 0..windows {
         for k in 0..h {
             let own_stats: Vec<(f64, f64)> = (0..d).map(|j| mean_std(&own, w, k, j)).collect();
             let spread = own_stats.iter().map(|(_, std)| std).sum::<f64>() / d as f64;
+            record
+                .predicted
+                .extend(own_stats.iter().map(|&(mean, _)| mean as f32));
             let (mut sq, mut copy_sq, mut velocity_sq, mut shuffled_sq) = (0.0, 0.0, 0.0, 0.0);
             for (j, &(mean, std)) in own_stats.iter().enumerate() {
                 let truth = true_at(w, k + 1, j);
@@ -352,12 +383,15 @@ fn evaluate_episode<B: Backend>(
             }
             out.model_sq[k] += sq;
             out.copy_sq[k] += copy_sq;
+            record.model_sq.push(sq);
+            record.copy_sq.push(copy_sq);
             out.velocity_sq[k] += velocity_sq;
             out.shuffled_sq[k] += shuffled_sq;
             out.entries[k] += d;
             out.ranked[k].push((index, spread, sq.sqrt()));
         }
     }
+    out.records.push(record);
 
     if let Some(salt) = out.salt.as_mut() {
         for m in model.members() {
@@ -389,7 +423,13 @@ fn evaluate_episode<B: Backend>(
     Ok(())
 }
 
-fn summarise(c: Collected, family: TransitionFamily, episodes: usize) -> WorldModelEvalReport {
+fn summarise(
+    c: Collected,
+    family: TransitionFamily,
+    episodes: usize,
+    quantities: &PhysicalQuantities,
+    decoder: Option<(Vec<f32>, Vec<f32>)>,
+) -> anyhow::Result<WorldModelEvalReport> {
     let h = c.horizon;
     let d = c.latent_sum.len();
     let count = c.latents.max(1) as f64;
@@ -468,7 +508,9 @@ fn summarise(c: Collected, family: TransitionFamily, episodes: usize) -> WorldMo
             max_identity_residual: s.max_residual,
         }
     });
-    WorldModelEvalReport {
+    let (decoded, contact) =
+        physical_errors(&c.records, quantities, decoder, (h, d), latent_variance)?;
+    Ok(WorldModelEvalReport {
         family,
         horizon: h,
         episodes,
@@ -498,5 +540,7 @@ fn summarise(c: Collected, family: TransitionFamily, episodes: usize) -> WorldMo
             })
             .collect(),
         salt_error_split,
-    }
+        decoded,
+        contact,
+    })
 }

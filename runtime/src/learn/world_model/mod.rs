@@ -5,11 +5,13 @@
 //! `imago wm-eval` on the training replay scores episodes the model never saw.
 
 mod dataset;
+mod decoded;
 mod evaluate;
 mod imagined;
 mod train;
 
 pub use dataset::{WindowDataset, WindowTargets, observation_at, window_actions};
+pub use decoded::{ContactSplitReport, DecodedReport, PhysicalQuantities, ReadoutKind};
 pub(crate) use evaluate::host;
 pub use evaluate::{
     CoverageReport, SaltSplitReport, SpearmanReport, WorldModelEvalReport, evaluate_world_model,

@@ -58,8 +58,16 @@ fn briefly_trained_world_model_beats_copying_the_last_latent() {
     // relative to the latents' spread is.
     assert_eq!(history.len(), train.steps);
 
-    let report =
-        evaluate_world_model(&model.valid(), &config, &held_out, train.horizon, &device).unwrap();
+    let robot = CollectConfig::default().robot;
+    let report = evaluate_world_model(
+        &model.valid(),
+        &config,
+        &held_out,
+        train.horizon,
+        &PhysicalQuantities::of_robot(Some(&robot), config.proprio_dim),
+        &device,
+    )
+    .unwrap();
     let h = train.horizon - 1;
     for i in [0, h] {
         assert!(
@@ -90,4 +98,12 @@ fn briefly_trained_world_model_beats_copying_the_last_latent() {
     // The latents did not collapse: the errors are relative to a real spread.
     assert!(report.latent_variance > 0.1, "{}", report.latent_variance);
     assert!(report.spearman.across_dataset.is_some());
+    // Read out into the arm's measured state: a model without a state decoder is read
+    // by a fitted map; reacher2d pushes nothing, so there is no contact split.
+    assert_eq!(report.decoded.readout, ReadoutKind::FittedLinear);
+    assert_eq!(report.decoded.names, robot.spec().proprio_names);
+    assert_eq!(report.decoded.error.len(), train.horizon);
+    assert!(report.decoded.copy_last_error[h] > report.decoded.copy_last_error[0]);
+    assert!(report.decoded.error.iter().all(|e| e.is_finite()));
+    assert!(report.contact.is_none());
 }

@@ -95,7 +95,7 @@ impl Default for WorldModelTrainConfig {
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct WorldModelStep {
     /// Unweighted loss terms, named by [`LOSS_PARTS`].
-    pub losses: [f32; 7],
+    pub losses: [f32; LOSS_PARTS.len()],
     /// Wall time of the step (batch assembly, forward, backward, update), seconds.
     pub seconds: f64,
 }

@@ -309,8 +309,9 @@ pub fn save_world_model<B: Backend>(
     save_checkpoint(model, WORLD_MODEL_KIND, config, meta, dir)
 }
 
-/// Loads a world-model checkpoint onto `device`; with `expected`, the stored config
-/// must equal it.
+/// Loads a world-model checkpoint onto `device` (a config written before a key
+/// existed reads as such checkpoints did); with `expected`, the stored config must
+/// equal it but for `state_decoder`, which stays the checkpoint's.
 pub fn load_world_model<B: Backend>(
     dir: &Path,
     expected: Option<&WorldModelConfig>,
@@ -319,12 +320,20 @@ pub fn load_world_model<B: Backend>(
     let (config, meta) = read_config(
         dir,
         WORLD_MODEL_KIND,
-        |kind, stored| (kind == WORLD_MODEL_KIND).then(|| serde_json::from_value(stored)),
+        |kind, mut stored| {
+            (kind == WORLD_MODEL_KIND).then(|| {
+                WorldModelConfig::fill_later_keys(&mut stored);
+                serde_json::from_value(stored)
+            })
+        },
         WorldModelConfig::validate,
         |config| (config.proprio_dim, config.action_limit.as_slice()),
     )?;
     if let Some(expected) = expected {
-        ensure_config_matches(dir, &config, expected)?;
+        // Whether the model decodes its state is the checkpoint's: one written before
+        // the decoder existed continues without it.
+        let expected = expected.clone().with_state_decoder(config.state_decoder);
+        ensure_config_matches(dir, &config, &expected)?;
     }
     let model = load_weights(config.init::<B>(device), &meta, dir, device)?;
     Ok((model, config, meta))

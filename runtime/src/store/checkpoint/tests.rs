@@ -475,3 +475,42 @@ fn checkpoints_with_burn_mpk_weights_still_load() {
     let (again, _, _) = load_policy::<Dispatch>(&dir, Some(&config()), &device).unwrap();
     assert_eq!(outputs(&again, &config(), &device).unwrap(), before);
 }
+
+#[test]
+fn world_models_written_before_the_state_decoder_load_and_continue_without_one() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("world-model");
+    let device = DispatchDevice::Flex(FlexDevice);
+    let spec = RobotConfig::named("reacher2d").unwrap().spec();
+    let today = imago_worldmodel::WorldModelConfig::for_robot(
+        &spec,
+        imago_worldmodel::TransitionFamily::ResidualMlp,
+    )
+    .unwrap()
+    .with_hidden(16)
+    .with_ensemble_size(2)
+    .with_state_decoder(true);
+    let old = today.clone().with_state_decoder(false);
+    save_world_model(
+        &old.init::<Dispatch>(&device),
+        &old,
+        CheckpointMeta::new(&spec, 1, None),
+        &dir,
+    )
+    .unwrap();
+    // The meta as a build before the decoder wrote it.
+    rewrite_meta(&dir, |meta| {
+        let fields = meta.config.as_object_mut().unwrap();
+        assert!(fields.remove("state_decoder").is_some());
+    });
+    // Asked for a shape with a decoder (as `imago train --init` with a state weight
+    // asks), it continues as it was.
+    let (model, config, _) = load_world_model::<Dispatch>(&dir, Some(&today), &device).unwrap();
+    assert_eq!(config, old);
+    assert!(model.state_decoder_weights().is_none());
+    // Any other difference is still refused.
+    let err = load_world_model::<Dispatch>(&dir, Some(&today.clone().with_hidden(32)), &device)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("hidden"), "{err}");
+}
