@@ -312,7 +312,12 @@ fn world_model_rows(report: &WorldModelEvalReport, horizons: &[usize]) -> String
         show(report.spearman.within_trajectory),
         show(report.spearman.pooled)
     ));
-    out.push_str(&decoded_rows(&report.decoded, horizons));
+    match &report.decoded {
+        Some(decoded) => out.push_str(&decoded_rows(decoded, horizons)),
+        None => out.push_str(
+            "read out into the proprioception: not measured (a readout fitted on the episodes needs more steps than the latent has dimensions)\n",
+        ),
+    }
     if let Some(contact) = &report.contact {
         out.push_str(&contact_rows(contact, horizons));
     }

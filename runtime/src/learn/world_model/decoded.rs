@@ -240,15 +240,16 @@ impl LinearReadout {
 /// The decoded errors and, where the robot names an object, the contact split, of
 /// the recorded episodes' windows at horizons `1..=horizon`, read out by the model's
 /// `decoder` (weight and bias) when it has one, else by a linear map fitted on the
-/// real latents; `latent_variance` turns summed latent errors into the report's
-/// normalised ones.
+/// real latents; `None` when there is no decoder and too few steps to fit one (no
+/// more than the latent's dimensions). `latent_variance` turns summed latent errors
+/// into the report's normalised ones.
 pub(super) fn physical_errors(
     records: &[EpisodeRecord],
     quantities: &PhysicalQuantities,
     decoder: Option<(Vec<f32>, Vec<f32>)>,
     (horizon, d): (usize, usize),
     latent_variance: f64,
-) -> anyhow::Result<(DecodedReport, Option<ContactSplitReport>)> {
+) -> anyhow::Result<Option<(DecodedReport, Option<ContactSplitReport>)>> {
     let p = quantities.names.len();
     let rows: Vec<&[f32]> = records
         .iter()
@@ -258,6 +259,9 @@ pub(super) fn physical_errors(
         rows.iter().all(|r| r.len() == p),
         "the proprioception has other entries than the robot names ({p})"
     );
+    if decoder.is_none() && rows.len() <= d {
+        return Ok(None);
+    }
     let latents: Vec<f32> = records
         .iter()
         .flat_map(|r| r.truth_latents.clone())
@@ -353,7 +357,7 @@ pub(super) fn physical_errors(
             .map(|i| normalised(&sums.moved_copy[i], objects, sums.moved[i]))
             .collect(),
     });
-    Ok((decoded, contact))
+    Ok(Some((decoded, contact)))
 }
 
 /// Squared-error sums per horizon (and per entry where decoded), over all windows
@@ -501,8 +505,9 @@ mod tests {
             &["object", "absent"],
         );
         let records = [record(proprio.clone(), 0.0, horizon)];
-        let (decoded, contact) =
-            physical_errors(&records, &quantities, None, (horizon, 3), 1.0).unwrap();
+        let (decoded, contact) = physical_errors(&records, &quantities, None, (horizon, 3), 1.0)
+            .unwrap()
+            .unwrap();
         for i in 0..horizon {
             // The ridge shrinks the readout by about a thousandth.
             assert!(decoded.error[i] < 1e-4, "{:?}", decoded.error);
@@ -546,8 +551,9 @@ mod tests {
             .collect();
         let quantities = PhysicalQuantities::unnamed(2);
         let records = [record(proprio, 0.5, horizon)];
-        let (decoded, contact) =
-            physical_errors(&records, &quantities, None, (horizon, 3), 1.0).unwrap();
+        let (decoded, contact) = physical_errors(&records, &quantities, None, (horizon, 3), 1.0)
+            .unwrap()
+            .unwrap();
         assert!(contact.is_none());
         assert_eq!(decoded.names, ["proprio_0", "proprio_1"]);
         assert!(
@@ -567,8 +573,9 @@ mod tests {
         // The inverse of the test encoding: p0 = (z0 - 1) / 2, p1 = -z1.
         let decoder = (vec![0.5, 0.0, 0.0, -1.0, 0.0, 0.0], vec![-0.5, 0.0]);
         let quantities = PhysicalQuantities::unnamed(2);
-        let (decoded, _) =
-            physical_errors(&records, &quantities, Some(decoder), (horizon, 3), 1.0).unwrap();
+        let (decoded, _) = physical_errors(&records, &quantities, Some(decoder), (horizon, 3), 1.0)
+            .unwrap()
+            .unwrap();
         assert_eq!(decoded.readout, ReadoutKind::ModelDecoder);
         assert!(decoded.readout_floor_rmse.iter().all(|&e| e < 1e-6));
         assert!(
@@ -588,11 +595,17 @@ mod tests {
     }
 
     #[test]
-    fn too_few_steps_for_the_readout_is_an_error() {
+    fn too_few_steps_for_a_fitted_readout_measure_nothing_and_fail_nothing() {
         let proprio: Vec<Vec<f32>> = (0..3).map(|t| vec![t as f32, 0.0]).collect();
         let records = [record(proprio, 0.0, 1)];
-        let err = physical_errors(&records, &PhysicalQuantities::unnamed(2), None, (1, 3), 1.0)
-            .unwrap_err()
+        let measured =
+            physical_errors(&records, &PhysicalQuantities::unnamed(2), None, (1, 3), 1.0).unwrap();
+        assert!(measured.is_none());
+        // The fit itself says why.
+        let rows: Vec<&[f32]> = records[0].proprio.iter().map(Vec::as_slice).collect();
+        let err = LinearReadout::fit(&records[0].truth_latents, &rows, 3)
+            .err()
+            .unwrap()
             .to_string();
         assert!(err.contains("needs more than 3 steps"), "{err}");
     }

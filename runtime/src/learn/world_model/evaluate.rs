@@ -103,8 +103,10 @@ pub struct WorldModelEvalReport {
     pub calibration_scale: Vec<f64>,
     /// For SALT, the exact split of the error.
     pub salt_error_split: Option<SaltSplitReport>,
-    /// The predictions read out into the proprioception, against the measured values.
-    pub decoded: DecodedReport,
+    /// The predictions read out into the proprioception, against the measured values;
+    /// `None` for a model without a state decoder evaluated on no more steps than its
+    /// latent has dimensions (too few to fit a readout).
+    pub decoded: Option<DecodedReport>,
     /// Errors split by whether the object the robot pushes moved (robots that name
     /// one).
     pub contact: Option<ContactSplitReport>,
@@ -509,7 +511,10 @@ fn summarise(
         }
     });
     let (decoded, contact) =
-        physical_errors(&c.records, quantities, decoder, (h, d), latent_variance)?;
+        match physical_errors(&c.records, quantities, decoder, (h, d), latent_variance)? {
+            Some((decoded, contact)) => (Some(decoded), contact),
+            None => (None, None),
+        };
     Ok(WorldModelEvalReport {
         family,
         horizon: h,
