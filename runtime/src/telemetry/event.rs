@@ -81,6 +81,19 @@ pub struct ImaginedWindowEvent {
     pub disagreement: Vec<f32>,
     /// Per horizon: calibrated 2-sigma bound on the error norm.
     pub interval: Vec<f32>,
+    /// The whole state at the rollout's end, drawn, for a model with a state decoder.
+    pub bodies: Option<ImaginedBodies>,
+}
+
+/// The robot's drawing (as `world/arm`: pusht's block outline and pusher) of the
+/// state at an imagined rollout's end and of the real one.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ImaginedBodies {
+    /// From the ensemble mean's latent, read out by the model's state decoder and
+    /// anchored to the measured start (docs/worldmodel.md, `decoded`).
+    pub imagined: Vec<[f32; 2]>,
+    /// From the measured proprioception at the same step.
+    pub real: Vec<[f32; 2]>,
 }
 
 /// Everything the logger understands.

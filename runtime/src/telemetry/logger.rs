@@ -135,8 +135,11 @@ impl Logger {
                 })),
         )?;
         // A new episode's paths start empty.
-        self.recording.log(IMAGINED, &rerun::Clear::new(true))?;
-        self.recording.log(IMAGINED_REAL, &rerun::Clear::new(true))
+        for path in [IMAGINED, IMAGINED_REAL, IMAGINED_BODY] {
+            self.recording.log(path, &rerun::Clear::new(true))?;
+        }
+        self.recording
+            .log(IMAGINED_BODY_REAL, &rerun::Clear::new(true))
     }
 
     fn control_step(&mut self, event: &ControlStepEvent) -> rerun::RecordingStreamResult<()> {
@@ -233,6 +236,27 @@ impl Logger {
                 .with_radii([0.006])
                 .with_colors([rerun::Color::from_rgb(235, 235, 235)]),
         )?;
+        if let Some(bodies) = &event.bodies {
+            for (path, body, colour) in [
+                (
+                    IMAGINED_BODY,
+                    &bodies.imagined,
+                    rerun::Color::from_unmultiplied_rgba(200, 60, 200, 200),
+                ),
+                (
+                    IMAGINED_BODY_REAL,
+                    &bodies.real,
+                    rerun::Color::from_rgb(235, 235, 235),
+                ),
+            ] {
+                self.recording.log(
+                    path,
+                    &rerun::LineStrips2D::new([body.iter().copied().map(view).collect::<Vec<_>>()])
+                        .with_radii([0.004])
+                        .with_colors([colour]),
+                )?;
+            }
+        }
         for (h, ((error, spread), bound)) in event
             .error
             .iter()

@@ -26,8 +26,8 @@ use crossbeam_channel::{Sender, TrySendError};
 pub use config::{DEFAULT_VIEWER_URL, TelemetryConfig, TelemetryTarget};
 pub use episodes::{control_step_event, episode_start_event, log_episode, log_replay_episodes};
 pub use event::{
-    ControlStepEvent, EpisodeEndEvent, EpisodeStartEvent, ImaginedWindowEvent, TelemetryEvent,
-    TickTiming,
+    ControlStepEvent, EpisodeEndEvent, EpisodeStartEvent, ImaginedBodies, ImaginedWindowEvent,
+    TelemetryEvent, TickTiming,
 };
 pub use read::{RecordingSummary, read_recording};
 pub use scalars::scalars_of;
@@ -276,6 +276,10 @@ mod tests {
                 error: vec![0.5],
                 disagreement: vec![0.2],
                 interval: vec![0.8],
+                bodies: Some(ImaginedBodies {
+                    imagined: vec![[0.0, 0.0], [0.1, 0.1], [0.0, 0.1]],
+                    real: vec![[0.0, 0.0], [0.1, 0.0], [0.0, 0.1]],
+                }),
             })),
             TelemetryEvent::EpisodeEnd(EpisodeEndEvent {
                 episode: 0,

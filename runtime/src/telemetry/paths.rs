@@ -33,6 +33,11 @@ pub const TARGETS: &str = "world/targets";
 pub const IMAGINED: &str = "world/imagined";
 /// The real end-effector path that followed the same start, for comparison.
 pub const IMAGINED_REAL: &str = "world/imagined_real";
+/// The robot's drawing of the state at an imagined rollout's end, read out by the
+/// model's state decoder (models with one: pusht's block and pusher).
+pub const IMAGINED_BODY: &str = "world/imagined_body";
+/// The robot's drawing of the real state at the same step.
+pub const IMAGINED_BODY_REAL: &str = "world/imagined_body_real";
 /// The camera frame (downsampled).
 pub const CAMERA: &str = "camera/rgb";
 /// The current instruction.
@@ -104,7 +109,7 @@ pub const TIMELINES: [&str; 6] = [
 
 /// Every entity path above (series families like `action/intended/<j>` by their
 /// prefix).
-pub const ENTITIES: [&str; 33] = [
+pub const ENTITIES: [&str; 35] = [
     ARM,
     END_EFFECTOR,
     EE_PATH,
@@ -112,6 +117,8 @@ pub const ENTITIES: [&str; 33] = [
     TARGETS,
     IMAGINED,
     IMAGINED_REAL,
+    IMAGINED_BODY,
+    IMAGINED_BODY_REAL,
     CAMERA,
     INSTRUCTION,
     EVENTS,

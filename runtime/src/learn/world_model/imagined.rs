@@ -11,7 +11,9 @@ use imago_worldmodel::{LatentProbe, WorldModel, WorldModelConfig};
 use super::{host, observation_at, window_actions};
 use crate::robot::{RobotConfig, SimRobot};
 use crate::store::replay::Episode;
-use crate::telemetry::{ImaginedWindowEvent, Telemetry, TelemetryEvent, log_episode};
+use crate::telemetry::{
+    ImaginedBodies, ImaginedWindowEvent, Telemetry, TelemetryEvent, log_episode,
+};
 
 /// The tracked point of `robot` in a recorded observation's proprioception.
 fn tracked_point(robot: &SimRobot, proprio: &[f32]) -> anyhow::Result<[f32; 2]> {
@@ -84,7 +86,8 @@ fn fit_probe<B: Backend>(
 /// open loop under the recorded actions, decodes the imagined latents to the end
 /// effector and logs them beside the real path, with the error, disagreement and
 /// calibrated 2-sigma bound (`calibration_scale[h] * 2 * mean member std * sqrt(D)`)
-/// per horizon. Waits for room in the queue. Without the recorded robot's settings
+/// per horizon; for a model with a state decoder, also the robot's drawing of the
+/// decoded state at the horizon beside the real one (pusht: the block and pusher). Waits for room in the queue. Without the recorded robot's settings
 /// (`robot`: nothing to decode latents to) nothing is drawn.
 pub fn log_imagined_windows<B: Backend>(
     telemetry: &Telemetry,
@@ -118,6 +121,7 @@ pub fn log_imagined_windows<B: Backend>(
     let probe_rmse = (rmse.iter().map(|e| e * e).sum::<f32>() / rmse.len() as f32).sqrt();
     telemetry.send(TelemetryEvent::ProbeFit(probe_rmse));
     let (d, a, n) = (config.latent_dim, config.action_dim(), config.ensemble_size);
+    let decoder = model.state_decoder_weights();
     let (mut drawn, mut windows) = (0, 0);
     for episode in episodes
         .iter()
@@ -183,6 +187,31 @@ pub fn log_imagined_windows<B: Backend>(
                     2.0 * calibration_scale[k] as f32 * (std_sum / d as f32) * (d as f32).sqrt(),
                 );
             }
+            let bodies = decoder.as_ref().map(|(weight, _)| {
+                // The ensemble mean at the horizon, anchored to the measured start:
+                // s_t + W^T (z_hat - z_t) (the bias cancels).
+                let measured = &observation_at(episode, t).proprio;
+                let end = observation_at(episode, t + horizon);
+                let start = &target[t * d..(t + 1) * d];
+                let p = measured.len();
+                let imagined_state: Vec<f32> = (0..p)
+                    .map(|k| {
+                        measured[k]
+                            + (0..d)
+                                .map(|j| {
+                                    let mean =
+                                        (0..n).map(|m| at(m, win, horizon - 1)[j]).sum::<f32>()
+                                            / n as f32;
+                                    weight[j * p + k] * (mean - start[j])
+                                })
+                                .sum::<f32>()
+                    })
+                    .collect();
+                ImaginedBodies {
+                    imagined: robot.body_from_proprio(&imagined_state),
+                    real: robot.body_from_proprio(&end.proprio),
+                }
+            });
             telemetry.send(TelemetryEvent::Imagined(Box::new(ImaginedWindowEvent {
                 episode: episode.start.episode,
                 start_step: t as u32,
@@ -191,6 +220,7 @@ pub fn log_imagined_windows<B: Backend>(
                 error,
                 disagreement,
                 interval,
+                bodies,
             })));
             windows += 1;
         }
