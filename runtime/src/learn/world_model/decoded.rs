@@ -5,9 +5,10 @@
 //! the robot pushes moved.
 //!
 //! A latent error alone can flatter: a latent that collapses onto a few directions
-//! has small errors relative to its own small spread. The readout is fitted on the
-//! evaluated episodes' real latents (it is a measuring instrument, not part of the
-//! model) and its own error on real latents, the floor, is reported beside it.
+//! has small errors relative to its own small spread. The readout is the model's own
+//! state decoder where it has one, else a map fitted on the evaluated episodes' real
+//! latents (a measuring instrument, not part of the model); its own error on real
+//! latents, the floor, is reported beside it.
 //! Copy-last here copies the *measured* proprioception, so a model only beats it by
 //! knowing where things go next. A prediction is anchored to the last measurement:
 //! the measured start plus the readout's change from the start latent to the
