@@ -50,6 +50,12 @@ pub struct LossWeights {
 }
 
 impl LossWeights {
+    /// Whether training gives a new model a state decoder: the `state` term weighs
+    /// something.
+    pub fn decodes_state(&self) -> bool {
+        self.state > 0.0
+    }
+
     /// Every weight is finite and at least 0, `prediction_decay` in (0, 1]; the error
     /// names the key.
     pub fn validate(&self) -> Result<(), imago_robots::bounds::ConfigError> {

@@ -595,7 +595,7 @@ impl DemoRun<'_> {
     ) -> anyhow::Result<DemoWorldModel> {
         let spec = self.options.robot.spec();
         let config = WorldModelConfig::for_robot(&spec, self.plan.world_model_family)?
-            .with_state_decoder(self.plan.world_model.losses.state > 0.0);
+            .with_state_decoder(self.plan.world_model.losses.decodes_state());
         eprintln!(
             "training a {} world model on {} episodes ({} steps), scoring it on {} held-out ones",
             self.plan.world_model_family,

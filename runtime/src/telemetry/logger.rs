@@ -135,11 +135,10 @@ impl Logger {
                 })),
         )?;
         // A new episode's paths start empty.
-        for path in [IMAGINED, IMAGINED_REAL, IMAGINED_BODY] {
+        for path in [IMAGINED, IMAGINED_REAL, IMAGINED_BODY, IMAGINED_BODY_REAL] {
             self.recording.log(path, &rerun::Clear::new(true))?;
         }
-        self.recording
-            .log(IMAGINED_BODY_REAL, &rerun::Clear::new(true))
+        Ok(())
     }
 
     fn control_step(&mut self, event: &ControlStepEvent) -> rerun::RecordingStreamResult<()> {

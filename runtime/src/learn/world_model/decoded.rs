@@ -74,11 +74,6 @@ impl PhysicalQuantities {
             None => Self::unnamed(proprio_dim),
         }
     }
-
-    /// The entries' names.
-    pub fn names(&self) -> &[String] {
-        &self.names
-    }
 }
 
 /// How latents are read out into the proprioception.
@@ -154,8 +149,9 @@ pub(super) struct EpisodeRecord {
     pub copy_sq: Vec<f64>,
 }
 
-/// A ridge-regularised affine map from latents to the proprioception.
-struct LinearReadout {
+/// An affine map from latents to the proprioception: fitted with a small ridge, or
+/// the model's own state decoder.
+pub(super) struct LinearReadout {
     mean: Vec<f64>,
     scale: Vec<f64>,
     /// `[d + 1, p]`: standardised latent (and a constant 1) to entries.
@@ -204,7 +200,10 @@ impl LinearReadout {
     }
 
     /// The model's own decoder: `weight` `[d, p]` row-major and `bias` `[p]`.
-    fn of_decoder((weight, bias): (Vec<f32>, Vec<f32>), d: usize) -> anyhow::Result<Self> {
+    pub(super) fn of_decoder(
+        (weight, bias): (Vec<f32>, Vec<f32>),
+        d: usize,
+    ) -> anyhow::Result<Self> {
         let p = bias.len();
         anyhow::ensure!(
             weight.len() == d * p,
@@ -224,7 +223,8 @@ impl LinearReadout {
         })
     }
 
-    fn apply(&self, latent: &[f32]) -> Vec<f64> {
+    /// The proprioception `latent` reads out to.
+    pub(super) fn apply(&self, latent: &[f32]) -> Vec<f64> {
         let d = self.mean.len();
         let mut row = DVector::from_fn(d + 1, |j, _| {
             if j == d {
@@ -235,6 +235,23 @@ impl LinearReadout {
         });
         row = self.weights.transpose() * row;
         row.iter().copied().collect()
+    }
+
+    /// The state `predicted` reads out to, anchored to the measurement at its start:
+    /// `measured + D(predicted) - D(start)`, given `start_readout = D(start)` (see the
+    /// module documentation).
+    pub(super) fn anchored(
+        &self,
+        measured: &[f32],
+        start_readout: &[f64],
+        predicted: &[f32],
+    ) -> Vec<f64> {
+        self.apply(predicted)
+            .iter()
+            .zip(start_readout)
+            .zip(measured)
+            .map(|((predicted, anchor), &measured)| measured as f64 + predicted - anchor)
+            .collect()
     }
 }
 
@@ -265,7 +282,7 @@ pub(super) fn physical_errors(
     }
     let latents: Vec<f32> = records
         .iter()
-        .flat_map(|r| r.truth_latents.clone())
+        .flat_map(|r| r.truth_latents.iter().copied())
         .collect();
     let (readout, kind) = match decoder {
         Some(weights) => (
@@ -417,13 +434,8 @@ impl PhysicalSums {
             for i in 0..horizon {
                 let truth = &record.proprio[w + i + 1];
                 let at = (w * horizon + i) * d;
-                let decoded: Vec<f64> = readout
-                    .apply(&record.predicted[at..at + d])
-                    .iter()
-                    .zip(&start_readout)
-                    .zip(start)
-                    .map(|((predicted, anchor), &measured)| measured as f64 + predicted - anchor)
-                    .collect();
+                let decoded =
+                    readout.anchored(start, &start_readout, &record.predicted[at..at + d]);
                 moved = moved
                     || quantities.object_entries.iter().any(|&k| {
                         (truth[k] - start[k]).abs() as f64 > MOVED_FRACTION * variance[k].sqrt()

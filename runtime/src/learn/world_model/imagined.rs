@@ -8,6 +8,7 @@ use imago_policies::{PolicyBatch, PolicyInput};
 use imago_robots::Robot;
 use imago_worldmodel::{LatentProbe, WorldModel, WorldModelConfig};
 
+use super::decoded::LinearReadout;
 use super::{host, observation_at, window_actions};
 use crate::robot::{RobotConfig, SimRobot};
 use crate::store::replay::Episode;
@@ -87,7 +88,8 @@ fn fit_probe<B: Backend>(
 /// effector and logs them beside the real path, with the error, disagreement and
 /// calibrated 2-sigma bound (`calibration_scale[h] * 2 * mean member std * sqrt(D)`)
 /// per horizon; for a model with a state decoder, also the robot's drawing of the
-/// decoded state at the horizon beside the real one (pusht: the block and pusher). Waits for room in the queue. Without the recorded robot's settings
+/// decoded state at the horizon beside the real one (pusht: the block and pusher).
+/// Waits for room in the queue. Without the recorded robot's settings
 /// (`robot`: nothing to decode latents to) nothing is drawn.
 pub fn log_imagined_windows<B: Backend>(
     telemetry: &Telemetry,
@@ -121,7 +123,10 @@ pub fn log_imagined_windows<B: Backend>(
     let probe_rmse = (rmse.iter().map(|e| e * e).sum::<f32>() / rmse.len() as f32).sqrt();
     telemetry.send(TelemetryEvent::ProbeFit(probe_rmse));
     let (d, a, n) = (config.latent_dim, config.action_dim(), config.ensemble_size);
-    let decoder = model.state_decoder_weights();
+    let decoder = model
+        .state_decoder_weights()
+        .map(|weights| LinearReadout::of_decoder(weights, d))
+        .transpose()?;
     let (mut drawn, mut windows) = (0, 0);
     for episode in episodes
         .iter()
@@ -187,29 +192,24 @@ pub fn log_imagined_windows<B: Backend>(
                     2.0 * calibration_scale[k] as f32 * (std_sum / d as f32) * (d as f32).sqrt(),
                 );
             }
-            let bodies = decoder.as_ref().map(|(weight, _)| {
-                // The ensemble mean at the horizon, anchored to the measured start:
-                // s_t + W^T (z_hat - z_t) (the bias cancels).
-                let measured = &observation_at(episode, t).proprio;
-                let end = observation_at(episode, t + horizon);
+            let bodies = decoder.as_ref().map(|readout| {
+                // The ensemble mean at the horizon, anchored to the measured start.
+                let mean: Vec<f32> = (0..d)
+                    .map(|j| (0..n).map(|m| at(m, win, horizon - 1)[j]).sum::<f32>() / n as f32)
+                    .collect();
                 let start = &target[t * d..(t + 1) * d];
-                let p = measured.len();
-                let imagined_state: Vec<f32> = (0..p)
-                    .map(|k| {
-                        measured[k]
-                            + (0..d)
-                                .map(|j| {
-                                    let mean =
-                                        (0..n).map(|m| at(m, win, horizon - 1)[j]).sum::<f32>()
-                                            / n as f32;
-                                    weight[j * p + k] * (mean - start[j])
-                                })
-                                .sum::<f32>()
-                    })
+                let imagined_state: Vec<f32> = readout
+                    .anchored(
+                        &observation_at(episode, t).proprio,
+                        &readout.apply(start),
+                        &mean,
+                    )
+                    .into_iter()
+                    .map(|v| v as f32)
                     .collect();
                 ImaginedBodies {
                     imagined: robot.body_from_proprio(&imagined_state),
-                    real: robot.body_from_proprio(&end.proprio),
+                    real: robot.body_from_proprio(&observation_at(episode, t + horizon).proprio),
                 }
             });
             telemetry.send(TelemetryEvent::Imagined(Box::new(ImaginedWindowEvent {
