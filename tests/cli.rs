@@ -1574,6 +1574,81 @@ fn pusht_collects_trains_and_evaluates_with_coverage() {
         let args: Vec<&str> = paired.iter().copied().chain([flag, value]).collect();
         assert_one_line_error(&args, must_mention);
     }
+    // Planning in a world model (trained for two steps, with a state decoder): the
+    // policy's chunks proposed, candidates imagined, pusht's coverage of the decoded
+    // state scored; one seed, one result; the paired baseline acts without planning.
+    let (wm, wm_settings, planner) = (path("wm"), path("wm.toml"), path("planner.toml"));
+    std::fs::write(
+        &wm_settings,
+        "batch_size = 4\nhorizon = 3\n[losses]\nstate = 1.0\n",
+    )
+    .unwrap();
+    run(&[
+        "--device",
+        "cpu",
+        "train",
+        "--what",
+        "worldmodel",
+        "--replay",
+        &replay,
+        "--out",
+        &wm,
+        "--steps",
+        "2",
+        "--config",
+        &wm_settings,
+    ]);
+    std::fs::write(&planner, "candidates = 6\niterations = 2\nelites = 2\n").unwrap();
+    let plan_flags = ["--execute", "4", "--plan-with", &wm, "--planner", &planner];
+    let planned: Vec<&str> = sampled.iter().copied().chain(plan_flags).collect();
+    let output = imago(&planned);
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains(
+            "6 candidates x 2 iterations, rewards from the robot's reward of the decoded state"
+        ),
+        "{}",
+        stderr(&output)
+    );
+    let first = std::fs::read(&report).unwrap();
+    assert!(imago(&planned).status.success());
+    assert_eq!(first, std::fs::read(&report).unwrap(), "planning is seeded");
+    let json: serde_json::Value = serde_json::from_slice(&first).unwrap();
+    assert!(json["coverage_difference"].is_object(), "{json}");
+    // Planning's mistakes: a policy checkpoint as the world model, a misspelt planner
+    // key, a planner setting out of range, no sampling noise to draw candidates with.
+    let owned = |args: &[&str]| -> Vec<String> { args.iter().map(|s| s.to_string()).collect() };
+    let error_of = |args: Vec<String>| {
+        let output = imago(&args.iter().map(String::as_str).collect::<Vec<_>>());
+        assert!(!output.status.success(), "{args:?}");
+        stderr(&output)
+    };
+    let mut policy_as_model = owned(&planned);
+    let at = policy_as_model
+        .iter()
+        .position(|a| a == "--plan-with")
+        .unwrap();
+    policy_as_model[at + 1] = ckpt.clone();
+    let error = error_of(policy_as_model);
+    assert!(
+        error.contains("world") && error.contains("policy"),
+        "{error}"
+    );
+    std::fs::write(&planner, "candidate = 8\n").unwrap();
+    let error = error_of(owned(&planned));
+    assert!(error.contains("candidate"), "{error}");
+    std::fs::write(&planner, "elites = 0\n").unwrap();
+    let error = error_of(owned(&planned));
+    assert!(error.contains("elites"), "{error}");
+    std::fs::write(&planner, "").unwrap();
+    let noiseless: Vec<&str> = paired
+        .iter()
+        .copied()
+        .chain(["--sampling-noise", "0"])
+        .chain(plan_flags)
+        .collect();
+    let error = error_of(owned(&noiseless));
+    assert!(error.contains("sampling noise above 0"), "{error}");
     // The pusht policy on reacher2d: one error naming both specs.
     let output = imago(&[
         "--device",

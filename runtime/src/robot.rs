@@ -125,6 +125,14 @@ impl RobotConfig {
         }
     }
 
+    /// The task's reward as a function of the proprioception alone, where the
+    /// proprioception determines it (pusht in the pose setting: the block's coverage of
+    /// the goal): what a planner scores on states decoded from a world model.
+    pub fn reward_of_state(&self) -> Option<fn(&[f32]) -> f32> {
+        self.state_in_proprioception()
+            .then_some(pusht_reward_of_state as fn(&[f32]) -> f32)
+    }
+
     /// Checks every setting against its documented range; the error names the key.
     pub fn validate(&self) -> Result<(), ConfigError> {
         match self {
@@ -418,6 +426,11 @@ impl BatchRenderer {
             }
         }
     }
+}
+
+/// pusht's reward of a pose-setting proprioception (0 for one too short).
+fn pusht_reward_of_state(proprio: &[f32]) -> f32 {
+    pusht::reward_of_proprio(proprio).unwrap_or(0.0) as f32
 }
 
 /// reacher2d with the settings `settings` (TOML), for tests.

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use clap::Args;
 use imago_runtime::act::collect::MAX_EPISODES;
 use imago_runtime::act::loaded_policy::{ExecutedSteps, evaluate_checkpoint};
+use imago_runtime::act::planned::WorldModelPlanner;
 use imago_runtime::act::sampling::NOISE_SCALES;
 use imago_runtime::bridge::remote;
 use imago_runtime::device::{DeviceSpec, resolve};
@@ -13,6 +14,7 @@ use imago_runtime::jobs::report::{ControllerRow, PairedReport};
 use imago_runtime::robot::RobotConfig;
 use imago_runtime::telemetry::{TelemetryConfig, TelemetryEvent};
 use imago_runtime::toml_file::read_toml;
+use imago_worldmodel::PlannerConfig;
 
 use crate::args::{RerunArgs, RobotArgs, flag_in_range, write_json};
 
@@ -56,6 +58,18 @@ pub struct EvalArgs {
     /// with the same checkpoint on both sides, the mean against samples.
     #[arg(long, value_name = "S", requires = "paired_with")]
     baseline_sampling_noise: Option<f32>,
+    /// Plan the evaluated policy's chunks in this world model (a world-model
+    /// checkpoint directory, e.g. a demo run's `world-model/`): candidates drawn
+    /// around each chunk the policy proposes are imagined, and one of the best
+    /// executed (CEM and MPPI; docs/worldmodel.md, "Planning"). Needs a sampling
+    /// noise above 0; the `--paired-with` baseline acts without planning.
+    #[arg(long, value_name = "DIR")]
+    plan_with: Option<PathBuf>,
+    /// The planner's settings, a TOML file (`candidates`, `iterations`, `elites`,
+    /// `temperature`, `min_std`, `discount`, `uncertainty_penalty`,
+    /// `terminal_value`; docs/configuration.md, "Planner settings", for the defaults).
+    #[arg(long, value_name = "FILE.toml", requires = "plan_with")]
+    planner: Option<PathBuf>,
     /// Also write the figures as JSON here.
     #[arg(long)]
     report: Option<PathBuf>,
@@ -93,7 +107,30 @@ pub fn run(args: EvalArgs, device: DeviceSpec) -> anyhow::Result<()> {
             .map_err(|e| anyhow::anyhow!("{}: {e:#}", path.display()))?,
         None => args.robot.resolve()?,
     };
+    anyhow::ensure!(
+        args.plan_with.is_none() || args.sampling_noise > 0.0,
+        "--plan-with draws its candidates around the policy's chunk with the policy's spread scaled by --sampling-noise: give a sampling noise above 0 (1: the policy's own spread)"
+    );
+    let planner_settings: PlannerConfig = match &args.planner {
+        Some(path) => read_toml(path)?,
+        None => PlannerConfig::default(),
+    };
     let device = resolve(device)?;
+    let planner = match &args.plan_with {
+        Some(dir) => {
+            let planner =
+                WorldModelPlanner::load(dir, planner_settings, &robot, &device.inference)?;
+            eprintln!(
+                "planning in {}: {} candidates x {} iterations, rewards from {}",
+                dir.display(),
+                planner.settings().candidates,
+                planner.settings().iterations,
+                planner.reward().describe()
+            );
+            Some(planner)
+        }
+        None => None,
+    };
     let session = args.rerun.start(&TelemetryConfig::default())?;
     let telemetry = session.handle();
     let seeds = (args.episodes, args.seed);
@@ -102,6 +139,7 @@ pub fn run(args: EvalArgs, device: DeviceSpec) -> anyhow::Result<()> {
         &robot,
         seeds,
         (executed, args.sampling_noise),
+        planner.as_ref(),
         &device,
     )?;
     telemetry.send(TelemetryEvent::EvalSuccess {
@@ -126,6 +164,7 @@ pub fn run(args: EvalArgs, device: DeviceSpec) -> anyhow::Result<()> {
                 &robot,
                 seeds,
                 (baseline_executed, baseline_noise),
+                None,
                 &device,
             )?;
             telemetry.send(TelemetryEvent::EvalSuccess {

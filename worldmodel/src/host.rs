@@ -243,6 +243,8 @@ pub struct HostWorldModel {
     continuation: HostMlp,
     value: HostMlp,
     actor: HostMlp,
+    /// The state decoder, for a model with one.
+    state: Option<HostLinear>,
 }
 
 /// An imagined rollout on the host, `B` start states and `H` steps, row-major with
@@ -346,12 +348,34 @@ impl HostWorldModel {
             continuation: HostMlp::of(&model.continuation),
             value,
             actor,
+            state: model.state.as_ref().map(HostLinear::of),
         }
     }
 
     /// The transition family of the members.
     pub fn family(&self) -> TransitionFamily {
         self.family
+    }
+
+    /// Width of a latent.
+    pub fn latent_dim(&self) -> usize {
+        self.latent_dim
+    }
+
+    /// Width of an action.
+    pub fn action_dim(&self) -> usize {
+        self.action_dim
+    }
+
+    /// The proprioception decoded from every latent of `latents` (`[rows * D]`),
+    /// `[rows * P]`, as [`WorldModel::decode_state`]; `None` for a model without a
+    /// state decoder.
+    pub fn decode_states(&self, latents: &[f32]) -> Option<Vec<f32>> {
+        let head = self.state.as_ref()?;
+        let rows = latents.len() / self.latent_dim.max(1);
+        let mut out = vec![0.0; rows * head.outputs()];
+        head.forward(rows, latents, &mut out);
+        Some(out)
     }
 
     /// Every member rolled open loop on its own predictions from `start` `[B, D]`

@@ -1,7 +1,7 @@
 //! Latent world models for imago: a JEPA-style encoder with an EMA target, an
 //! ensemble of transition members of one of three families (residual MLP, SALT,
 //! action-prefix), heads for reward, continuation, value and a latent actor,
-//! batched imagination, critics trained on imagined lambda-returns, and the statistics that say how wrong imagined rollouts are.
+//! batched imagination, planning by sampling (MPPI) in it, critics trained on imagined lambda-returns, and the statistics that say how wrong imagined rollouts are.
 //!
 //! Everything is generic over the burn backend; `imago-runtime` instantiates it.
 //! `docs/worldmodel.md` explains the design and compares the families.
@@ -16,6 +16,7 @@ pub mod loss;
 pub mod metrics;
 pub mod mlp;
 pub mod model;
+pub mod plan;
 pub mod probe;
 pub mod transition;
 
@@ -30,6 +31,10 @@ pub use loss::{
     LOSS_PARTS, LossWeights, Supervision, WorldModelBatch, WorldModelLoss, world_model_loss,
 };
 pub use model::{EnsembleRollout, WorldModel};
+pub use plan::{
+    ImaginedReturn, PlanReward, PlannedSequence, PlannerConfig, SequenceDistribution,
+    plan_sequences,
+};
 pub use probe::{LatentProbe, ProbeError};
 pub use transition::{ActionPrefix, ResidualMlp, Salt, SaltErrorSplit, TransitionMember};
 

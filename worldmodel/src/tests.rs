@@ -431,6 +431,101 @@ fn host_imagination_and_rollouts_match_burns_for_every_family() {
     }
 }
 
+/// The planner's imagined return is burn's imagination scored by hand: each start
+/// state's candidates rolled from its own latent, the reward head's rewards or a
+/// function of the decoded state anchored to the measured one, discounted.
+#[test]
+fn imagined_returns_for_planning_match_burns_imagination() {
+    let device = Default::default();
+    let (starts, n, horizon, d, p) = (3, 4, 5, 6, 8);
+    let model = config(TransitionFamily::ResidualMlp)
+        .with_state_decoder(true)
+        .init::<Cpu>(&device)
+        .map(&mut Perturb(3));
+    let host = HostWorldModel::of(&model);
+    let start: Vec<f32> = (0..starts * d).map(|i| (i as f32 * 0.53).sin()).collect();
+    let measured: Vec<f32> = (0..starts * p).map(|i| (i as f32 * 0.29).cos()).collect();
+    let candidates = actions::<Cpu>(starts * n, horizon, &device);
+    let candidate_values = candidates.clone().into_data().to_vec::<f32>().unwrap();
+    let repeated: Vec<f32> = (0..starts * n)
+        .flat_map(|row| start[(row / n) * d..(row / n + 1) * d].to_vec())
+        .collect();
+    let rollout = imagine(
+        &model,
+        Tensor::from_data(TensorData::new(repeated, [starts * n, d]), &device),
+        &OpenLoopActions(candidates),
+        &ImaginationConfig {
+            horizon,
+            uncertainty_penalty: 0.0,
+        },
+    );
+    let decoded = model
+        .decode_state(
+            rollout
+                .latents
+                .clone()
+                .reshape([starts * n * (horizon + 1), d]),
+        )
+        .unwrap()
+        .into_data()
+        .to_vec::<f32>()
+        .unwrap();
+    let raw = rollout.raw_rewards.into_data().to_vec::<f32>().unwrap();
+    let values = rollout.values.into_data().to_vec::<f32>().unwrap();
+    let disagreement = rollout.disagreement.into_data().to_vec::<f32>().unwrap();
+    let (discount, penalty, terminal) = (0.9f32, 0.5f32, 0.7f32);
+    let second_entry = |state: &[f32]| state[1];
+    for reward in [
+        PlanReward::RewardHead,
+        PlanReward::DecodedState(&second_entry),
+    ] {
+        let scores = ImaginedReturn {
+            model: &host,
+            starts: &start,
+            measured: &measured,
+            reward,
+            horizon,
+            discount,
+            uncertainty_penalty: penalty,
+            terminal_value: terminal,
+        }
+        .score(&candidate_values)
+        .expect("the model decodes its state");
+        assert_eq!(scores.len(), starts * n);
+        for (row, got) in scores.iter().enumerate() {
+            let expected: f32 = (0..horizon)
+                .map(|t| {
+                    let r = match reward {
+                        PlanReward::RewardHead => raw[row * horizon + t],
+                        PlanReward::DecodedState(_) => {
+                            let at = |k: usize| decoded[(row * (horizon + 1) + k) * p + 1];
+                            measured[(row / n) * p + 1] + at(t + 1) - at(0)
+                        }
+                    };
+                    discount.powi(t as i32) * (r - penalty * disagreement[row * horizon + t])
+                })
+                .sum::<f32>()
+                + terminal * discount.powi(horizon as i32) * values[row * (horizon + 1) + horizon];
+            assert!(
+                (got - expected).abs() < 1e-4,
+                "row {row}: {got} vs {expected}"
+            );
+        }
+    }
+    let without = HostWorldModel::of(&config(TransitionFamily::ResidualMlp).init::<Cpu>(&device));
+    let decoded_reward = ImaginedReturn {
+        model: &without,
+        starts: &start,
+        measured: &measured,
+        reward: PlanReward::DecodedState(&second_entry),
+        horizon,
+        discount,
+        uncertainty_penalty: penalty,
+        terminal_value: terminal,
+    };
+    assert!(decoded_reward.score(&candidate_values).is_none());
+}
+
 /// The largest absolute difference between matching entries.
 fn largest_difference(expected: &[f32], got: &[f32]) -> f32 {
     expected

@@ -175,6 +175,21 @@ pub fn coverage_score(coverage: f64) -> f64 {
     (coverage / geometry::SUCCESS_COVERAGE).clamp(0.0, 1.0)
 }
 
+/// gym-pusht's reward [`coverage_score`] of the block pose in a pose-setting
+/// proprioception (see the module documentation); the angle is read from its cosine
+/// and sine, so a state decoded from a world model's latent, whose angle entry cannot
+/// wrap at 2 pi, still scores where the block points. `None` when `proprio` is
+/// shorter than the pose setting's.
+pub fn reward_of_proprio(proprio: &[f32]) -> Option<f64> {
+    let p = proprio.get(..7)?;
+    let block = geometry::Pose {
+        x: to_world(p[2]),
+        y: to_world(p[3]),
+        angle: (p[6] as f64).atan2(p[5] as f64),
+    };
+    Some(coverage_score(geometry::coverage(&block)))
+}
+
 /// A world coordinate in normalised units.
 pub fn to_normalised(world: f64) -> f32 {
     (world / HALF_WORLD - 1.0) as f32
@@ -616,6 +631,30 @@ mod tests {
         robot.world = PushTWorld::new([50.0, 50.0], geometry::GOAL);
         let step = robot.step(&Action(vec![to_normalised(50.0), to_normalised(50.0)]));
         assert!(step.success && step.done && step.reward == 1.0);
+    }
+
+    /// The reward read off an observation's proprioception is the step's reward, for
+    /// blocks at every angle (the angle entry wraps at 2 pi; cosine and sine do not).
+    #[test]
+    fn the_reward_of_the_proprioception_is_the_steps_reward() {
+        let mut robot = PushT::default();
+        for seed in 0..12 {
+            robot.reset(seed);
+            let target = Action(vec![0.1, -0.2]);
+            let mut step = robot.step(&target);
+            for _ in 0..5 {
+                step = robot.step(&target);
+            }
+            let from_proprio = reward_of_proprio(&step.observation.proprio).expect("pose");
+            assert!(
+                (from_proprio - step.reward as f64).abs() < 1e-4,
+                "seed {seed}"
+            );
+        }
+        robot.world = PushTWorld::new([50.0, 50.0], geometry::GOAL);
+        let at_goal = robot.step(&Action(vec![to_normalised(50.0), to_normalised(50.0)]));
+        assert_eq!(reward_of_proprio(&at_goal.observation.proprio), Some(1.0));
+        assert_eq!(reward_of_proprio(&at_goal.observation.proprio[..2]), None);
     }
 
     #[test]

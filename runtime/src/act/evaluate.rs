@@ -16,6 +16,7 @@ use crate::act::camera::BatchCamera;
 use crate::act::episode::TickCommand;
 use crate::act::lerobot_driver::{LeRobotDriver, LeRobotEpisode};
 use crate::act::lock_step::LockStep;
+use crate::act::planned::{WorldModelPlanner, planned_leading_actions};
 use crate::act::sampling::{leading_actions, plan, plan_on_host};
 use crate::progress;
 use crate::robot::RobotConfig;
@@ -41,6 +42,24 @@ pub enum Controller<'a, B: Backend> {
         /// each chunk's mean, 1 samples the policy as it was trained. Each episode's
         /// noise comes from its seed, so two policies evaluated on the same seeds
         /// draw the same noise.
+        sampling_noise: f32,
+    },
+    /// A VLA policy that proposes each chunk and a world model that plans from the
+    /// proposal ([`WorldModelPlanner`]): candidates drawn around the policy's Gaussian,
+    /// its spread scaled by `sampling_noise`, are imagined and one of the best
+    /// executed.
+    Planned {
+        /// The policy.
+        policy: &'a Policy<B>,
+        /// Its config.
+        config: &'a PolicyConfig,
+        /// Where policy and world model run.
+        device: &'a B::Device,
+        /// The world model and the planner's settings.
+        planner: &'a WorldModelPlanner<B>,
+        /// Actions of each planned chunk executed before planning again.
+        execute_steps: usize,
+        /// Scale of the proposal's spread relative to the policy's own.
         sampling_noise: f32,
     },
     /// A LeRobot policy, through its own queues (one per episode).
@@ -116,6 +135,7 @@ pub fn evaluate<B: Backend>(
 where
     B::Device: 'static,
 {
+    // A planned policy's world model reads every frame, so each robot draws its own.
     let camera = match controller {
         Controller::Policy { device, .. } => {
             BatchCamera::for_device::<B>(device, robot, seeds.len())
@@ -138,7 +158,7 @@ where
     B::Device: 'static,
 {
     let spec = robot.spec();
-    if let Controller::Policy { config, .. } = controller {
+    if let Controller::Policy { config, .. } | Controller::Planned { config, .. } = controller {
         anyhow::ensure!(
             config.action_limit() == spec.action_limit,
             "the policy acts in another action space ({:?}) than {} ({:?})",
@@ -217,7 +237,9 @@ impl<'c, 'a, B: Backend> EvalCommands<'c, 'a, B> {
         Ok(Self {
             controller,
             host: match controller {
-                Controller::Policy { policy, .. } => policy.host_copy(),
+                Controller::Policy { policy, .. } | Controller::Planned { policy, .. } => {
+                    policy.host_copy()
+                }
                 _ => None,
             },
             queues: vec![VecDeque::new(); run.lanes().len()],
@@ -232,38 +254,73 @@ impl<'c, 'a, B: Backend> EvalCommands<'c, 'a, B> {
         })
     }
 
+    /// Fills the empty queues of lanes `planning` with an imago policy's next plan:
+    /// its leading actions, or those of the chunk its world model planned from them.
+    fn plan_for(&mut self, run: &LockStep<'_>, planning: &[usize]) -> anyhow::Result<()> {
+        let lanes = run.lanes();
+        let observations: Vec<&Observation> = planning
+            .iter()
+            .map(|&i| lanes[i].episode.observation())
+            .collect();
+        let actions = match self.controller {
+            Controller::Policy {
+                policy,
+                config,
+                device,
+                execute_steps,
+                sampling_noise,
+                ..
+            } => leading_actions(
+                (*policy, *config, *device),
+                self.host.as_ref(),
+                observations.into_iter(),
+                (*execute_steps, *sampling_noise),
+                (&mut self.rngs, planning),
+            )?,
+            Controller::Planned {
+                policy,
+                config,
+                device,
+                planner,
+                execute_steps,
+                sampling_noise,
+            } => {
+                // The planning lanes' generators, lent to the planner and put back.
+                let mut rngs: Vec<StdRng> = planning
+                    .iter()
+                    .map(|&i| std::mem::replace(&mut self.rngs[i], StdRng::seed_from_u64(0)))
+                    .collect();
+                let actions = planned_leading_actions(
+                    (*policy, *config, *device),
+                    self.host.as_ref(),
+                    planner,
+                    &observations,
+                    (*execute_steps, *sampling_noise),
+                    &mut rngs,
+                );
+                for (&i, rng) in planning.iter().zip(rngs) {
+                    self.rngs[i] = rng;
+                }
+                actions?
+            }
+            _ => return Ok(()),
+        };
+        for (&i, chunk) in planning.iter().zip(actions) {
+            self.queues[i].extend(chunk);
+        }
+        Ok(())
+    }
+
     /// A command for every running lane.
     fn next(&mut self, run: &mut LockStep<'_>) -> anyhow::Result<Vec<Option<TickCommand>>> {
         let running = run.running();
-        if let Controller::Policy {
-            policy,
-            config,
-            device,
-            execute_steps,
-            sampling_noise,
-            ..
-        } = self.controller
-        {
-            let planning: Vec<usize> = running
-                .iter()
-                .copied()
-                .filter(|&i| self.queues[i].is_empty())
-                .collect();
-            if !planning.is_empty() {
-                let planned = planning
-                    .iter()
-                    .map(|&i| run.lanes()[i].episode.observation());
-                let actions = leading_actions(
-                    (*policy, *config, *device),
-                    self.host.as_ref(),
-                    planned,
-                    (*execute_steps, *sampling_noise),
-                    (&mut self.rngs, &planning),
-                )?;
-                for (&i, chunk) in planning.iter().zip(actions) {
-                    self.queues[i].extend(chunk);
-                }
-            }
+        let planning: Vec<usize> = running
+            .iter()
+            .copied()
+            .filter(|&i| self.queues[i].is_empty())
+            .collect();
+        if !planning.is_empty() {
+            self.plan_for(run, &planning)?;
         }
         // A LeRobot policy acts for every running lane at once (its chunks batched).
         let mut lerobot_actions = match self.controller {
@@ -287,7 +344,7 @@ impl<'c, 'a, B: Backend> EvalCommands<'c, 'a, B> {
         let mut commands = vec![None; run.lanes().len()];
         for i in running {
             let action = match self.controller {
-                Controller::Policy { .. } => self.queues[i]
+                Controller::Policy { .. } | Controller::Planned { .. } => self.queues[i]
                     .pop_front()
                     .ok_or_else(|| anyhow::anyhow!("the policy planned no action"))?,
                 Controller::LeRobot(_) => lerobot_actions

@@ -11,6 +11,7 @@ use imago_robots::Robot;
 
 use crate::act::evaluate::{Controller, EvalOutcome, evaluate};
 use crate::act::lerobot_driver::LeRobotDriver;
+use crate::act::planned::WorldModelPlanner;
 use crate::act::remote_eval::evaluate_remote;
 use crate::device::ResolvedDevice;
 use crate::robot::RobotConfig;
@@ -104,6 +105,44 @@ impl LoadedPolicy {
             }
         }
     }
+
+    /// The policy as the proposer of a controller whose chunks `planner` plans in its
+    /// world model, executing `executed` actions of each plan, its candidates drawn
+    /// around the policy's chunk with the policy's spread scaled by `sampling_noise`
+    /// (above 0). A LeRobot policy, or chunks shorter than `executed`, is an error that
+    /// says so.
+    pub fn planned_controller<'a>(
+        &'a self,
+        device: &'a DispatchDevice,
+        planner: &'a WorldModelPlanner<Dispatch>,
+        executed: ExecutedSteps,
+        sampling_noise: f32,
+    ) -> anyhow::Result<Controller<'a, Dispatch>> {
+        anyhow::ensure!(
+            sampling_noise > 0.0,
+            "planning draws its candidates around the policy's chunk with the policy's spread scaled by the sampling noise: give a sampling noise above 0 (1: the policy's own spread)"
+        );
+        match self.controller_executing(device, executed, sampling_noise)? {
+            Controller::Policy {
+                policy,
+                config,
+                device,
+                execute_steps,
+                sampling_noise,
+                ..
+            } => Ok(Controller::Planned {
+                policy,
+                config,
+                device,
+                planner,
+                execute_steps,
+                sampling_noise,
+            }),
+            _ => anyhow::bail!(
+                "planning in a world model starts from an imago policy's chunks; a LeRobot policy plans through its own queue"
+            ),
+        }
+    }
 }
 
 /// Actions of each planned chunk an imago policy executes before it plans again
@@ -125,7 +164,8 @@ impl ExecutedSteps {
 
 /// Evaluates the policy of `dir` (a checkpoint or a LeRobot directory) on `robot` on
 /// `episodes` seeds from `first_seed`, executing `executed` actions of each chunk per
-/// plan, its means or samples with its spread scaled by `sampling_noise`, in
+/// plan, its means or samples with its spread scaled by `sampling_noise` (with
+/// `planner`, the chunks it plans from the policy's in its world model), in
 /// lock-step batches of at most [`EVAL_BATCH`] (memory stays flat for any number,
 /// with the same outcomes).
 pub fn evaluate_checkpoint(
@@ -133,15 +173,20 @@ pub fn evaluate_checkpoint(
     robot: &RobotConfig,
     (episodes, first_seed): (usize, u64),
     (executed, sampling_noise): (ExecutedSteps, f32),
+    planner: Option<&WorldModelPlanner<Dispatch>>,
     device: &ResolvedDevice,
 ) -> anyhow::Result<EvalOutcome> {
     let seeds: Vec<u64> = (0..episodes as u64)
         .map(|i| first_seed.wrapping_add(i))
         .collect();
     let policy = LoadedPolicy::load(dir, robot, &device.inference)?;
-    let controller = policy
-        .controller_executing(&device.inference, executed, sampling_noise)
-        .map_err(|e| anyhow::anyhow!("{}: {e:#}", dir.display()))?;
+    let controller = match planner {
+        Some(planner) => {
+            policy.planned_controller(&device.inference, planner, executed, sampling_noise)
+        }
+        None => policy.controller_executing(&device.inference, executed, sampling_noise),
+    }
+    .map_err(|e| anyhow::anyhow!("{}: {e:#}", dir.display()))?;
     if let RobotConfig::Remote(remote) = robot {
         return evaluate_remote(&controller, remote, &seeds, "eval");
     }

@@ -22,6 +22,7 @@ use rand::{RngExt, SeedableRng};
 
 use crate::act::episode::{EpisodeInProgress, TickCommand};
 use crate::act::evaluate::{Controller, EvalOutcome};
+use crate::act::planned::planned_leading_actions;
 use crate::act::sampling::leading_actions;
 use crate::bridge::{Interruption, RemoteRobot, RemoteRobotConfig};
 use crate::progress;
@@ -56,7 +57,9 @@ pub fn evaluate_remote<B: Backend>(
     robot.wait_for_answers(ANSWER_WAIT.max(config.observation_wait()));
     wait_until_alive(&robot, config)?;
     let host = match controller {
-        Controller::Policy { policy, .. } => policy.host_copy(),
+        Controller::Policy { policy, .. } | Controller::Planned { policy, .. } => {
+            policy.host_copy()
+        }
         _ => None,
     };
     let bar = progress::bar(label, seeds.len() as u64);
@@ -152,6 +155,29 @@ fn run_episode<B: Backend>(
                 queue
                     .pop_front()
                     .ok_or_else(|| anyhow::anyhow!("the policy planned no action"))?
+            }
+            Controller::Planned {
+                policy,
+                config,
+                device,
+                planner,
+                execute_steps,
+                sampling_noise,
+            } => {
+                if queue.is_empty() {
+                    let actions = planned_leading_actions(
+                        (*policy, *config, *device),
+                        host,
+                        planner,
+                        &[episode.observation()],
+                        (*execute_steps, *sampling_noise),
+                        std::slice::from_mut(&mut rng),
+                    )?;
+                    queue.extend(actions.into_iter().flatten());
+                }
+                queue
+                    .pop_front()
+                    .ok_or_else(|| anyhow::anyhow!("the planner planned no action"))?
             }
             Controller::LeRobot(driver) => {
                 let lane = lerobot

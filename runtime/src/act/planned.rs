@@ -1,0 +1,227 @@
+//! Acting through a world model: the policy proposes each chunk (its Gaussian over the
+//! next `K` actions), candidates drawn around it are imagined in the world model, and
+//! one that imagination scores best is executed ([`imago_worldmodel::plan`]: CEM
+//! rounds and MPPI's draw; docs/worldmodel.md, "Planning").
+//!
+//! What imagination scores: on a robot whose reward is a function of its measured
+//! state (pusht's block coverage) and a model with a state decoder, that function of
+//! each imagined state read out by the decoder; else the model's reward head.
+
+use std::path::Path;
+
+use burn::prelude::*;
+use imago_policies::{HostPolicy, Policy, PolicyBatch, PolicyConfig};
+use imago_robots::{Action, Observation};
+use imago_worldmodel::{
+    HostWorldModel, ImaginedReturn, PlanReward, PlannedSequence, PlannerConfig,
+    SequenceDistribution, WorldModel, WorldModelConfig, plan_sequences,
+};
+use rand::rngs::StdRng;
+
+use crate::act::sampling::to_robot_units;
+use crate::robot::RobotConfig;
+use crate::store::checkpoint::load_world_model;
+
+/// Where a planner's imagined rewards come from.
+#[derive(Debug, Clone, Copy)]
+pub enum PlanningReward {
+    /// The robot's reward of the state decoded from each imagined latent.
+    DecodedState(fn(&[f32]) -> f32),
+    /// The world model's reward head.
+    RewardHead,
+}
+
+impl PlanningReward {
+    /// What the reward is, for reports.
+    pub fn describe(&self) -> &'static str {
+        match self {
+            Self::DecodedState(_) => "the robot's reward of the decoded state",
+            Self::RewardHead => "the world model's reward head",
+        }
+    }
+}
+
+/// A world model loaded for planning, with the planner's settings.
+pub struct WorldModelPlanner<B: Backend> {
+    model: WorldModel<B>,
+    config: WorldModelConfig,
+    host: HostWorldModel,
+    planner: PlannerConfig,
+    reward: PlanningReward,
+}
+
+impl<B: Backend> WorldModelPlanner<B> {
+    /// The world model of checkpoint `dir` on `device`, to plan for `robot` with
+    /// `planner`. A model trained for another robot, or settings out of range, are
+    /// errors that name what to change.
+    pub fn load(
+        dir: &Path,
+        planner: PlannerConfig,
+        robot: &RobotConfig,
+        device: &B::Device,
+    ) -> anyhow::Result<Self> {
+        planner
+            .validate()
+            .map_err(|e| anyhow::anyhow!("planner settings: {e}"))?;
+        let (model, config, _) = load_world_model::<B>(dir, None, device)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", dir.display()))?;
+        let spec = robot.spec();
+        anyhow::ensure!(
+            config.proprio_dim == spec.proprio_dim() && config.action_limit == spec.action_limit,
+            "{}: the world model was trained for another robot ({} proprioception entries, action limits {:?}) than {} ({} and {:?})",
+            dir.display(),
+            config.proprio_dim,
+            config.action_limit,
+            spec.summary(),
+            spec.proprio_dim(),
+            spec.action_limit
+        );
+        let host = HostWorldModel::of(&model);
+        let reward = match (robot.reward_of_state(), config.state_decoder) {
+            (Some(reward), true) => PlanningReward::DecodedState(reward),
+            _ => PlanningReward::RewardHead,
+        };
+        Ok(Self {
+            model,
+            config,
+            host,
+            planner,
+            reward,
+        })
+    }
+
+    /// Where imagined rewards come from.
+    pub fn reward(&self) -> PlanningReward {
+        self.reward
+    }
+
+    /// The planner's settings.
+    pub fn settings(&self) -> &PlannerConfig {
+        &self.planner
+    }
+
+    /// Plans one chunk `[K * A]` (units of the action limit) for each observation,
+    /// from the policy's proposal for it; observation `i` draws its noise from
+    /// `rngs[i]`.
+    pub fn plan(
+        &self,
+        observations: &[&Observation],
+        proposals: &[SequenceDistribution],
+        rngs: &mut [StdRng],
+        device: &B::Device,
+    ) -> anyhow::Result<Vec<PlannedSequence>> {
+        let mut batch = PolicyBatch::new(&self.config.input_spec());
+        for obs in observations {
+            batch.push(obs)?;
+        }
+        let starts: Vec<f32> = self
+            .model
+            .encode(&batch.to_input(device))
+            .into_data()
+            .convert::<f32>()
+            .to_vec()
+            .map_err(|e| anyhow::anyhow!("cannot read the world model's latents: {e:?}"))?;
+        let measured: Vec<f32> = observations
+            .iter()
+            .flat_map(|o| o.proprio.iter().copied())
+            .collect();
+        let action_dim = self.config.action_dim();
+        let horizon = proposals.first().map_or(0, |p| p.mean.len() / action_dim);
+        let reward_of_state = match self.reward {
+            PlanningReward::DecodedState(reward) => Some(reward),
+            PlanningReward::RewardHead => None,
+        };
+        let imagined = ImaginedReturn {
+            model: &self.host,
+            starts: &starts,
+            measured: &measured,
+            reward: match &reward_of_state {
+                Some(reward) => PlanReward::DecodedState(reward),
+                None => PlanReward::RewardHead,
+            },
+            horizon,
+            discount: self.planner.discount,
+            uncertainty_penalty: self.planner.uncertainty_penalty,
+            terminal_value: self.planner.terminal_value,
+        };
+        Ok(plan_sequences(
+            &self.planner,
+            proposals,
+            rngs,
+            |candidates| {
+                imagined
+                    .score(candidates)
+                    .expect("a decoded-state reward is chosen only for a model with a decoder")
+            },
+        ))
+    }
+}
+
+/// The policy's chunk distribution for every observation, as the planner's proposals:
+/// its Gaussian head's means and standard deviations scaled by `spread` (the sampling
+/// noise the policy acts with), through the host forward where there is one. A
+/// policy with another head is an error.
+fn policy_proposals<B: Backend>(
+    (policy, config, device): (&Policy<B>, &PolicyConfig, &B::Device),
+    host: Option<&HostPolicy>,
+    observations: &[&Observation],
+    spread: f32,
+) -> anyhow::Result<Vec<SequenceDistribution>> {
+    let mut batch = PolicyBatch::new(&config.input_spec());
+    for obs in observations {
+        batch.push(obs)?;
+    }
+    let (mean, log_std) = match host {
+        Some(host) => host.gaussian_rows(&batch),
+        None => {
+            let chunk = policy.gaussian(batch.to_input(device)).ok_or_else(|| {
+                anyhow::anyhow!(
+                    "planning starts from a Gaussian head's chunks; this policy has a flow head"
+                )
+            })?;
+            let read = |t: Tensor<B, 3>| -> anyhow::Result<Vec<f32>> {
+                t.into_data()
+                    .convert::<f32>()
+                    .to_vec()
+                    .map_err(|e| anyhow::anyhow!("cannot read policy output: {e:?}"))
+            };
+            (read(chunk.mean)?, read(chunk.log_std)?)
+        }
+    };
+    let width = config.chunk_len() * config.action_dim();
+    Ok(mean
+        .chunks(width)
+        .zip(log_std.chunks(width))
+        .map(|(mean, log_std)| SequenceDistribution {
+            mean: mean.to_vec(),
+            std: log_std.iter().map(|l| l.exp() * spread).collect(),
+        })
+        .collect())
+}
+
+/// The actions, in robot units, that a planned policy executes from each observation
+/// before it plans again: the first `executed` of the chunk `planner` plans from the
+/// policy's proposal (its spread scaled by `noise`), observation `i` drawing from
+/// `rngs[i]`; the planning counterpart of `sampling::leading_actions`.
+pub fn planned_leading_actions<B: Backend>(
+    (policy, config, device): (&Policy<B>, &PolicyConfig, &B::Device),
+    host: Option<&HostPolicy>,
+    planner: &WorldModelPlanner<B>,
+    observations: &[&Observation],
+    (executed, noise): (usize, f32),
+    rngs: &mut [StdRng],
+) -> anyhow::Result<Vec<Vec<Action>>> {
+    let proposals = policy_proposals((policy, config, device), host, observations, noise)?;
+    let planned = planner.plan(observations, &proposals, rngs, device)?;
+    let limits = config.action_limit();
+    Ok(planned
+        .iter()
+        .map(|plan| {
+            plan.actions
+                .chunks(limits.len())
+                .take(executed)
+                .map(|action| to_robot_units(action, limits))
+                .collect()
+        })
+        .collect())
+}
