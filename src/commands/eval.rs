@@ -107,10 +107,6 @@ pub fn run(args: EvalArgs, device: DeviceSpec) -> anyhow::Result<()> {
             .map_err(|e| anyhow::anyhow!("{}: {e:#}", path.display()))?,
         None => args.robot.resolve()?,
     };
-    anyhow::ensure!(
-        args.plan_with.is_none() || args.sampling_noise > 0.0,
-        "--plan-with draws its candidates around the policy's chunk with the policy's spread scaled by --sampling-noise: give a sampling noise above 0 (1: the policy's own spread)"
-    );
     let planner_settings: PlannerConfig = match &args.planner {
         Some(path) => read_toml(path)?,
         None => PlannerConfig::default(),

@@ -70,6 +70,65 @@ pub enum Controller<'a, B: Backend> {
     Expert(ExpertConfig),
 }
 
+impl<B: Backend> Controller<'_, B> {
+    /// The actions, in robot units, that an imago policy executes from each of
+    /// `observations` before it plans again (its leading actions, or those of the chunk
+    /// its world model planned), observation `k` drawing from `rngs[acting[k]]`
+    /// (through `host`, the policy's host forward, where there is one); `None` for a
+    /// controller that does not plan chunks.
+    pub(crate) fn leading_actions(
+        &self,
+        host: Option<&HostPolicy>,
+        observations: &[&Observation],
+        (rngs, acting): (&mut [StdRng], &[usize]),
+    ) -> anyhow::Result<Option<Vec<Vec<Action>>>> {
+        let actions = match self {
+            Controller::Policy {
+                policy,
+                config,
+                device,
+                execute_steps,
+                sampling_noise,
+                ..
+            } => leading_actions(
+                (*policy, *config, *device),
+                host,
+                observations.iter().copied(),
+                (*execute_steps, *sampling_noise),
+                (rngs, acting),
+            )?,
+            Controller::Planned {
+                policy,
+                config,
+                device,
+                planner,
+                execute_steps,
+                sampling_noise,
+            } => {
+                // The acting lanes' generators, lent to the planner and put back.
+                let mut lent: Vec<StdRng> = acting
+                    .iter()
+                    .map(|&i| std::mem::replace(&mut rngs[i], StdRng::seed_from_u64(0)))
+                    .collect();
+                let actions = planned_leading_actions(
+                    (*policy, *config, *device),
+                    host,
+                    planner,
+                    observations,
+                    (*execute_steps, *sampling_noise),
+                    &mut lent,
+                );
+                for (&i, rng) in acting.iter().zip(lent) {
+                    rngs[i] = rng;
+                }
+                actions?
+            }
+            _ => return Ok(None),
+        };
+        Ok(Some(actions))
+    }
+}
+
 /// Per-episode outcomes of one evaluation, in seed order.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct EvalOutcome {
@@ -254,58 +313,19 @@ impl<'c, 'a, B: Backend> EvalCommands<'c, 'a, B> {
         })
     }
 
-    /// Fills the empty queues of lanes `planning` with an imago policy's next plan:
-    /// its leading actions, or those of the chunk its world model planned from them.
+    /// Fills the empty queues of lanes `planning` with an imago policy's next plan.
     fn plan_for(&mut self, run: &LockStep<'_>, planning: &[usize]) -> anyhow::Result<()> {
         let lanes = run.lanes();
         let observations: Vec<&Observation> = planning
             .iter()
             .map(|&i| lanes[i].episode.observation())
             .collect();
-        let actions = match self.controller {
-            Controller::Policy {
-                policy,
-                config,
-                device,
-                execute_steps,
-                sampling_noise,
-                ..
-            } => leading_actions(
-                (*policy, *config, *device),
-                self.host.as_ref(),
-                observations.into_iter(),
-                (*execute_steps, *sampling_noise),
-                (&mut self.rngs, planning),
-            )?,
-            Controller::Planned {
-                policy,
-                config,
-                device,
-                planner,
-                execute_steps,
-                sampling_noise,
-            } => {
-                // The planning lanes' generators, lent to the planner and put back.
-                let mut rngs: Vec<StdRng> = planning
-                    .iter()
-                    .map(|&i| std::mem::replace(&mut self.rngs[i], StdRng::seed_from_u64(0)))
-                    .collect();
-                let actions = planned_leading_actions(
-                    (*policy, *config, *device),
-                    self.host.as_ref(),
-                    planner,
-                    &observations,
-                    (*execute_steps, *sampling_noise),
-                    &mut rngs,
-                );
-                for (&i, rng) in planning.iter().zip(rngs) {
-                    self.rngs[i] = rng;
-                }
-                actions?
-            }
-            _ => return Ok(()),
-        };
-        for (&i, chunk) in planning.iter().zip(actions) {
+        let planned = self.controller.leading_actions(
+            self.host.as_ref(),
+            &observations,
+            (&mut self.rngs, planning),
+        )?;
+        for (&i, chunk) in planning.iter().zip(planned.unwrap_or_default()) {
             self.queues[i].extend(chunk);
         }
         Ok(())

@@ -75,14 +75,7 @@ impl LoadedPolicy {
     ) -> anyhow::Result<Controller<'a, Dispatch>> {
         match self {
             Self::Imago { policy, config } => {
-                anyhow::ensure!(
-                    executed.0 <= config.chunk_len(),
-                    "asked to execute {} actions of each plan, but the policy's chunks hold {}: execute at most {} (or train with --chunk-len {})",
-                    executed.0,
-                    config.chunk_len(),
-                    config.chunk_len(),
-                    executed.0
-                );
+                executes_within_chunks(config, executed)?;
                 Ok(Controller::Policy {
                     policy,
                     config,
@@ -122,27 +115,34 @@ impl LoadedPolicy {
             sampling_noise > 0.0,
             "planning draws its candidates around the policy's chunk with the policy's spread scaled by the sampling noise: give a sampling noise above 0 (1: the policy's own spread)"
         );
-        match self.controller_executing(device, executed, sampling_noise)? {
-            Controller::Policy {
-                policy,
-                config,
-                device,
-                execute_steps,
-                sampling_noise,
-                ..
-            } => Ok(Controller::Planned {
-                policy,
-                config,
-                device,
-                planner,
-                execute_steps,
-                sampling_noise,
-            }),
-            _ => anyhow::bail!(
+        let Self::Imago { policy, config } = self else {
+            anyhow::bail!(
                 "planning in a world model starts from an imago policy's chunks; a LeRobot policy plans through its own queue"
-            ),
-        }
+            );
+        };
+        executes_within_chunks(config, executed)?;
+        Ok(Controller::Planned {
+            policy,
+            config,
+            device,
+            planner,
+            execute_steps: executed.0,
+            sampling_noise,
+        })
     }
+}
+
+/// An error unless `config`'s chunks hold the `executed` actions of each plan.
+fn executes_within_chunks(config: &PolicyConfig, executed: ExecutedSteps) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        executed.0 <= config.chunk_len(),
+        "asked to execute {} actions of each plan, but the policy's chunks hold {}: execute at most {} (or train with --chunk-len {})",
+        executed.0,
+        config.chunk_len(),
+        config.chunk_len(),
+        executed.0
+    );
+    Ok(())
 }
 
 /// Actions of each planned chunk an imago policy executes before it plans again

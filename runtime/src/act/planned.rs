@@ -127,17 +127,13 @@ impl<B: Backend> WorldModelPlanner<B> {
             .collect();
         let action_dim = self.config.action_dim();
         let horizon = proposals.first().map_or(0, |p| p.mean.len() / action_dim);
-        let reward_of_state = match self.reward {
-            PlanningReward::DecodedState(reward) => Some(reward),
-            PlanningReward::RewardHead => None,
-        };
         let imagined = ImaginedReturn {
             model: &self.host,
             starts: &starts,
             measured: &measured,
-            reward: match &reward_of_state {
-                Some(reward) => PlanReward::DecodedState(reward),
-                None => PlanReward::RewardHead,
+            reward: match &self.reward {
+                PlanningReward::DecodedState(reward) => PlanReward::DecodedState(reward),
+                PlanningReward::RewardHead => PlanReward::RewardHead,
             },
             horizon,
             discount: self.planner.discount,

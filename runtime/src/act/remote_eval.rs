@@ -22,8 +22,6 @@ use rand::{RngExt, SeedableRng};
 
 use crate::act::episode::{EpisodeInProgress, TickCommand};
 use crate::act::evaluate::{Controller, EvalOutcome};
-use crate::act::planned::planned_leading_actions;
-use crate::act::sampling::leading_actions;
 use crate::bridge::{Interruption, RemoteRobot, RemoteRobotConfig};
 use crate::progress;
 use crate::store::replay::EpisodeStart;
@@ -134,50 +132,18 @@ fn run_episode<B: Backend>(
     let limits = robot.spec().action_limit.clone();
     while !episode.is_done() {
         let action = match controller {
-            Controller::Policy {
-                policy,
-                config,
-                device,
-                execute_steps,
-                sampling_noise,
-                ..
-            } => {
+            Controller::Policy { .. } | Controller::Planned { .. } => {
                 if queue.is_empty() {
-                    let actions = leading_actions(
-                        (*policy, *config, *device),
+                    let actions = controller.leading_actions(
                         host,
-                        std::iter::once(episode.observation()),
-                        (*execute_steps, *sampling_noise),
+                        &[episode.observation()],
                         (std::slice::from_mut(&mut rng), &[0]),
                     )?;
-                    queue.extend(actions.into_iter().flatten());
+                    queue.extend(actions.into_iter().flatten().flatten());
                 }
                 queue
                     .pop_front()
                     .ok_or_else(|| anyhow::anyhow!("the policy planned no action"))?
-            }
-            Controller::Planned {
-                policy,
-                config,
-                device,
-                planner,
-                execute_steps,
-                sampling_noise,
-            } => {
-                if queue.is_empty() {
-                    let actions = planned_leading_actions(
-                        (*policy, *config, *device),
-                        host,
-                        planner,
-                        &[episode.observation()],
-                        (*execute_steps, *sampling_noise),
-                        std::slice::from_mut(&mut rng),
-                    )?;
-                    queue.extend(actions.into_iter().flatten());
-                }
-                queue
-                    .pop_front()
-                    .ok_or_else(|| anyhow::anyhow!("the planner planned no action"))?
             }
             Controller::LeRobot(driver) => {
                 let lane = lerobot
