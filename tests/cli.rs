@@ -1583,21 +1583,32 @@ fn pusht_collects_trains_and_evaluates_with_coverage() {
         "batch_size = 4\nhorizon = 3\n[losses]\nstate = 1.0\n",
     )
     .unwrap();
-    run(&[
-        "--device",
-        "cpu",
-        "train",
-        "--what",
-        "worldmodel",
-        "--replay",
-        &replay,
-        "--out",
-        &wm,
-        "--steps",
-        "2",
-        "--config",
-        &wm_settings,
-    ]);
+    // Two steps of `imago train --what worldmodel` on the replay.
+    let train_world_model = |out: &str, settings: &str, family: &str| -> Vec<String> {
+        [
+            "--device",
+            "cpu",
+            "train",
+            "--what",
+            "worldmodel",
+            "--replay",
+            &replay,
+            "--out",
+            out,
+            "--steps",
+            "2",
+            "--family",
+            family,
+            "--config",
+            settings,
+        ]
+        .map(str::to_string)
+        .to_vec()
+    };
+    fn as_args(args: &[String]) -> Vec<&str> {
+        args.iter().map(String::as_str).collect()
+    }
+    run(&as_args(&train_world_model(&wm, &wm_settings, "salt")));
     std::fs::write(&planner, "candidates = 6\niterations = 2\nelites = 2\n").unwrap();
     let plan_flags = ["--execute", "4", "--plan-with", &wm, "--planner", &planner];
     let planned: Vec<&str> = sampled.iter().copied().chain(plan_flags).collect();
@@ -1615,6 +1626,58 @@ fn pusht_collects_trains_and_evaluates_with_coverage() {
     assert_eq!(first, std::fs::read(&report).unwrap(), "planning is seeded");
     let json: serde_json::Value = serde_json::from_slice(&first).unwrap();
     assert!(json["coverage_difference"].is_object(), "{json}");
+    // A world model whose latent holds the measured state, its change gated: asked of
+    // a family that cannot gate it, one error naming the family and nothing written;
+    // with the residual MLP it reads the state out exactly and plans the same way.
+    let (gated, gated_settings) = (path("gated"), path("gated.toml"));
+    std::fs::write(
+        &gated_settings,
+        "batch_size = 4\nhorizon = 3\nstate_in_latent = true\n[losses]\nstate = 300.0\n",
+    )
+    .unwrap();
+    assert_one_line_error(
+        &as_args(&train_world_model(&gated, &gated_settings, "salt")),
+        "must be residual-mlp",
+    );
+    assert!(!std::path::Path::new(&gated).exists());
+    run(&as_args(&train_world_model(
+        &gated,
+        &gated_settings,
+        "residual-mlp",
+    )));
+    let scored = run(&[
+        "--device",
+        "cpu",
+        "wm-eval",
+        "--ckpt",
+        &gated,
+        "--replay",
+        &replay,
+        "--horizon",
+        "2",
+        "--all-episodes",
+    ]);
+    assert!(
+        scored.contains("block_x") && scored.contains("still dec."),
+        "{scored}"
+    );
+    assert_eq!(scored.matches("floor 0.0000").count(), 7, "{scored}");
+    let gated_flags = [
+        "--execute",
+        "4",
+        "--plan-with",
+        &gated,
+        "--planner",
+        &planner,
+    ];
+    let planned_gated: Vec<&str> = sampled.iter().copied().chain(gated_flags).collect();
+    let output = imago(&planned_gated);
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("rewards from the robot's reward of the decoded state"),
+        "{}",
+        stderr(&output)
+    );
     // Planning's mistakes: a policy checkpoint as the world model, a misspelt planner
     // key, a planner setting out of range, no sampling noise to draw candidates with.
     let owned = |args: &[&str]| -> Vec<String> { args.iter().map(|s| s.to_string()).collect() };

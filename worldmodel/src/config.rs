@@ -110,6 +110,15 @@ pub struct WorldModelConfig {
     /// in checkpoints written before it.
     #[config(default = false)]
     pub state_decoder: bool,
+    /// The latent's first `proprio_dim` entries are the proprioception itself (the
+    /// encoder learns the rest): the measured state is kept exactly, reading it out is
+    /// taking those entries, and the residual-MLP members (the only family allowed
+    /// with it) gate each entry's change by the predicted probability that it changes
+    /// at all ([`crate::ResidualMlp`]). Issue 41: pusht's state decoder could not read
+    /// the block's position back from real latents better than 0.027 (7 world units),
+    /// coarser than placement needs. False in checkpoints written before it.
+    #[config(default = false)]
+    pub state_in_latent: bool,
 }
 
 impl WorldModelConfig {
@@ -132,11 +141,12 @@ impl WorldModelConfig {
 
     /// Gives a stored config (a checkpoint's JSON) the keys added since checkpoints were
     /// first written, with the value that means what such a checkpoint did:
-    /// `state_decoder` false. Keys it has are left alone, and anything that is not a
+    /// `state_decoder` and `state_in_latent` false. Keys it has are left alone, and anything that is not a
     /// JSON object is left to fail to parse.
     pub fn fill_later_keys(stored: &mut serde_json::Value) {
         if let Some(fields) = stored.as_object_mut() {
             fields.entry("state_decoder").or_insert(false.into());
+            fields.entry("state_in_latent").or_insert(false.into());
         }
     }
 
@@ -182,15 +192,21 @@ impl WorldModelConfig {
             + self.vocab_size * self.word_dim
             + linear(self.word_dim, 2 * c)
             + c
-            + mlp(2 * c + self.word_dim + self.proprio_dim, d);
+            + mlp(
+                2 * c + self.word_dim + self.proprio_dim,
+                self.learned_latent_dim(),
+            );
         let member = match self.family {
+            TransitionFamily::ResidualMlp if self.state_in_latent => {
+                mlp(d + a, d) + mlp(d + a, self.proprio_dim)
+            }
             TransitionFamily::ResidualMlp => mlp(d + a, d),
             TransitionFamily::Salt => mlp(a, d * d + d),
             TransitionFamily::ActionPrefix => {
                 linear(a, h) + self.prefix_horizon * h + mlp(d + h, d)
             }
         };
-        let state = if self.state_decoder {
+        let state = if self.state_decoder && !self.state_in_latent {
             linear(d, self.proprio_dim)
         } else {
             0
@@ -201,6 +217,22 @@ impl WorldModelConfig {
             + 2 * mlp(d, 1)
             + mlp(d, a)
             + state
+    }
+
+    /// Whether the model reads its latents out into the proprioception: with a state
+    /// decoder, or by taking the latent's first entries where it holds the state.
+    pub fn reads_out_state(&self) -> bool {
+        self.state_decoder || self.state_in_latent
+    }
+
+    /// Latent entries the encoder learns: all of them, or those after the
+    /// proprioception where the latent holds it ([`Self::state_in_latent`]).
+    pub fn learned_latent_dim(&self) -> usize {
+        if self.state_in_latent {
+            self.latent_dim.saturating_sub(self.proprio_dim)
+        } else {
+            self.latent_dim
+        }
     }
 
     /// Checks every size against its documented range (see docs/configuration.md)
@@ -215,6 +247,23 @@ impl WorldModelConfig {
         in_range("stem_channels", self.stem_channels, 1..=256)?;
         in_range("word_dim", self.word_dim, 1..=1024)?;
         in_range("latent_dim", self.latent_dim, 1..=1024)?;
+        if self.state_in_latent && self.latent_dim <= self.proprio_dim {
+            return Err(ConfigError::new(
+                "latent_dim",
+                self.latent_dim,
+                format!(
+                    "must exceed the proprioception's {} entries when the latent holds them (state_in_latent)",
+                    self.proprio_dim
+                ),
+            ));
+        }
+        if self.state_in_latent && self.family != TransitionFamily::ResidualMlp {
+            return Err(ConfigError::new(
+                "family",
+                self.family.name(),
+                "must be residual-mlp when the latent holds the state (state_in_latent): its members gate the state's change",
+            ));
+        }
         in_range("hidden", self.hidden, 1..=8192)?;
         in_range("ensemble_size", self.ensemble_size, 1..=32)?;
         in_range("prefix_horizon", self.prefix_horizon, 1..=256)?;

@@ -14,7 +14,8 @@ use crate::mlp::{Mlp, MlpConfig};
 /// A per-pixel stem classifies colours into channels, FiLM-modulated by the
 /// instruction so that the instructed target stands out; a spatial softmax per channel
 /// turns each channel into a keypoint (where that colour is); an MLP mixes keypoints,
-/// the instruction embedding and proprioception into the latent. Only every
+/// the instruction embedding and proprioception into the latent (after the
+/// proprioception itself, where the config keeps the state in the latent). Only every
 /// `image_stride`-th pixel of every `image_stride`-th row is read: the scene's
 /// targets span several pixels, and the stem's cost is per pixel. The instruction is
 /// part of the state because reward and value depend on which target is asked for.
@@ -26,6 +27,8 @@ pub struct ObservationEncoder<B: Backend> {
     /// Inverse temperature of each channel's spatial softmax.
     sharpness: Param<Tensor<B, 1>>,
     mix: Mlp<B>,
+    /// Proprioception entries the latent starts with as they are (0: none).
+    passthrough: usize,
     image_size: usize,
     image_stride: usize,
     #[module(skip)]
@@ -44,9 +47,14 @@ impl WorldModelConfig {
             mix: MlpConfig::new(
                 2 * c + self.word_dim + self.proprio_dim,
                 self.hidden,
-                self.latent_dim,
+                self.learned_latent_dim(),
             )
             .init(device),
+            passthrough: if self.state_in_latent {
+                self.proprio_dim
+            } else {
+                0
+            },
             image_size: self.image_size,
             image_stride: self.image_stride,
             compute_path: ComputePath::Auto,
@@ -96,6 +104,16 @@ impl<B: Backend> ObservationEncoder<B> {
             ],
             1,
         );
-        self.mix.forward(joined)
+        let learned = self.mix.forward(joined);
+        if self.passthrough == 0 {
+            return learned;
+        }
+        Tensor::cat(
+            vec![
+                input.proprio.clone().narrow(1, 0, self.passthrough),
+                learned,
+            ],
+            1,
+        )
     }
 }

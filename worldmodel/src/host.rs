@@ -83,8 +83,12 @@ struct RowShape {
 
 /// One transition member's weights on the host.
 enum HostMember {
-    /// `z' = z + MLP([z, a])`.
-    ResidualMlp(HostMlp),
+    /// `z' = z + tanh(MLP([z, a]))`, the first `P` entries' change gated by
+    /// `sigmoid(G([z, a]))` where there is a gate.
+    ResidualMlp {
+        delta: HostMlp,
+        gate: Option<HostMlp>,
+    },
     /// `z' = (I + M(a)) z + b(a)`, `[vec(M), b] = MLP(a)`.
     Salt(HostMlp),
     /// Latents after every prefix of up to `max_horizon` actions in one pass.
@@ -100,7 +104,10 @@ enum HostMember {
 impl HostMember {
     fn of<B: Backend>(member: &TransitionMember<B>) -> Self {
         match member {
-            TransitionMember::ResidualMlp(m) => Self::ResidualMlp(HostMlp::of(&m.delta)),
+            TransitionMember::ResidualMlp(m) => Self::ResidualMlp {
+                delta: HostMlp::of(&m.delta),
+                gate: m.gate.as_ref().map(HostMlp::of),
+            },
             TransitionMember::Salt(m) => Self::Salt(HostMlp::of(&m.affine)),
             TransitionMember::ActionPrefix(m) => Self::ActionPrefix {
                 action_embed: HostLinear::of(&m.action_embed),
@@ -149,7 +156,7 @@ impl HostMember {
     fn predict(&self, shape: RowShape, start: &[f32], actions: &[f32], len: usize) -> Vec<f32> {
         let RowShape { rows, d, a } = shape;
         match self {
-            Self::ResidualMlp(delta) => {
+            Self::ResidualMlp { delta, gate } => {
                 let input: Vec<f32> = (0..rows)
                     .flat_map(|r| {
                         start[r * d..(r + 1) * d]
@@ -159,9 +166,18 @@ impl HostMember {
                     })
                     .collect();
                 let mut next = delta.forward(rows, &input);
-                next.iter_mut()
-                    .zip(start)
-                    .for_each(|(n, z)| *n = z + n.tanh());
+                next.iter_mut().for_each(|n| *n = n.tanh());
+                if let Some(gate) = gate {
+                    let p = gate.outputs();
+                    let logits = gate.forward(rows, &input);
+                    for (change, logits) in next.chunks_exact_mut(d).zip(logits.chunks_exact(p)) {
+                        change
+                            .iter_mut()
+                            .zip(logits)
+                            .for_each(|(c, l)| *c /= 1.0 + (-l).exp());
+                    }
+                }
+                next.iter_mut().zip(start).for_each(|(n, z)| *n += z);
                 next
             }
             Self::Salt(affine) => {
@@ -245,6 +261,8 @@ pub struct HostWorldModel {
     actor: HostMlp,
     /// The state decoder, for a model with one.
     state: Option<HostLinear>,
+    /// Leading latent entries that are the proprioception (0: none).
+    state_entries: usize,
 }
 
 /// An imagined rollout on the host, `B` start states and `H` steps, row-major with
@@ -349,6 +367,7 @@ impl HostWorldModel {
             value,
             actor,
             state: model.state.as_ref().map(HostLinear::of),
+            state_entries: model.state_entries(),
         }
     }
 
@@ -368,9 +387,18 @@ impl HostWorldModel {
     }
 
     /// The proprioception decoded from every latent of `latents` (`[rows * D]`),
-    /// `[rows * P]`, as [`WorldModel::decode_state`]; `None` for a model without a
-    /// state decoder.
+    /// `[rows * P]`, as [`WorldModel::decode_state`] (the leading entries of a latent
+    /// that holds the state); `None` for a model that reads out no state.
     pub fn decode_states(&self, latents: &[f32]) -> Option<Vec<f32>> {
+        if self.state_entries > 0 {
+            let d = self.latent_dim.max(1);
+            return Some(
+                latents
+                    .chunks_exact(d)
+                    .flat_map(|latent| latent[..self.state_entries].iter().copied())
+                    .collect(),
+            );
+        }
         let head = self.state.as_ref()?;
         let rows = latents.len() / self.latent_dim.max(1);
         let mut out = vec![0.0; rows * head.outputs()];

@@ -28,7 +28,8 @@ pub use imagine::{
     ImaginationConfig, ImaginedRollout, LatentActor, LatentPolicy, OpenLoopActions, imagine,
 };
 pub use loss::{
-    LOSS_PARTS, LossWeights, Supervision, WorldModelBatch, WorldModelLoss, world_model_loss,
+    CHANGE_THRESHOLD, LOSS_PARTS, LossWeights, Supervision, WorldModelBatch, WorldModelLoss,
+    world_model_loss,
 };
 pub use model::{EnsembleRollout, WorldModel};
 pub use plan::{

@@ -47,7 +47,17 @@ pub struct LossWeights {
     /// on pusht, 10 (3000 steps) made the decoded predictions beat copying the
     /// measured state from 3 ticks on (docs/worldmodel.md).
     pub state: f64,
+    /// Binary cross-entropy of the residual members' change gates against whether
+    /// each measured-state entry changed by more than [`CHANGE_THRESHOLD`] in the step
+    /// (models whose latent holds the state; others ignore it). A pushed object moves
+    /// only under contact, and the gate is what lets a rollout keep it exactly still.
+    pub change: f64,
 }
+
+/// A measured-state entry "changed" in one step when it moved by more than this, in
+/// the proprioception's units (pusht's normalised positions: 1/40 of a world unit; a
+/// resting body's solver drift stays below it, a push moves the block 100 times more).
+pub const CHANGE_THRESHOLD: f32 = 1e-4;
 
 impl LossWeights {
     /// Whether training gives a new model a state decoder: the `state` term weighs
@@ -69,6 +79,7 @@ impl LossWeights {
             ("value", self.value),
             ("actor", self.actor),
             ("state", self.state),
+            ("change", self.change),
         ] {
             in_range(key, value, 0.0..=1e6)?;
         }
@@ -88,6 +99,7 @@ impl Default for LossWeights {
             value: 0.5,
             actor: 1.0,
             state: 0.0,
+            change: 1.0,
         }
     }
 }
@@ -113,7 +125,7 @@ pub struct WorldModelBatch<B: Backend> {
 }
 
 /// Names of the entries of [`WorldModelLoss::parts`], in order.
-pub const LOSS_PARTS: [&str; 8] = [
+pub const LOSS_PARTS: [&str; 9] = [
     "prediction",
     "variance",
     "covariance",
@@ -122,6 +134,7 @@ pub const LOSS_PARTS: [&str; 8] = [
     "value",
     "actor",
     "state",
+    "change",
 ];
 
 /// The objective and its unweighted terms.
@@ -129,7 +142,7 @@ pub const LOSS_PARTS: [&str; 8] = [
 pub struct WorldModelLoss<B: Backend> {
     /// The weighted sum, `[1]`.
     pub total: Tensor<B, 1>,
-    /// Unweighted terms, `[8]`, named by [`LOSS_PARTS`] (one read-back for all).
+    /// Unweighted terms, `[9]`, named by [`LOSS_PARTS`] (one read-back for all).
     pub parts: Tensor<B, 1>,
 }
 
@@ -138,7 +151,9 @@ pub struct WorldModelLoss<B: Backend> {
 /// covariance regulariser on the online latents prevents collapse; the heads read the
 /// latents the transition produced (as in TD-MPC2), so they are trained on the kind of
 /// latent imagination feeds them; a state decoder reads the proprioception back from
-/// the start latent and every predicted one.
+/// the start latent and every predicted one, and the members' change gates (where the
+/// latent holds the state) classify which of its entries changed in each step, from
+/// the latents each member stepped from.
 pub fn world_model_loss<B: Backend>(
     model: &WorldModel<B>,
     batch: &WorldModelBatch<B>,
@@ -151,7 +166,7 @@ pub fn world_model_loss<B: Backend>(
     let target = target.reshape([b, h + 1, d]);
     let next_targets = target.narrow(1, 1, h);
 
-    let (start, predictions) = match supervision {
+    let (start, predictions, stepped_from) = match supervision {
         Supervision::MultiStep => {
             let start = model.encode(&batch.starts);
             let predictions: Vec<Tensor<B, 3>> = model
@@ -159,7 +174,21 @@ pub fn world_model_loss<B: Backend>(
                 .iter()
                 .map(|m| m.rollout(start.clone(), batch.actions.clone()))
                 .collect();
-            (start, predictions)
+            // Only a model with change gates reads the latents each step started from.
+            let gated = model.state_entries() > 0;
+            let stepped_from = predictions
+                .iter()
+                .filter(|_| gated)
+                .map(|p| {
+                    let before = start.clone().unsqueeze_dim::<3>(1);
+                    match h {
+                        1 => before,
+                        _ => Tensor::cat(vec![before, p.clone().narrow(1, 0, h - 1)], 1),
+                    }
+                    .reshape([b * h, d])
+                })
+                .collect();
+            (start, predictions, stepped_from)
         }
         Supervision::OneStep => {
             let online = model.encode(&batch.frames).reshape([b, h + 1, d]);
@@ -170,7 +199,12 @@ pub fn world_model_loss<B: Backend>(
                 .iter()
                 .map(|m| m.step(inputs.clone(), actions.clone()).reshape([b, h, d]))
                 .collect();
-            (online.narrow(1, 0, 1).reshape([b, d]), predictions)
+            let stepped_from = vec![inputs; model.members().len()];
+            (
+                online.narrow(1, 0, 1).reshape([b, d]),
+                predictions,
+                stepped_from,
+            )
         }
     };
     let decay: Vec<f32> = (0..h)
@@ -227,6 +261,7 @@ pub fn world_model_loss<B: Backend>(
             .mean(),
         None => Tensor::zeros([1], &batch.actions.device()),
     };
+    let change = change_loss(model, batch, stepped_from);
     let first_actions = batch.actions.clone().narrow(1, 0, 1).reshape([b, a]);
     let actor = (model.act(start.detach()) - first_actions)
         .powf_scalar(2.0)
@@ -241,14 +276,52 @@ pub fn world_model_loss<B: Backend>(
         (value, weights.value),
         (actor, weights.actor),
         (state, weights.state),
+        (change, weights.change),
     ];
     let total = terms
         .iter()
         .map(|(term, weight)| term.clone() * *weight)
         .reduce(|acc, t| acc + t)
-        .expect("eight terms");
+        .expect("nine terms");
     let parts = Tensor::cat(terms.into_iter().map(|(t, _)| t.detach()).collect(), 0);
     WorldModelLoss { total, parts }
+}
+
+/// The members' change gates against which measured-state entries changed in each
+/// step (mean binary cross-entropy over members, steps and entries), each member's
+/// gate read at the latents it stepped from (`[B * H, D]` per member); 0 for a model
+/// without gates.
+fn change_loss<B: Backend>(
+    model: &WorldModel<B>,
+    batch: &WorldModelBatch<B>,
+    stepped_from: Vec<Tensor<B, 2>>,
+) -> Tensor<B, 1> {
+    let [b, h, a] = batch.actions.dims();
+    let device = batch.actions.device();
+    let actions = batch.actions.clone().reshape([b * h, a]);
+    let logits: Vec<Tensor<B, 2>> = model
+        .members()
+        .iter()
+        .zip(stepped_from)
+        .filter_map(|(member, latents)| member.change_logits(latents, actions.clone()))
+        .collect();
+    let Some(p) = logits.first().map(|l| l.dims()[1]) else {
+        return Tensor::zeros([1], &device);
+    };
+    let proprio = batch.frames.proprio.clone();
+    let width = proprio.dims()[1];
+    let states = proprio.reshape([b, h + 1, width]).narrow(2, 0, p);
+    let change = (states.clone().narrow(1, 1, h) - states.narrow(1, 0, h)).abs();
+    // `mask_fill` rather than `bool.float()`: the latter leaves the autodiff backend
+    // under burn's dispatch, and the product with the logits then panics.
+    let changed = change.clone().greater_elem(CHANGE_THRESHOLD);
+    let labels = change
+        .zeros_like()
+        .mask_fill(changed, 1.0)
+        .reshape([b * h * p]);
+    let members = logits.len();
+    let logits = Tensor::cat(logits, 0).reshape([members * b * h * p]);
+    binary_cross_entropy_with_logits(logits, labels.repeat_dim(0, members))
 }
 
 /// Mean binary cross-entropy of `labels` under `logits`, in the form that cannot

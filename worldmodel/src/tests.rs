@@ -21,6 +21,14 @@ fn config(family: TransitionFamily) -> WorldModelConfig {
         .with_family(family)
 }
 
+/// A residual-MLP model whose latent holds the 8 proprioception entries, with change
+/// gates on them.
+fn gated_config() -> WorldModelConfig {
+    config(TransitionFamily::ResidualMlp)
+        .with_latent_dim(11)
+        .with_state_in_latent(true)
+}
+
 fn observations<B: Backend>(
     config: &WorldModelConfig,
     n: usize,
@@ -355,16 +363,22 @@ fn host_imagination_and_rollouts_match_burns_for_every_family() {
     // More start states than one host block, and a horizon longer than the prefix
     // horizon (the action-prefix family restarts from its last prediction).
     let (batch, horizon) = (70, 7);
-    let config = |family| config(family).with_prefix_horizon(3);
     let values = |t: Tensor<Cpu, 2>| t.into_data().to_vec::<f32>().unwrap();
     let values3 = |t: Tensor<Cpu, 3>| t.into_data().to_vec::<f32>().unwrap();
-    for family in TransitionFamily::ALL {
-        let model = config(family).init::<Cpu>(&device).map(&mut Perturb(0));
+    // Every family, and the residual family gating the state its latent holds.
+    let configs = TransitionFamily::ALL
+        .map(|family| config(family).with_prefix_horizon(3))
+        .into_iter()
+        .chain([gated_config()]);
+    for config in configs {
+        let family = config.family;
+        let d = config.latent_dim;
+        let model = config.init::<Cpu>(&device).map(&mut Perturb(0));
         let host = HostWorldModel::of(&model);
         assert_eq!(host.family(), family);
-        let start: Vec<f32> = (0..batch * 6).map(|i| (i as f32 * 0.71).cos()).collect();
+        let start: Vec<f32> = (0..batch * d).map(|i| (i as f32 * 0.71).cos()).collect();
         let start_tensor =
-            Tensor::<Cpu, 2>::from_data(TensorData::new(start.clone(), [batch, 6]), &device);
+            Tensor::<Cpu, 2>::from_data(TensorData::new(start.clone(), [batch, d]), &device);
         let imagination = ImaginationConfig {
             horizon,
             uncertainty_penalty: 1.5,
@@ -591,26 +605,12 @@ fn a_state_decoder_learns_the_proprioception_and_old_configs_have_none() {
     let mut model = config.init::<Autodiff<Cpu>>(&device);
     assert_eq!(config.parameter_count(), model.num_params());
     let (b, h) = (4, 2);
-    let batch = WorldModelBatch {
-        starts: observations(&config, b, &device),
-        frames: observations(&config, b * (h + 1), &device),
-        actions: actions(b, h, &device),
-        rewards: Tensor::zeros([b, h], &device),
-        continues: Tensor::ones([b, h], &device),
-        returns: Tensor::zeros([b, h], &device),
-        member_weights: Tensor::ones([3, b], &device),
-    };
-    let state_only = LossWeights {
-        prediction: 0.0,
-        variance: 0.0,
-        covariance: 0.0,
-        reward: 0.0,
-        continuation: 0.0,
-        value: 0.0,
-        actor: 0.0,
-        state: 1.0,
-        ..LossWeights::default()
-    };
+    let batch = windows(
+        observations(&config, b, &device),
+        observations(&config, b * (h + 1), &device),
+        (b, h),
+    );
+    let state_only = only(|w| w.state = 1.0);
     let state_at = |model: &WorldModel<Autodiff<Cpu>>| {
         let loss = world_model_loss(model, &batch, Supervision::MultiStep, &state_only);
         let parts = loss.parts.into_data().to_vec::<f32>().unwrap();
@@ -638,6 +638,235 @@ fn a_state_decoder_learns_the_proprioception_and_old_configs_have_none() {
     let parts = loss.parts.into_data().to_vec::<f32>().unwrap();
     assert_eq!(
         parts[LOSS_PARTS.iter().position(|p| *p == "state").unwrap()],
+        0.0
+    );
+}
+
+/// `b` windows of `h` steps from `starts` and `frames` (`b * (h + 1)`), with the
+/// test's actions, zero rewards and returns, and every member weighting every window.
+fn windows<B: Backend>(
+    starts: PolicyInput<B>,
+    frames: PolicyInput<B>,
+    (b, h): (usize, usize),
+) -> WorldModelBatch<B> {
+    let device = frames.proprio.device();
+    WorldModelBatch {
+        starts,
+        frames,
+        actions: actions(b, h, &device),
+        rewards: Tensor::zeros([b, h], &device),
+        continues: Tensor::ones([b, h], &device),
+        returns: Tensor::zeros([b, h], &device),
+        member_weights: Tensor::ones([3, b], &device),
+    }
+}
+
+/// Loss weights with every term at 0 but those `set` gives a weight.
+fn only(set: impl FnOnce(&mut LossWeights)) -> LossWeights {
+    let mut weights = LossWeights {
+        prediction: 0.0,
+        variance: 0.0,
+        covariance: 0.0,
+        reward: 0.0,
+        continuation: 0.0,
+        value: 0.0,
+        actor: 0.0,
+        state: 0.0,
+        change: 0.0,
+        ..LossWeights::default()
+    };
+    set(&mut weights);
+    weights
+}
+
+/// Observations whose proprioception is `proprio[i]` (8 entries each), frames as
+/// [`hand_made_observation`].
+fn observations_with<B: Backend>(
+    config: &WorldModelConfig,
+    proprio: &[Vec<f32>],
+    device: &B::Device,
+) -> PolicyInput<B> {
+    let mut batch = PolicyBatch::new(&config.input_spec());
+    for (i, state) in proprio.iter().enumerate() {
+        let mut observation = hand_made_observation(config.image_size as u32, i);
+        observation.proprio = state.clone();
+        batch.push(&observation).expect("valid observation");
+    }
+    batch.to_input(device)
+}
+
+/// Sets every bias of a change gate's output layer to `logit`, its weights to 0.
+fn force_gate<B: Backend>(member: &mut crate::transition::ResidualMlp<B>, logit: f32) {
+    let output = &mut member.gate.as_mut().expect("a gated member").output;
+    let [inputs, outputs] = output.weight.dims();
+    let device = output.weight.device();
+    output.weight = Param::from_tensor(Tensor::zeros([inputs, outputs], &device));
+    output.bias = Some(Param::from_tensor(Tensor::full([outputs], logit, &device)));
+}
+
+#[test]
+fn a_latent_that_holds_the_state_gates_its_change_and_learns_which_entries_change() {
+    use burn::optim::{AdamConfig, GradientsParams, Optimizer};
+    let device = Default::default();
+    let config = gated_config();
+    config.validate().unwrap();
+    let (d, p) = (config.latent_dim, config.proprio_dim);
+
+    // Settings: only the residual family gates, the latent must have room beyond the
+    // state, and a config written before the key reads as one without it.
+    for family in [TransitionFamily::Salt, TransitionFamily::ActionPrefix] {
+        let error = config.clone().with_family(family).validate().unwrap_err();
+        assert_eq!(error.key, "family", "{error}");
+    }
+    let error = config.clone().with_latent_dim(p).validate().unwrap_err();
+    assert_eq!(error.key, "latent_dim", "{error}");
+    let mut json = serde_json::to_value(config.clone()).unwrap();
+    json.as_object_mut().unwrap().remove("state_in_latent");
+    WorldModelConfig::fill_later_keys(&mut json);
+    assert!(
+        !serde_json::from_value::<WorldModelConfig>(json)
+            .unwrap()
+            .state_in_latent
+    );
+
+    // The latent starts with the proprioception itself, and reading it out is taking
+    // those entries, in burn and on the host.
+    let model = config.init::<Cpu>(&device);
+    assert_eq!(config.parameter_count(), model.num_params());
+    let observed = observations(&config, 3, &device);
+    let latent = model.encode(&observed);
+    let proprio = observed
+        .proprio
+        .clone()
+        .into_data()
+        .to_vec::<f32>()
+        .unwrap();
+    let decoded = model.decode_state(latent.clone()).unwrap();
+    assert_eq!(decoded.into_data().to_vec::<f32>().unwrap(), proprio);
+    let latent_values = latent.clone().into_data().to_vec::<f32>().unwrap();
+    let host = HostWorldModel::of(&model);
+    assert_eq!(host.decode_states(&latent_values).unwrap(), proprio);
+
+    // A closed gate keeps every state entry exactly where it was while the learned
+    // entries move; an open one is the plain residual step.
+    let action = Tensor::<Cpu, 2>::from_data(TensorData::new(vec![0.4f32, -0.3], [1, 2]), &device)
+        .repeat_dim(0, 3);
+    let TransitionMember::ResidualMlp(member) = &model.members()[0] else {
+        panic!("a residual member");
+    };
+    let member = member.clone().map(&mut Perturb(5));
+    let mut closed = member.clone();
+    force_gate(&mut closed, -40.0);
+    let next = closed.step(latent.clone(), action.clone());
+    let next = next.into_data().to_vec::<f32>().unwrap();
+    for (row, (after, before)) in next.chunks(d).zip(latent_values.chunks(d)).enumerate() {
+        let moved = largest_difference(&after[..p], &before[..p]);
+        assert!(
+            moved < 1e-12,
+            "row {row}: a closed gate moved the state by {moved}"
+        );
+        assert_ne!(
+            after[p..],
+            before[p..],
+            "row {row}: the learned entries must move"
+        );
+    }
+    let mut open = member.clone();
+    force_gate(&mut open, 40.0);
+    let ungated = latent.clone()
+        + burn::tensor::activation::tanh(
+            member
+                .delta
+                .forward(Tensor::cat(vec![latent.clone(), action.clone()], 1)),
+        );
+    let worst = largest_difference(
+        &ungated.into_data().to_vec::<f32>().unwrap(),
+        &open
+            .step(latent, action)
+            .into_data()
+            .to_vec::<f32>()
+            .unwrap(),
+    );
+    assert!(
+        worst < 1e-6,
+        "an open gate is the plain step: off by {worst}"
+    );
+
+    // The change loss is the gates' cross-entropy against which entries changed by
+    // more than the threshold: here the first four entries move every step, the rest
+    // by less than it.
+    let (b, h) = (2, 3);
+    let states: Vec<Vec<f32>> = (0..b * (h + 1))
+        .map(|i| {
+            (0..p)
+                .map(|k| match k < 4 {
+                    true => (i as f32 * 0.3 + k as f32).sin(),
+                    false => 0.2 * k as f32 + i as f32 * CHANGE_THRESHOLD * 0.2,
+                })
+                .collect()
+        })
+        .collect();
+    let frames = observations_with::<Autodiff<Cpu>>(&config, &states, &device);
+    let starts = observations_with::<Autodiff<Cpu>>(
+        &config,
+        &(0..b)
+            .map(|w| states[w * (h + 1)].clone())
+            .collect::<Vec<_>>(),
+        &device,
+    );
+    let batch = windows(starts, frames, (b, h));
+    let change_only = only(|w| w.change = 1.0);
+    let change_part = LOSS_PARTS.iter().position(|p| *p == "change").unwrap();
+    let mut model = config.init::<Autodiff<Cpu>>(&device);
+    // One-step supervision steps from the online latents of the recorded frames: the
+    // reference reads the gates there by hand.
+    let online = model.encode(&batch.frames).reshape([b, h + 1, d]);
+    let inputs = online.narrow(1, 0, h).reshape([b * h, d]);
+    let flat_actions = batch.actions.clone().reshape([b * h, 2]);
+    let mut expected = 0.0f64;
+    for member in model.members() {
+        let logits = member
+            .change_logits(inputs.clone(), flat_actions.clone())
+            .unwrap()
+            .into_data()
+            .to_vec::<f32>()
+            .unwrap();
+        for (i, logit) in logits.iter().enumerate() {
+            let label = if i % p < 4 { 1.0 } else { 0.0 };
+            let x = *logit as f64;
+            expected += x.max(0.0) - x * label + (1.0 + (-x.abs()).exp()).ln();
+        }
+    }
+    expected /= (3 * b * h * p) as f64;
+    let loss = world_model_loss(&model, &batch, Supervision::OneStep, &change_only);
+    let got = loss.parts.into_data().to_vec::<f32>().unwrap()[change_part] as f64;
+    assert!(
+        (got - expected).abs() < 1e-5,
+        "change loss {got}, by hand {expected}"
+    );
+
+    // Trained on it, the gates learn which entries change.
+    let before = got;
+    let mut optimizer = AdamConfig::new().init();
+    for _ in 0..100 {
+        let loss = world_model_loss(&model, &batch, Supervision::MultiStep, &change_only);
+        let grads = GradientsParams::from_grads(loss.total.backward(), &model);
+        model = optimizer.step(1e-2, model, grads);
+    }
+    let loss = world_model_loss(&model, &batch, Supervision::MultiStep, &change_only);
+    let after = loss.parts.into_data().to_vec::<f32>().unwrap()[change_part] as f64;
+    assert!(after < 0.1 * before, "change loss {before} -> {after}");
+
+    // A model without gates has no change term.
+    let plain = self::config(TransitionFamily::ResidualMlp).init::<Autodiff<Cpu>>(&device);
+    let loss = world_model_loss(
+        &plain,
+        &batch,
+        Supervision::MultiStep,
+        &LossWeights::default(),
+    );
+    assert_eq!(
+        loss.parts.into_data().to_vec::<f32>().unwrap()[change_part],
         0.0
     );
 }

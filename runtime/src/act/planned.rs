@@ -4,8 +4,9 @@
 //! rounds and MPPI's draw; docs/worldmodel.md, "Planning").
 //!
 //! What imagination scores: on a robot whose reward is a function of its measured
-//! state (pusht's block coverage) and a model with a state decoder, that function of
-//! each imagined state read out by the decoder; else the model's reward head.
+//! state (pusht's block coverage) and a model that reads its state out (a state decoder,
+//! or the state in its latent), that function of each imagined state read out; else
+//! the model's reward head.
 
 use std::path::Path;
 
@@ -77,7 +78,7 @@ impl<B: Backend> WorldModelPlanner<B> {
             spec.action_limit
         );
         let host = HostWorldModel::of(&model);
-        let reward = match (robot.reward_of_state(), config.state_decoder) {
+        let reward = match (robot.reward_of_state(), config.reads_out_state()) {
             (Some(reward), true) => PlanningReward::DecodedState(reward),
             _ => PlanningReward::RewardHead,
         };
@@ -145,9 +146,9 @@ impl<B: Backend> WorldModelPlanner<B> {
             proposals,
             rngs,
             |candidates| {
-                imagined
-                    .score(candidates)
-                    .expect("a decoded-state reward is chosen only for a model with a decoder")
+                imagined.score(candidates).expect(
+                    "a decoded-state reward is chosen only for a model that reads out its state",
+                )
             },
         ))
     }

@@ -158,15 +158,17 @@ impl DemoPlan {
             // lag the model must otherwise predict across. On the committed expert's
             // 300 demonstrations (1000 steps): error at 5 ticks 0.430 (SALT) -> 0.094
             // (residual) -> 0.056 (residual, ema_decay 0), against copying the last
-            // latent's 0.031-0.037. With the state decoder (weight 10) and 3000 steps
-            // its predictions read out into the pusher's and block's measured state
-            // err 0.033 at 5 ticks against copy-last's 0.047 (docs/worldmodel.md, on
-            // pusht). The demo's fine-tuning (DAgger) does not use it.
+            // latent's 0.031-0.037. With the measured state in the latent, its change
+            // gated by contact, and the state loss at 300, 3000 steps predict the
+            // pusher's and block's measured state with 0.022 at 5 ticks against
+            // copy-last's 0.048 (a state decoder at weight 10: 0.033; docs/worldmodel.md,
+            // on pusht). The demo's fine-tuning (DAgger) does not use it.
             world_model: WorldModelTrainConfig {
                 steps: scale(1000, 3000),
                 ema_decay: 0.0,
+                state_in_latent: true,
                 losses: LossWeights {
-                    state: 10.0,
+                    state: 300.0,
                     ..LossWeights::default()
                 },
                 ..plan.world_model
@@ -594,8 +596,13 @@ impl DemoRun<'_> {
         held_out: &[Episode],
     ) -> anyhow::Result<DemoWorldModel> {
         let spec = self.options.robot.spec();
-        let config = WorldModelConfig::for_robot(&spec, self.plan.world_model_family)?
-            .with_state_decoder(self.plan.world_model.losses.decodes_state());
+        let config = self
+            .plan
+            .world_model
+            .new_model(WorldModelConfig::for_robot(
+                &spec,
+                self.plan.world_model_family,
+            )?)?;
         eprintln!(
             "training a {} world model on {} episodes ({} steps), scoring it on {} held-out ones",
             self.plan.world_model_family,
@@ -823,9 +830,21 @@ mod tests {
             let pusht = DemoPlan::for_robot(&RobotConfig::named("pusht").unwrap(), quick);
             assert_eq!(pusht.world_model_family, TransitionFamily::ResidualMlp);
             assert_eq!(pusht.world_model.ema_decay, 0.0);
-            // Its latents keep the pusher's and block's state (a state decoder);
-            // reacher2d's imagination-based fine-tuning lost with one.
-            assert_eq!(pusht.world_model.losses.state, 10.0);
+            // Its latents hold the pusher's and block's state, their change gated;
+            // reacher2d's imagination-based fine-tuning lost with a state decoder.
+            assert!(pusht.world_model.state_in_latent);
+            assert!(pusht.world_model.losses.decodes_state());
+            let model = pusht
+                .world_model
+                .new_model(
+                    WorldModelConfig::for_robot(
+                        &RobotConfig::named("pusht").unwrap().spec(),
+                        pusht.world_model_family,
+                    )
+                    .unwrap(),
+                )
+                .unwrap();
+            assert!(model.state_in_latent);
             let reacher = DemoPlan::for_robot(&RobotConfig::named("reacher2d").unwrap(), quick);
             assert_eq!(reacher.world_model_family, TransitionFamily::Salt);
             assert_eq!(
@@ -833,6 +852,7 @@ mod tests {
                 WorldModelTrainConfig::default().ema_decay
             );
             assert_eq!(reacher.world_model.losses.state, 0.0);
+            assert!(!reacher.world_model.state_in_latent);
         }
     }
 }

@@ -331,7 +331,8 @@ fn decoded_rows(decoded: &DecodedReport, horizons: &[usize]) -> String {
     let mut out = format!(
         "read out into the proprioception by {} (squared error / variance, mean of {} entries)\n{:>7} {:>8} {:>10}\n",
         match decoded.readout {
-            ReadoutKind::ModelDecoder => "the model's state decoder",
+            ReadoutKind::ModelDecoder =>
+                "the model's own readout (its state decoder or its latent's state entries)",
             ReadoutKind::FittedLinear => "a linear map fitted on the real latents",
         },
         decoded.names.len(),
@@ -369,7 +370,7 @@ fn decoded_rows(decoded: &DecodedReport, horizons: &[usize]) -> String {
 /// Errors split by whether the pushed object moved by each horizon.
 fn contact_rows(contact: &ContactSplitReport, horizons: &[usize]) -> String {
     let mut out = format!(
-        "split by whether {} moved by the horizon (latent errors as above; decoded: its entries)\n{:>7} {:>7} {:>8} {:>10} {:>8} {:>10} {:>8} {:>10}\n",
+        "split by whether {} moved by the horizon (latent errors as above; decoded: its entries; where it stayed still copy-last's decoded error is about 0)\n{:>7} {:>7} {:>8} {:>10} {:>8} {:>10} {:>8} {:>10} {:>11}\n",
         contact.entries.join("/"),
         "horizon",
         "moved",
@@ -378,12 +379,13 @@ fn contact_rows(contact: &ContactSplitReport, horizons: &[usize]) -> String {
         "decoded",
         "copy-last",
         "still",
-        "copy-last"
+        "copy-last",
+        "still dec."
     );
     for &h in horizons {
         let i = h - 1;
         out.push_str(&format!(
-            "{:>7} {:>7.2} {:>8.3} {:>10.3} {:>8.3} {:>10.3} {:>8.3} {:>10.3}\n",
+            "{:>7} {:>7.2} {:>8.3} {:>10.3} {:>8.3} {:>10.3} {:>8.3} {:>10.3} {:>11}\n",
             h,
             contact.moved_share[i],
             contact.moved_error[i],
@@ -392,6 +394,10 @@ fn contact_rows(contact: &ContactSplitReport, horizons: &[usize]) -> String {
             contact.moved_decoded_copy_last_error[i],
             contact.still_error[i],
             contact.still_copy_last_error[i],
+            contact
+                .still_decoded_error
+                .get(i)
+                .map_or("-".to_string(), |e| format!("{e:.3}")),
         ));
     }
     out

@@ -62,8 +62,8 @@ pub fn train_world_model_offline(
     let spec = read.spec;
     let (training, held_out) = split_episodes(&read.contents.episodes);
     let expected = WorldModelConfig::for_robot(&spec, family)
-        .map_err(|e| anyhow::anyhow!("the world model for {}: {e}", spec.summary()))?
-        .with_state_decoder(train.losses.decodes_state());
+        .and_then(|base| train.new_model(base))
+        .map_err(|e| anyhow::anyhow!("the world model for {}: {e}", spec.summary()))?;
     Dispatch::seed(&device.training, train.seed);
     let (model, config, version, parent) = match init {
         Some(dir) => {

@@ -59,6 +59,19 @@ impl<B: Backend> TransitionMember<B> {
         }
     }
 
+    /// The change gate's logits `[B, P]` for latents `[B, D]` and actions `[B, A]`
+    /// (see [`ResidualMlp`]); `None` for a member without one.
+    pub fn change_logits(
+        &self,
+        latent: Tensor<B, 2>,
+        action: Tensor<B, 2>,
+    ) -> Option<Tensor<B, 2>> {
+        match self {
+            Self::ResidualMlp(m) => m.change_logits(latent, action),
+            Self::Salt(_) | Self::ActionPrefix(_) => None,
+        }
+    }
+
     /// Latents `[B, H, D]` reached after each of `actions` `[B, H, A]` from `latent`
     /// `[B, D]`, open loop, each step fed the member's own previous prediction.
     /// Autoregressive families take `H` steps; the action-prefix family takes one pass

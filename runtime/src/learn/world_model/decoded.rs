@@ -80,7 +80,8 @@ impl PhysicalQuantities {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum ReadoutKind {
-    /// The model's own state decoder (`state_decoder`), trained on its predictions.
+    /// The model's own state decoder (`state_decoder`), trained on its predictions, or
+    /// the state entries of a latent that holds the state (`state_in_latent`).
     ModelDecoder,
     /// A linear map fitted here on the evaluated episodes' real latents (models
     /// without a decoder).
@@ -132,6 +133,11 @@ pub struct ContactSplitReport {
     pub moved_decoded_error: Vec<f64>,
     /// Copy-last's decoded error of the object's entries where it moved.
     pub moved_decoded_copy_last_error: Vec<f64>,
+    /// Decoded error of the object's entries where it stayed still: motion the model
+    /// predicted without contact (copy-last's is below the "moved" threshold there).
+    /// Absent in reports written before it.
+    #[serde(default)]
+    pub still_decoded_error: Vec<f64>,
 }
 
 /// What one evaluated episode leaves for the physical evaluation.
@@ -374,6 +380,9 @@ pub(super) fn physical_errors(
         moved_decoded_copy_last_error: (0..horizon)
             .map(|i| normalised(&sums.moved_copy[i], objects, sums.moved[i]))
             .collect(),
+        still_decoded_error: (0..horizon)
+            .map(|i| normalised(&sums.still_model[i], objects, sums.still()[i]))
+            .collect(),
     });
     Ok(Some((decoded, contact)))
 }
@@ -387,6 +396,7 @@ struct PhysicalSums {
     moved: Vec<usize>,
     moved_model: Vec<Vec<f64>>,
     moved_copy: Vec<Vec<f64>>,
+    still_model: Vec<Vec<f64>>,
     moved_latent: Vec<f64>,
     moved_latent_copy: Vec<f64>,
     still_latent: Vec<f64>,
@@ -403,6 +413,7 @@ impl PhysicalSums {
             moved: vec![0; horizon],
             moved_model: per_entry(),
             moved_copy: per_entry(),
+            still_model: per_entry(),
             moved_latent: vec![0.0; horizon],
             moved_latent_copy: vec![0.0; horizon],
             still_latent: vec![0.0; horizon],
@@ -461,6 +472,8 @@ impl PhysicalSums {
                     if moved {
                         self.moved_model[i][k] += model_sq;
                         self.moved_copy[i][k] += copy_sq;
+                    } else {
+                        self.still_model[i][k] += model_sq;
                     }
                 }
             }
@@ -553,6 +566,18 @@ mod tests {
                 .moved_decoded_copy_last_error
                 .iter()
                 .all(|&e| e > 1e-3)
+        );
+        assert!(contact.still_decoded_error.iter().all(|&e| e < 1e-4));
+        // A model off by a constant in latent units moves the still object too.
+        let offset = [record(proprio, 0.5, horizon)];
+        let (_, contact) = physical_errors(&offset, &quantities, None, (horizon, 3), 1.0)
+            .unwrap()
+            .unwrap();
+        let contact = contact.expect("an object is named");
+        assert!(
+            contact.still_decoded_error.iter().all(|&e| e > 1e-3),
+            "{:?}",
+            contact.still_decoded_error
         );
     }
 

@@ -50,6 +50,9 @@ pub struct WorldModelTrainConfig {
     pub bootstrap: bool,
     /// Weights of the loss terms.
     pub losses: LossWeights,
+    /// A new model's latent starts with the proprioception itself
+    /// (`WorldModelConfig::state_in_latent`); a model continued keeps its own choice.
+    pub state_in_latent: bool,
     /// Seed of the window sampler and the bootstrap.
     pub seed: u64,
 }
@@ -66,6 +69,18 @@ impl WorldModelTrainConfig {
         in_range("ema_decay", self.ema_decay, 0.0..=0.9999)?;
         in_range("discount", self.discount, 0.0..=1.0)?;
         self.losses.validate().map_err(|e| e.within("losses"))
+    }
+
+    /// The model a new run of these settings builds from `base` (the robot's config of
+    /// the chosen family): a state decoder when the `state` loss weighs something, the
+    /// state in the latent when asked; checked, so that asking for the state in the
+    /// latent of a family that cannot gate it is an error naming `family`.
+    pub fn new_model(&self, base: WorldModelConfig) -> Result<WorldModelConfig, ConfigError> {
+        let config = base
+            .with_state_decoder(self.losses.decodes_state())
+            .with_state_in_latent(self.state_in_latent);
+        config.validate()?;
+        Ok(config)
     }
 }
 
@@ -86,6 +101,7 @@ impl Default for WorldModelTrainConfig {
             discount: 0.95,
             bootstrap: true,
             losses: LossWeights::default(),
+            state_in_latent: false,
             seed: 0,
         }
     }

@@ -330,9 +330,12 @@ pub fn load_world_model<B: Backend>(
         |config| (config.proprio_dim, config.action_limit.as_slice()),
     )?;
     if let Some(expected) = expected {
-        // Whether the model decodes its state is the checkpoint's: one written before
-        // the decoder existed continues without it.
-        let expected = expected.clone().with_state_decoder(config.state_decoder);
+        // Whether the model decodes its state, and how, is the checkpoint's: one
+        // written before the decoder existed continues without it.
+        let expected = expected
+            .clone()
+            .with_state_decoder(config.state_decoder)
+            .with_state_in_latent(config.state_in_latent);
         ensure_config_matches(dir, &config, &expected)?;
     }
     let model = load_weights(config.init::<B>(device), &meta, dir, device)?;
