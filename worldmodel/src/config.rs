@@ -198,7 +198,7 @@ impl WorldModelConfig {
             );
         let member = match self.family {
             TransitionFamily::ResidualMlp if self.state_in_latent => {
-                mlp(d + a, d) + mlp(d + a, self.proprio_dim)
+                mlp(d + a, d) + mlp(d + a, self.state_entries())
             }
             TransitionFamily::ResidualMlp => mlp(d + a, d),
             TransitionFamily::Salt => mlp(a, d * d + d),
@@ -206,7 +206,7 @@ impl WorldModelConfig {
                 linear(a, h) + self.prefix_horizon * h + mlp(d + h, d)
             }
         };
-        let state = if self.state_decoder && !self.state_in_latent {
+        let state = if self.has_decoder_head() {
             linear(d, self.proprio_dim)
         } else {
             0
@@ -225,14 +225,25 @@ impl WorldModelConfig {
         self.state_decoder || self.state_in_latent
     }
 
-    /// Latent entries the encoder learns: all of them, or those after the
-    /// proprioception where the latent holds it ([`Self::state_in_latent`]).
-    pub fn learned_latent_dim(&self) -> usize {
+    /// Whether the model has a linear state decoder: asked for, and its latent does
+    /// not hold the state already.
+    pub fn has_decoder_head(&self) -> bool {
+        self.state_decoder && !self.state_in_latent
+    }
+
+    /// Leading latent entries that are the proprioception: all of it where the latent
+    /// holds the state ([`Self::state_in_latent`]), else none.
+    pub fn state_entries(&self) -> usize {
         if self.state_in_latent {
-            self.latent_dim.saturating_sub(self.proprio_dim)
+            self.proprio_dim
         } else {
-            self.latent_dim
+            0
         }
+    }
+
+    /// Latent entries the encoder learns: those after the state entries.
+    pub fn learned_latent_dim(&self) -> usize {
+        self.latent_dim.saturating_sub(self.state_entries())
     }
 
     /// Checks every size against its documented range (see docs/configuration.md)

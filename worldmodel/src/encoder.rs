@@ -28,7 +28,7 @@ pub struct ObservationEncoder<B: Backend> {
     sharpness: Param<Tensor<B, 1>>,
     mix: Mlp<B>,
     /// Proprioception entries the latent starts with as they are (0: none).
-    passthrough: usize,
+    pub(crate) passthrough: usize,
     image_size: usize,
     image_stride: usize,
     #[module(skip)]
@@ -50,11 +50,7 @@ impl WorldModelConfig {
                 self.learned_latent_dim(),
             )
             .init(device),
-            passthrough: if self.state_in_latent {
-                self.proprio_dim
-            } else {
-                0
-            },
+            passthrough: self.state_entries(),
             image_size: self.image_size,
             image_stride: self.image_stride,
             compute_path: ComputePath::Auto,

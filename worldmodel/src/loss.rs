@@ -155,8 +155,8 @@ pub struct WorldModelLoss<B: Backend> {
 /// latents the transition produced (as in TD-MPC2), so they are trained on the kind of
 /// latent imagination feeds them; a state decoder reads the proprioception back from
 /// the start latent and every predicted one, and the members' change gates (where the
-/// latent holds the state) classify which of its entries changed in each step, from
-/// the latents each member stepped from.
+/// latent holds the state) classify which of its entries changed in each step, on the
+/// logits that gated each step.
 pub fn world_model_loss<B: Backend>(
     model: &WorldModel<B>,
     batch: &WorldModelBatch<B>,
@@ -169,47 +169,36 @@ pub fn world_model_loss<B: Backend>(
     let target = target.reshape([b, h + 1, d]);
     let next_targets = target.narrow(1, 1, h);
 
-    let (start, predictions, stepped_from) = match supervision {
-        Supervision::MultiStep => {
-            let start = model.encode(&batch.starts);
-            let predictions: Vec<Tensor<B, 3>> = model
-                .members()
-                .iter()
-                .map(|m| m.rollout(start.clone(), batch.actions.clone()))
-                .collect();
-            // Only a model with change gates reads the latents each step started from.
-            let gated = model.state_entries() > 0;
-            let stepped_from = predictions
-                .iter()
-                .filter(|_| gated)
-                .map(|p| {
-                    let before = start.clone().unsqueeze_dim::<3>(1);
-                    match h {
-                        1 => before,
-                        _ => Tensor::cat(vec![before, p.clone().narrow(1, 0, h - 1)], 1),
-                    }
-                    .reshape([b * h, d])
-                })
-                .collect();
-            (start, predictions, stepped_from)
-        }
-        Supervision::OneStep => {
-            let online = model.encode(&batch.frames).reshape([b, h + 1, d]);
-            let inputs = online.clone().narrow(1, 0, h).reshape([b * h, d]);
-            let actions = batch.actions.clone().reshape([b * h, a]);
-            let predictions = model
-                .members()
-                .iter()
-                .map(|m| m.step(inputs.clone(), actions.clone()).reshape([b, h, d]))
-                .collect();
-            let stepped_from = vec![inputs; model.members().len()];
-            (
-                online.narrow(1, 0, 1).reshape([b, d]),
-                predictions,
-                stepped_from,
-            )
-        }
-    };
+    let (start, predictions, gates): (_, Vec<Tensor<B, 3>>, Vec<Option<Tensor<B, 3>>>) =
+        match supervision {
+            Supervision::MultiStep => {
+                let start = model.encode(&batch.starts);
+                let (predictions, gates) = model
+                    .members()
+                    .iter()
+                    .map(|m| m.rollout_gated(start.clone(), batch.actions.clone()))
+                    .unzip();
+                (start, predictions, gates)
+            }
+            Supervision::OneStep => {
+                let online = model.encode(&batch.frames).reshape([b, h + 1, d]);
+                let inputs = online.clone().narrow(1, 0, h).reshape([b * h, d]);
+                let actions = batch.actions.clone().reshape([b * h, a]);
+                let (predictions, gates) = model
+                    .members()
+                    .iter()
+                    .map(|m| {
+                        let (next, logits) = m.step_gated(inputs.clone(), actions.clone());
+                        let logits = logits.map(|l| {
+                            let p = l.dims()[1];
+                            l.reshape([b, h, p])
+                        });
+                        (next.reshape([b, h, d]), logits)
+                    })
+                    .unzip();
+                (online.narrow(1, 0, 1).reshape([b, d]), predictions, gates)
+            }
+        };
     let decay: Vec<f32> = (0..h)
         .map(|k| weights.prediction_decay.powi(k as i32) as f32)
         .collect();
@@ -264,7 +253,7 @@ pub fn world_model_loss<B: Backend>(
             .mean(),
         None => Tensor::zeros([1], &batch.actions.device()),
     };
-    let change = change_loss(model, batch, stepped_from);
+    let change = change_loss(batch, gates);
     let first_actions = batch.actions.clone().narrow(1, 0, 1).reshape([b, a]);
     let actor = (model.act(start.detach()) - first_actions)
         .powf_scalar(2.0)
@@ -291,25 +280,17 @@ pub fn world_model_loss<B: Backend>(
 }
 
 /// The members' change gates against which measured-state entries changed in each
-/// step (mean binary cross-entropy over members, steps and entries), each member's
-/// gate read at the latents it stepped from (`[B * H, D]` per member); 0 for a model
-/// without gates.
+/// step (mean binary cross-entropy over members, steps and entries), from the logits
+/// that gated each member's steps (`[B, H, P]`, `None` for a member without a gate);
+/// 0 for a model without gates.
 fn change_loss<B: Backend>(
-    model: &WorldModel<B>,
     batch: &WorldModelBatch<B>,
-    stepped_from: Vec<Tensor<B, 2>>,
+    gates: Vec<Option<Tensor<B, 3>>>,
 ) -> Tensor<B, 1> {
-    let [b, h, a] = batch.actions.dims();
-    let device = batch.actions.device();
-    let actions = batch.actions.clone().reshape([b * h, a]);
-    let logits: Vec<Tensor<B, 2>> = model
-        .members()
-        .iter()
-        .zip(stepped_from)
-        .filter_map(|(member, latents)| member.change_logits(latents, actions.clone()))
-        .collect();
-    let Some(p) = logits.first().map(|l| l.dims()[1]) else {
-        return Tensor::zeros([1], &device);
+    let [b, h, _] = batch.actions.dims();
+    let logits: Vec<Tensor<B, 3>> = gates.into_iter().flatten().collect();
+    let Some(p) = logits.first().map(|l| l.dims()[2]) else {
+        return Tensor::zeros([1], &batch.actions.device());
     };
     let proprio = batch.frames.proprio.clone();
     let width = proprio.dims()[1];

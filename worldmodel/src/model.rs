@@ -28,8 +28,6 @@ pub struct WorldModel<B: Backend> {
     pub(crate) actor: Mlp<B>,
     /// The proprioception read linearly from a latent (`state_decoder`).
     pub(crate) state: Option<Linear<B>>,
-    /// Leading latent entries that are the proprioception (`state_in_latent`; 0: none).
-    pub(crate) state_entries: usize,
 }
 
 /// The ensemble's open-loop predictions, each member on its own predictions.
@@ -67,13 +65,9 @@ impl WorldModelConfig {
             continuation: head(d, 1),
             value: head(d, 1),
             actor: head(d, a),
-            state: (self.state_decoder && !self.state_in_latent)
+            state: self
+                .has_decoder_head()
                 .then(|| LinearConfig::new(d, self.proprio_dim).init(device)),
-            state_entries: if self.state_in_latent {
-                self.proprio_dim
-            } else {
-                0
-            },
         }
     }
 }
@@ -192,25 +186,26 @@ impl<B: Backend> WorldModel<B> {
     /// The proprioception `[B, P]` decoded from `latent` `[B, D]`, for a model with a
     /// state decoder or whose latent holds the state (its leading entries).
     pub fn decode_state(&self, latent: Tensor<B, 2>) -> Option<Tensor<B, 2>> {
-        if self.state_entries > 0 {
-            return Some(latent.narrow(1, 0, self.state_entries));
+        let p = self.state_entries();
+        if p > 0 {
+            return Some(latent.narrow(1, 0, p));
         }
         self.state.as_ref().map(|head| head.forward(latent))
     }
 
-    /// Leading latent entries that are the proprioception (0: none).
+    /// Leading latent entries that are the proprioception (0: none), the encoder's.
     pub fn state_entries(&self) -> usize {
-        self.state_entries
+        self.encoder.passthrough
     }
 
     /// The state decoder's weight `[D, P]` (row-major) and bias `[P]` on the host, for
     /// a model with one (for a latent that holds the state, the map that takes its
     /// leading entries): evaluation reads predicted latents out with it.
     pub fn state_decoder_weights(&self) -> Option<(Vec<f32>, Vec<f32>)> {
-        if self.state_entries > 0 {
+        let p = self.state_entries();
+        if p > 0 {
             let first = self.continuation.hidden.first();
             let d = first.unwrap_or(&self.continuation.output).weight.dims()[0];
-            let p = self.state_entries;
             let mut weight = vec![0.0; d * p];
             (0..p).for_each(|i| weight[i * p + i] = 1.0);
             return Some((weight, vec![0.0; p]));

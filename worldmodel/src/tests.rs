@@ -825,9 +825,14 @@ fn a_latent_that_holds_the_state_gates_its_change_and_learns_which_entries_chang
     let flat_actions = batch.actions.clone().reshape([b * h, 2]);
     let mut expected = 0.0f64;
     for member in model.members() {
+        let TransitionMember::ResidualMlp(member) = member else {
+            panic!("a residual member");
+        };
         let logits = member
-            .change_logits(inputs.clone(), flat_actions.clone())
-            .unwrap()
+            .gate
+            .as_ref()
+            .expect("a gated member")
+            .forward(Tensor::cat(vec![inputs.clone(), flat_actions.clone()], 1))
             .into_data()
             .to_vec::<f32>()
             .unwrap();

@@ -59,16 +59,16 @@ impl<B: Backend> TransitionMember<B> {
         }
     }
 
-    /// The change gate's logits `[B, P]` for latents `[B, D]` and actions `[B, A]`
-    /// (see [`ResidualMlp`]); `None` for a member without one.
-    pub fn change_logits(
+    /// [`Self::step`] and the change gate's logits `[B, P]` that gated it (see
+    /// [`ResidualMlp`]); `None` for a member without a gate.
+    pub fn step_gated(
         &self,
         latent: Tensor<B, 2>,
         action: Tensor<B, 2>,
-    ) -> Option<Tensor<B, 2>> {
+    ) -> (Tensor<B, 2>, Option<Tensor<B, 2>>) {
         match self {
-            Self::ResidualMlp(m) => m.change_logits(latent, action),
-            Self::Salt(_) | Self::ActionPrefix(_) => None,
+            Self::ResidualMlp(m) => m.step_gated(latent, action),
+            Self::Salt(_) | Self::ActionPrefix(_) => (self.step(latent, action), None),
         }
     }
 
@@ -77,6 +77,16 @@ impl<B: Backend> TransitionMember<B> {
     /// Autoregressive families take `H` steps; the action-prefix family takes one pass
     /// per `prefix_horizon` actions.
     pub fn rollout(&self, latent: Tensor<B, 2>, actions: Tensor<B, 3>) -> Tensor<B, 3> {
+        self.rollout_gated(latent, actions).0
+    }
+
+    /// [`Self::rollout`] and the change gate's logits `[B, H, P]` of every step (the
+    /// logits that gated it; `None` for a member without a gate).
+    pub fn rollout_gated(
+        &self,
+        latent: Tensor<B, 2>,
+        actions: Tensor<B, 3>,
+    ) -> (Tensor<B, 3>, Option<Tensor<B, 3>>) {
         let [batch, horizon, action_dim] = actions.dims();
         match self {
             Self::ActionPrefix(m) => {
@@ -91,18 +101,22 @@ impl<B: Backend> TransitionMember<B> {
                     parts.push(part);
                     done += len;
                 }
-                Tensor::cat(parts, 1)
+                (Tensor::cat(parts, 1), None)
             }
-            Self::Salt(m) => m.rollout(latent, actions),
-            Self::ResidualMlp(_) => {
+            Self::Salt(m) => (m.rollout(latent, actions), None),
+            Self::ResidualMlp(m) => {
                 let mut latent = latent;
                 let mut steps = Vec::with_capacity(horizon);
+                let mut gates = Vec::with_capacity(horizon);
                 for h in 0..horizon {
                     let action = actions.clone().narrow(1, h, 1).reshape([batch, action_dim]);
-                    latent = self.step(latent, action);
+                    let (next, logits) = m.step_gated(latent, action);
+                    latent = next;
                     steps.push(latent.clone());
+                    gates.extend(logits);
                 }
-                Tensor::stack(steps, 1)
+                let gates = (!gates.is_empty()).then(|| Tensor::stack(gates, 1));
+                (Tensor::stack(steps, 1), gates)
             }
         }
     }

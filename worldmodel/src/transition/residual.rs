@@ -45,32 +45,32 @@ impl<B: Backend> ResidualMlp<B> {
 
     /// The next latent `[B, D]` from latents `[B, D]` and actions `[B, A]`.
     pub fn step(&self, latent: Tensor<B, 2>, action: Tensor<B, 2>) -> Tensor<B, 2> {
+        self.step_gated(latent, action).0
+    }
+
+    /// The next latent `[B, D]`, and the change gate's logits `[B, P]` that gated it
+    /// (the measured-state entries change this step; `None` without a gate), so that
+    /// training scores the gate on the very logits the step used.
+    pub fn step_gated(
+        &self,
+        latent: Tensor<B, 2>,
+        action: Tensor<B, 2>,
+    ) -> (Tensor<B, 2>, Option<Tensor<B, 2>>) {
         let input = Tensor::cat(vec![latent.clone(), action], 1);
         let change = tanh(self.delta.forward(input.clone()));
         let Some(gate) = &self.gate else {
-            return latent + change;
+            return (latent + change, None);
         };
-        let open = sigmoid(gate.forward(input));
+        let logits = gate.forward(input);
         let [_, d] = change.dims();
-        let p = open.dims()[1];
+        let p = logits.dims()[1];
         let gated = Tensor::cat(
             vec![
-                change.clone().narrow(1, 0, p) * open,
+                change.clone().narrow(1, 0, p) * sigmoid(logits.clone()),
                 change.narrow(1, p, d - p),
             ],
             1,
         );
-        latent + gated
-    }
-
-    /// The change gate's logits `[B, P]` (the measured-state entries change this
-    /// step) from latents `[B, D]` and actions `[B, A]`; `None` without a gate.
-    pub fn change_logits(
-        &self,
-        latent: Tensor<B, 2>,
-        action: Tensor<B, 2>,
-    ) -> Option<Tensor<B, 2>> {
-        let gate = self.gate.as_ref()?;
-        Some(gate.forward(Tensor::cat(vec![latent, action], 1)))
+        (latent + gated, Some(logits))
     }
 }

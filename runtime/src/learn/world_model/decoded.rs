@@ -362,6 +362,7 @@ pub(super) fn physical_errors(
             .map(|(s, &n)| s / (n.max(1) * d) as f64 / latent_variance)
             .collect()
     };
+    let still = sums.still();
     let contact = (!objects.is_empty()).then(|| ContactSplitReport {
         entries: objects
             .iter()
@@ -372,8 +373,8 @@ pub(super) fn physical_errors(
             .collect(),
         moved_error: latent(&sums.moved_latent, &sums.moved),
         moved_copy_last_error: latent(&sums.moved_latent_copy, &sums.moved),
-        still_error: latent(&sums.still_latent, &sums.still()),
-        still_copy_last_error: latent(&sums.still_latent_copy, &sums.still()),
+        still_error: latent(&sums.still_latent, &still),
+        still_copy_last_error: latent(&sums.still_latent_copy, &still),
         moved_decoded_error: (0..horizon)
             .map(|i| normalised(&sums.moved_model[i], objects, sums.moved[i]))
             .collect(),
@@ -381,7 +382,7 @@ pub(super) fn physical_errors(
             .map(|i| normalised(&sums.moved_copy[i], objects, sums.moved[i]))
             .collect(),
         still_decoded_error: (0..horizon)
-            .map(|i| normalised(&sums.still_model[i], objects, sums.still()[i]))
+            .map(|i| normalised(&sums.still_model[i], objects, still[i]))
             .collect(),
     });
     Ok(Some((decoded, contact)))
