@@ -101,7 +101,9 @@ fn collect_train_eval_round_trip_and_bad_inputs() {
     let kept = stderr(&output)
         .split("using the ")
         .nth(1)
-        .and_then(|rest| rest.strip_suffix(" successful episodes of 6 (--successful-only)\n"))
+        .and_then(|rest| {
+            rest.strip_suffix(" episodes of 6 that ended in success (--successful-only)\n")
+        })
         .map(|n| n.parse::<usize>().unwrap())
         .unwrap_or_else(|| panic!("{}", stderr(&output)));
     assert!((1..6).contains(&kept), "{kept} of 6 kept");
@@ -456,6 +458,21 @@ fn world_model_train_and_wm_eval_round_trip() {
         ],
         "--horizon = 0: must be in [1, 64]",
     );
+    // A replay of demonstrations holds no policy's episodes to select.
+    assert_one_line_error(
+        &[
+            "--device",
+            "cpu",
+            "wm-eval",
+            "--ckpt",
+            &path(&ckpt),
+            "--replay",
+            &path(&replay),
+            "--from-version",
+            "1",
+        ],
+        "none were recorded by a policy of version 1 or later; --from-version needs at least one",
+    );
     // Argument errors are clap's (with a usage hint), still naming the problem.
     let output = imago(&[
         "--device",
@@ -736,6 +753,48 @@ fn finetune_every_method_and_paired_eval() {
         "chunks hold 4: execute at most 4",
     );
     assert!(!std::path::Path::new(&whole).exists());
+
+    // Credit per tick: every transition weighted by its own return to go; a credit
+    // misspelt is one line listing the two there are.
+    std::fs::write(
+        &config,
+        "episodes_per_round = 4\npolicy_steps = 3\nbatch_size = 4\n\
+         method = \"awr-returns\"\n[awr_returns]\ncredit = \"return-to-go\"\n",
+    )
+    .unwrap();
+    let per_tick = dir.path().join("per-tick.json");
+    let stdout = train(
+        "finetune",
+        &path(&dir.path().join("per-tick")),
+        &[
+            "--init",
+            &bc,
+            "--world-model",
+            &wm,
+            "--rounds",
+            "1",
+            "--config",
+            &config_path,
+            "--report",
+            &path(&per_tick),
+        ],
+    );
+    assert!(stdout.contains("awr-returns"), "{stdout}");
+    let json: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&per_tick).unwrap()).unwrap();
+    let advantages = &json["rounds"][0]["advantages"];
+    assert!(advantages["weighted"].as_u64().unwrap() > 0, "{advantages}");
+    assert_eq!(advantages["unweighted"], 0, "{advantages}");
+    std::fs::write(
+        &config,
+        "method = \"awr-returns\"\n[awr_returns]\ncredit = \"per-tick\"\n",
+    )
+    .unwrap();
+    finetune_refused(
+        &bc,
+        &["--world-model", &wm, "--config", &config_path],
+        "return-to-go",
+    );
 }
 
 #[test]

@@ -26,6 +26,11 @@ pub struct WmEvalArgs {
     /// Score every episode, for a replay recorded apart from the training one.
     #[arg(long)]
     all_episodes: bool,
+    /// Score only the episodes a policy of at least this version recorded (a
+    /// fine-tuning run's later rounds; demonstrations are version 0), e.g. a model on
+    /// the states a fine-tuned policy visits. With --all-episodes, all of those.
+    #[arg(long, value_name = "VERSION")]
+    from_version: Option<u64>,
     /// Any damage in the replay is an error (else damaged episodes are left out
     /// with a warning).
     #[arg(long)]
@@ -47,7 +52,9 @@ pub fn run(args: WmEvalArgs, device: DeviceSpec) -> anyhow::Result<()> {
         ReplaySource {
             dir: &args.replay,
             strict: args.strict,
-            episodes: EpisodeSelection::All,
+            episodes: args
+                .from_version
+                .map_or(EpisodeSelection::All, EpisodeSelection::FromVersion),
         },
         args.horizon,
         args.all_episodes,

@@ -8,8 +8,9 @@ use imago_policies::{awr_weights, effective_sample_size, generalised_advantages,
 use imago_worldmodel::LatentCritic;
 use serde::{Deserialize, Serialize};
 
-use super::config::{FinetuneConfig, FinetuneMethod, ReturnGroups};
+use super::config::{FinetuneConfig, FinetuneMethod, ReturnCredit, ReturnGroups};
 use super::latents::EncodedEpisodes;
+use super::return_credit::return_to_go_advantages;
 use crate::store::replay::Episode;
 
 /// What a round's weights look like.
@@ -99,10 +100,11 @@ pub fn transition_weights(
     let mut groups: BTreeMap<Option<u64>, Vec<(usize, usize)>> = BTreeMap::new();
     match config.method {
         FinetuneMethod::AwrReturns => {
-            return Ok(finish(
-                return_advantages(episodes, config, max_steps),
-                config,
-            ));
+            let advantages = match config.return_credit() {
+                ReturnCredit::Episode => return_advantages(episodes, config, max_steps),
+                ReturnCredit::ReturnToGo => tick_advantages(episodes, config, max_steps),
+            };
+            return Ok(finish(advantages, config));
         }
         FinetuneMethod::Dagger => return Ok(expert_commands(episodes)),
         FinetuneMethod::AwrImagination | FinetuneMethod::AdvantageFlow => {
@@ -218,6 +220,23 @@ fn return_advantages(
         }
     }
     advantages
+}
+
+/// `awr-returns` with `credit = "return-to-go"`: each transition's return to go
+/// against its cell's baseline (`return_credit`), normalised over all transitions.
+fn tick_advantages(
+    episodes: &[Episode],
+    config: &FinetuneConfig,
+    max_steps: u32,
+) -> Vec<Vec<Option<f32>>> {
+    let advantages = return_to_go_advantages(episodes, max_steps, config.discount);
+    let mut values: Vec<f32> = advantages.iter().flatten().copied().collect();
+    config.normaliser.normalise(&mut values);
+    let mut next = values.into_iter();
+    advantages
+        .iter()
+        .map(|episode| episode.iter().map(|_| next.next()).collect())
+        .collect()
 }
 
 /// `dagger`: weight 1 for every command of an expert (a demonstration's, an
@@ -376,6 +395,7 @@ mod tests {
                 method: FinetuneMethod::AwrReturns,
                 awr_returns: Some(AwrReturnsSettings {
                     return_groups: ReturnGroups::Pooled,
+                    ..AwrReturnsSettings::default()
                 }),
                 ..FinetuneConfig::default()
             },
@@ -387,6 +407,39 @@ mod tests {
         assert!(a[1] > 0.0 && a[2] < 0.0, "{a:?}");
         // Every transition of an episode carries its advantage.
         assert!(pooled.iter().all(|e| e.iter().all(|x| *x == e[0])));
+    }
+
+    #[test]
+    fn return_to_go_credit_weighs_ticks_within_an_episode() {
+        // Both episodes end with the same return, so episode credit weighs them
+        // alike; per tick, the one that progressed first is credited for the ticks
+        // before its progress, the late one for its own.
+        let early = episode(1, 1, &[0.2, 0.2, 0.8, 0.8, 0.8]);
+        let late = episode(2, 1, &[0.2, 0.2, 0.2, 0.8, 1.4]);
+        let episodes = [early, late];
+        let by_episode = return_advantages(&episodes, &FinetuneConfig::default(), 5);
+        assert!(by_episode.iter().flatten().all(|a| a.unwrap().abs() < 1e-5));
+        let config = FinetuneConfig {
+            method: FinetuneMethod::AwrReturns,
+            discount: 0.9,
+            awr_returns: Some(AwrReturnsSettings {
+                credit: ReturnCredit::ReturnToGo,
+                ..AwrReturnsSettings::default()
+            }),
+            ..FinetuneConfig::default()
+        };
+        let per_tick = tick_advantages(&episodes, &config, 5);
+        let a: Vec<Vec<f32>> = per_tick
+            .iter()
+            .map(|e| e.iter().map(|a| a.unwrap()).collect())
+            .collect();
+        // Ticks 0-2 share cells: the early riser's are credited, the other's not.
+        for t in 0..3 {
+            assert!(a[0][t] > 0.0 && a[1][t] < 0.0, "{a:?}");
+        }
+        // Normalised over all transitions: mean 0.
+        let mean: f32 = a.iter().flatten().sum::<f32>() / 10.0;
+        assert!(mean.abs() < 1e-5, "{a:?}");
     }
 
     #[test]

@@ -85,6 +85,22 @@ impl FromStr for FinetuneMethod {
     }
 }
 
+/// Which of an episode's returns `awr-returns` credits each transition with.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ReturnCredit {
+    /// Every transition gets its episode's return (over `max_steps`, a success held
+    /// at its last reward), normalised within `return_groups`.
+    #[default]
+    Episode,
+    /// Each transition gets its discounted return to go (`discount`) minus the mean
+    /// return to go of the transitions that started from the same reward level at the
+    /// same time in their episodes, normalised over all transitions
+    /// (`return_groups` does not apply): credit for the ticks after which the robot
+    /// progressed faster than usual from where it was.
+    ReturnToGo,
+}
+
 /// Which episodes' returns `awr-returns` normalises together.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -170,8 +186,10 @@ pub struct FinetuneConfig {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct AwrReturnsSettings {
-    /// Which episodes' returns are normalised together.
+    /// Which episodes' returns are normalised together (episode credit).
     pub return_groups: ReturnGroups,
+    /// Which return each transition is credited with.
+    pub credit: ReturnCredit,
 }
 
 /// Settings only `advantage-flow` reads.
@@ -253,6 +271,13 @@ impl FinetuneConfig {
         self.awr_returns
             .as_ref()
             .map_or_else(ReturnGroups::default, |s| s.return_groups)
+    }
+
+    /// `awr-returns`: which return each transition is credited with.
+    pub fn return_credit(&self) -> ReturnCredit {
+        self.awr_returns
+            .as_ref()
+            .map_or_else(ReturnCredit::default, |s| s.credit)
     }
 
     /// `advantage-flow`: the weight of the pull toward the behaviour policy.

@@ -12,6 +12,7 @@ mod critic;
 mod latents;
 mod learner;
 mod lerobot_learner;
+mod return_credit;
 mod run;
 mod update;
 
@@ -19,7 +20,7 @@ pub use advantage_models::{AdvantageModels, Weighed};
 pub use advantages::{AdvantageSummary, TransitionWeights, transition_weights};
 pub use config::{
     AdvantageFlowSettings, AwrReturnsSettings, FinetuneConfig, FinetuneMethod, HabcSettings,
-    ReturnGroups,
+    ReturnCredit, ReturnGroups,
 };
 pub use critic::{CriticLosses, train_critic};
 pub use latents::EncodedEpisodes;

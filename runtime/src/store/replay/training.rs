@@ -62,6 +62,10 @@ pub enum EpisodeSelection {
     /// that fails some of the time teaches its failures too, and cloning only its
     /// successes (filtered behaviour cloning) does not.
     Successful,
+    /// Only the episodes a policy of at least this version recorded every tick of
+    /// (`wm-eval --from-version`): a fine-tuning run's later rounds, the demonstrations
+    /// (version 0) left out, to score a model on the states a changed policy visits.
+    FromVersion(u64),
 }
 
 impl EpisodeSelection {
@@ -70,6 +74,22 @@ impl EpisodeSelection {
         match self {
             Self::All => true,
             Self::Successful => episode.end.success,
+            Self::FromVersion(version) => episode
+                .transitions
+                .iter()
+                .all(|t| t.policy_version >= version),
+        }
+    }
+
+    /// The flag that asked for this selection, and what it needs, for messages.
+    fn wanted(self) -> (&'static str, String) {
+        match self {
+            Self::All => ("", String::new()),
+            Self::Successful => ("--successful-only", "ended in success".into()),
+            Self::FromVersion(version) => (
+                "--from-version",
+                format!("were recorded by a policy of version {version} or later"),
+            ),
         }
     }
 
@@ -81,13 +101,14 @@ impl EpisodeSelection {
         }
         let whole = contents.episodes.len();
         contents.episodes.retain(|episode| self.keeps(episode));
+        let (flag, needs) = self.wanted();
         anyhow::ensure!(
             !contents.episodes.is_empty(),
-            "replay {} holds {whole} whole episodes and none ended in success; --successful-only needs at least one (leave it out to use them all)",
+            "replay {} holds {whole} whole episodes and none {needs}; {flag} needs at least one (leave it out to use them all)",
             replay.display()
         );
         eprintln!(
-            "using the {} successful episodes of {whole} (--successful-only)",
+            "using the {} episodes of {whole} that {needs} ({flag})",
             contents.episodes.len()
         );
         Ok(())
