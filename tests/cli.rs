@@ -75,6 +75,34 @@ fn collect_train_eval_round_trip_and_bad_inputs() {
     assert!(output.status.success(), "{}", stderr(&output));
     assert!(String::from_utf8_lossy(&output.stdout).contains("checkpoint version 1"));
 
+    // --ema writes the moving average of the weights: after one step it is that
+    // step's weights (the average starts as the weights), after more it is not the
+    // last step's.
+    let clone = |out: &std::path::Path, steps: &str, ema: bool| {
+        let mut args = vec![
+            "--device".to_string(),
+            "cpu".into(),
+            "train".into(),
+            "--replay".into(),
+            path(&replay),
+            "--out".into(),
+            path(out),
+            "--steps".into(),
+            steps.into(),
+            "--batch-size".into(),
+            "8".into(),
+        ];
+        if ema {
+            args.push("--ema".into());
+        }
+        let output = imago(&args.iter().map(String::as_str).collect::<Vec<_>>());
+        assert!(output.status.success(), "{}", stderr(&output));
+        safetensors_by_name(&std::fs::read(out.join("model.safetensors")).unwrap())
+    };
+    let (last, averaged) = (dir.path().join("last"), dir.path().join("averaged"));
+    assert_eq!(clone(&last, "1", false), clone(&averaged, "1", true));
+    assert_ne!(clone(&last, "5", false), clone(&averaged, "5", true));
+
     // --successful-only clones the episodes that ended in success, and says how many;
     // a replay without one is a one-line error.
     let successful = dir.path().join("successful");
@@ -305,6 +333,24 @@ fn collect_train_eval_round_trip_and_bad_inputs() {
 }
 
 /// Three training steps of a `family` world model on `replay`, written to `ckpt`.
+/// A safetensors file's tensors, each by name as its raw bytes (the header's order and
+/// metadata left out, so that two files compare by their weights alone).
+fn safetensors_by_name(file: &[u8]) -> std::collections::BTreeMap<String, Vec<u8>> {
+    let header_len = u64::from_le_bytes(file[..8].try_into().unwrap()) as usize;
+    let header: serde_json::Value = serde_json::from_slice(&file[8..8 + header_len]).unwrap();
+    let data = &file[8 + header_len..];
+    header
+        .as_object()
+        .unwrap()
+        .iter()
+        .filter(|(name, _)| *name != "__metadata__")
+        .map(|(name, entry)| {
+            let [start, end] = [0, 1].map(|i| entry["data_offsets"][i].as_u64().unwrap() as usize);
+            (name.clone(), data[start..end].to_vec())
+        })
+        .collect()
+}
+
 fn train_tiny_world_model(
     replay: &std::path::Path,
     ckpt: &std::path::Path,
@@ -754,12 +800,13 @@ fn finetune_every_method_and_paired_eval() {
     );
     assert!(!std::path::Path::new(&whole).exists());
 
-    // Credit per tick: every transition weighted by its own return to go; a credit
-    // misspelt is one line listing the two there are.
+    // Credit per tick: every transition weighted by its own return to go (the update
+    // returning its weights' average); a credit misspelt is one line listing the two
+    // there are.
     std::fs::write(
         &config,
         "episodes_per_round = 4\npolicy_steps = 3\nbatch_size = 4\n\
-         method = \"awr-returns\"\n[awr_returns]\ncredit = \"return-to-go\"\n",
+         method = \"awr-returns\"\nweight_average = {}\n[awr_returns]\ncredit = \"return-to-go\"\n",
     )
     .unwrap();
     let per_tick = dir.path().join("per-tick.json");

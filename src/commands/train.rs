@@ -16,6 +16,7 @@ use imago_runtime::jobs::train_world_model::train_world_model_offline;
 use imago_runtime::learn::bc::BcConfig;
 use imago_runtime::learn::finetune::{FinetuneConfig, FinetuneMethod};
 use imago_runtime::learn::schedule::RateSchedule;
+use imago_runtime::learn::weight_average::WeightAverageConfig;
 use imago_runtime::learn::world_model::WorldModelTrainConfig;
 use imago_runtime::learn::{MAX_BATCH, MAX_STEPS};
 use imago_runtime::store::checkpoint::WORLD_MODEL_KIND;
@@ -109,6 +110,12 @@ pub struct TrainArgs {
     /// camera; with --init, the checkpoint's].
     #[arg(long)]
     no_camera: bool,
+    /// Behaviour cloning: write the exponential moving average of the weights over
+    /// the steps (decay warming up as Diffusion Policy's, to 0.9999) instead of the
+    /// last step's [default: the last step's; a new `--policy diffusion` always
+    /// averages].
+    #[arg(long)]
+    ema: bool,
     /// Fine-tuning: the world-model checkpoint imagination runs in [default: a SALT
     /// world model trained on the replay first].
     #[arg(long)]
@@ -198,7 +205,7 @@ impl TrainArgs {
     /// error naming the flag and the trainers it applies to.
     fn check_flags_apply(&self) -> anyhow::Result<()> {
         use TrainTarget::{Bc, Finetune, Worldmodel};
-        let given: [(&str, bool, &[TrainTarget]); 16] = [
+        let given: [(&str, bool, &[TrainTarget]); 17] = [
             ("--successful-only", self.successful_only, &[Bc]),
             ("--family", self.family.is_some(), &[Worldmodel]),
             ("--horizon", self.horizon.is_some(), &[Worldmodel]),
@@ -209,6 +216,7 @@ impl TrainArgs {
             ("--width", self.width.is_some(), &[Bc]),
             ("--layers", self.layers.is_some(), &[Bc]),
             ("--no-camera", self.no_camera, &[Bc]),
+            ("--ema", self.ema, &[Bc]),
             ("--world-model", self.world_model.is_some(), &[Finetune]),
             ("--method", self.method.is_some(), &[Finetune]),
             ("--rounds", self.rounds.is_some(), &[Finetune]),
@@ -307,6 +315,7 @@ fn train_bc(
         learning_rate: args.learning_rate.unwrap_or(defaults.learning_rate),
         seed: args.seed,
         warmup_steps: defaults.warmup_steps.min(steps / 2),
+        average: args.ema.then(WeightAverageConfig::default),
         ..defaults
     };
     let summary = train_bc_offline(
@@ -420,7 +429,7 @@ fn lerobot_imitation(args: &TrainArgs, lora: Option<LoraConfig>) -> LeRobotImita
         seed: args.seed,
         schedule: RateSchedule::Constant,
         lora,
-        average: None,
+        average: args.ema.then(WeightAverageConfig::default),
     }
 }
 

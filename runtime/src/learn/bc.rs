@@ -9,6 +9,7 @@ use rand::{RngExt, SeedableRng};
 use serde::{Deserialize, Serialize};
 
 use crate::learn::schedule::warmup_cosine;
+use crate::learn::weight_average::{WeightAverage, WeightAverageConfig};
 use crate::progress;
 use crate::store::replay::{Episode, Transition, transition_indices};
 
@@ -28,6 +29,9 @@ pub struct BcConfig {
     pub grad_clip: f32,
     /// Seed of the batch sampler and the initial weights.
     pub seed: u64,
+    /// Write the exponential moving average of the weights over the steps
+    /// (`learn::weight_average`) instead of the last step's; `None`: the last step's.
+    pub average: Option<WeightAverageConfig>,
 }
 
 impl Default for BcConfig {
@@ -39,6 +43,7 @@ impl Default for BcConfig {
             warmup_steps: 50,
             grad_clip: 1.0,
             seed: 0,
+            average: None,
         }
     }
 }
@@ -191,6 +196,7 @@ pub fn train_bc<B: AutodiffBackend>(
     let mut rng = StdRng::seed_from_u64(config.seed);
     let mut batch = PolicyBatch::new(&policy_config.input_spec());
     let mut losses = Vec::with_capacity(config.steps);
+    let mut averaged = config.average.map(WeightAverage::new);
     let bar = progress::bar("train bc", config.steps as u64);
     for step in 0..config.steps {
         let indices: Vec<usize> = (0..config.batch_size)
@@ -206,9 +212,15 @@ pub fn train_bc<B: AutodiffBackend>(
         losses.push(value);
         let grads = GradientsParams::from_grads(loss.backward(), &policy);
         policy = optimizer.step(config.learning_rate_at(step), policy, grads);
+        if let Some(average) = &mut averaged {
+            average.update(&policy);
+        }
         bar.inc(1);
     }
     bar.finish_and_clear();
+    if let Some(average) = &averaged {
+        policy = average.apply(policy);
+    }
     Ok((policy, losses))
 }
 

@@ -7,6 +7,7 @@ use imago_policies::lora::LoraConfig;
 use imago_policies::{AdvantageNormaliser, HabcGate};
 use imago_robots::bounds::{ConfigError, in_range};
 
+use crate::learn::weight_average::WeightAverageConfig;
 use crate::learn::{MAX_BATCH, MAX_STEPS};
 use imago_worldmodel::ImaginationConfig;
 use serde::{Deserialize, Serialize};
@@ -144,6 +145,11 @@ pub struct FinetuneConfig {
     /// and `alpha`; docs/lerobot-policies.md); unset, every weight learns. imago's own
     /// policies train whole and refuse it.
     pub lora: Option<LoraConfig>,
+    /// Each round's update returns the moving average of the policy's weights over
+    /// its steps (`[weight_average]`, `learn::weight_average`; the average starts
+    /// afresh at the round's starting weights) instead of the last step's; unset, the
+    /// last step's.
+    pub weight_average: Option<WeightAverageConfig>,
     /// AWR temperature: weights are `exp(A / beta)`. Range: [1e-6, 1e6].
     pub beta: f32,
     /// Largest AWR weight. Range: [1, 1e9].
@@ -227,6 +233,7 @@ impl Default for FinetuneConfig {
             learning_rate: 1e-3,
             lerobot_learning_rate: None,
             lora: None,
+            weight_average: None,
             beta: 1.0,
             max_weight: 20.0,
             normaliser: AdvantageNormaliser::MeanStd,
@@ -342,6 +349,9 @@ impl FinetuneConfig {
         if let Some(lora) = &self.lora {
             lora.validate().map_err(|e| e.within("lora"))?;
         }
+        if let Some(average) = &self.weight_average {
+            average.validate().map_err(|e| e.within("weight_average"))?;
+        }
         in_range("beta", self.beta, 1e-6..=1e6)?;
         in_range("max_weight", self.max_weight, 1.0..=1e9)?;
         self.normaliser
@@ -416,6 +426,13 @@ mod tests {
             ..FinetuneConfig::default()
         };
         assert_eq!(bad.validate().unwrap_err().key, "group_size");
+        let averaged: FinetuneConfig = toml::from_str("weight_average = {}").unwrap();
+        assert_eq!(
+            averaged.weight_average,
+            Some(WeightAverageConfig::default())
+        );
+        let bad: FinetuneConfig = toml::from_str("weight_average = { max_decay = 1.0 }").unwrap();
+        assert_eq!(bad.validate().unwrap_err().key, "weight_average.max_decay");
         let parsed: FinetuneConfig =
             toml::from_str("method = \"habc\"\nnormaliser = { kind = \"constant\", k = 60.0 }")
                 .unwrap();

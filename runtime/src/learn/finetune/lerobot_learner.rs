@@ -163,7 +163,7 @@ impl RoundLearner for LeRobotLearner {
                 learning_rate,
                 lora: config.lora.as_ref(),
                 schedule: RateSchedule::Constant,
-                average: None,
+                average: config.weight_average,
             },
             &mut self.models.rng,
         )?;

@@ -16,6 +16,7 @@ use serde::{Deserialize, Serialize};
 use super::config::{FinetuneConfig, FinetuneMethod};
 use crate::device::ResolvedDevice;
 use crate::learn::bc::ImitationDataset;
+use crate::learn::weight_average::WeightAverage;
 use crate::progress;
 use crate::store::replay::{Episode, Transition};
 
@@ -67,6 +68,7 @@ pub fn update_policy(
         .init();
     let mut batch = PolicyBatch::new(&policy_config.input_spec());
     let (mut losses, mut ess, mut truncated, mut ratios) = (vec![], vec![], 0usize, 0usize);
+    let mut averaged = config.weight_average.map(WeightAverage::new);
     let bar = progress::bar("fine-tune policy", config.policy_steps as u64);
     for step in 0..config.policy_steps {
         let indices: Vec<usize> = (0..config.batch_size)
@@ -123,9 +125,15 @@ pub fn update_policy(
         losses.push(value);
         let grads = GradientsParams::from_grads(loss.backward(), &policy);
         policy = optimizer.step(config.learning_rate, policy, grads);
+        if let Some(average) = &mut averaged {
+            average.update(&policy);
+        }
         bar.inc(1);
     }
     bar.finish_and_clear();
+    if let Some(average) = &averaged {
+        policy = average.apply(policy);
+    }
     let report = PolicyUpdateReport {
         importance_ess_fraction: mean(&ess),
         truncated_fraction: truncated as f32 / ratios.max(1) as f32,
