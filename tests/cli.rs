@@ -477,48 +477,28 @@ fn world_model_train_and_wm_eval_round_trip() {
         assert!(!refused.exists(), "{text}");
     }
 
-    // A policy checkpoint is not a world model; a horizon of 0 is refused.
-    assert_one_line_error(
-        &[
-            "--device",
-            "cpu",
-            "wm-eval",
-            "--ckpt",
-            &path(&replay),
-            "--replay",
-            &path(&replay),
-        ],
-        "meta.json",
-    );
-    assert_one_line_error(
-        &[
-            "--device",
-            "cpu",
-            "wm-eval",
-            "--ckpt",
-            &path(&ckpt),
-            "--replay",
-            &path(&replay),
-            "--horizon",
-            "0",
-        ],
-        "--horizon = 0: must be in [1, 64]",
-    );
-    // A replay of demonstrations holds no policy's episodes to select.
-    assert_one_line_error(
-        &[
-            "--device",
-            "cpu",
-            "wm-eval",
-            "--ckpt",
-            &path(&ckpt),
-            "--replay",
-            &path(&replay),
-            "--from-version",
-            "1",
-        ],
-        "none were recorded by a policy of version 1 or later; --from-version needs at least one",
-    );
+    // A policy checkpoint is not a world model; a horizon of 0 is refused; a replay of
+    // demonstrations holds no policy's episodes to select.
+    for (model, extra, named) in [
+        (&replay, &[][..], "meta.json"),
+        (
+            &ckpt,
+            &["--horizon", "0"][..],
+            "--horizon = 0: must be in [1, 64]",
+        ),
+        (
+            &ckpt,
+            &["--from-version", "1"][..],
+            "none were recorded by a policy of version 1 or later; --from-version needs at least one",
+        ),
+    ] {
+        let (model, replay) = (path(model), path(&replay));
+        let mut args = vec![
+            "--device", "cpu", "wm-eval", "--ckpt", &model, "--replay", &replay,
+        ];
+        args.extend(extra);
+        assert_one_line_error(&args, named);
+    }
     // Argument errors are clap's (with a usage hint), still naming the problem.
     let output = imago(&[
         "--device",

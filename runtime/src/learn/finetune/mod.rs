@@ -14,6 +14,8 @@ mod learner;
 mod lerobot_learner;
 mod return_credit;
 mod run;
+#[cfg(test)]
+mod test_episodes;
 mod update;
 
 pub use advantage_models::{AdvantageModels, Weighed};

@@ -79,23 +79,27 @@ pub fn return_to_go_advantages(
     let range = rewards.fold((f32::INFINITY, f32::NEG_INFINITY), |(lo, hi), r| {
         (lo.min(r), hi.max(r))
     });
-    let mut cells: HashMap<(usize, usize), (f64, usize)> = HashMap::new();
-    for (episode, returns) in episodes.iter().zip(&returns) {
-        for (t, &g) in returns.iter().enumerate() {
-            let entry = cells.entry(cell(episode, t, range, max_steps)).or_default();
-            entry.0 += g as f64;
-            entry.1 += 1;
-        }
-    }
-    episodes
+    let keys: Vec<Vec<(usize, usize)>> = episodes
         .iter()
+        .map(|episode| {
+            (0..episode.transitions.len())
+                .map(|t| cell(episode, t, range, max_steps))
+                .collect()
+        })
+        .collect();
+    let mut cells: HashMap<(usize, usize), (f64, usize)> = HashMap::new();
+    for (key, &g) in keys.iter().flatten().zip(returns.iter().flatten()) {
+        let entry = cells.entry(*key).or_default();
+        entry.0 += g as f64;
+        entry.1 += 1;
+    }
+    keys.iter()
         .zip(&returns)
-        .map(|(episode, returns)| {
-            returns
-                .iter()
-                .enumerate()
-                .map(|(t, &g)| {
-                    let (sum, count) = cells[&cell(episode, t, range, max_steps)];
+        .map(|(keys, returns)| {
+            keys.iter()
+                .zip(returns)
+                .map(|(key, &g)| {
+                    let (sum, count) = cells[key];
                     g - (sum / count as f64) as f32
                 })
                 .collect()
@@ -105,60 +109,18 @@ pub fn return_to_go_advantages(
 
 #[cfg(test)]
 mod tests {
-    use imago_robots::{Action, Observation};
-
     use super::*;
-    use crate::store::replay::{EpisodeEnd, EpisodeStart, Transition};
-
-    fn ended(seed: u64, rewards: &[f32], success: bool) -> Episode {
-        let observation = Observation {
-            image: None,
-            proprio: vec![0.0],
-            instruction: String::new(),
-        };
-        let transitions = rewards
-            .iter()
-            .enumerate()
-            .map(|(step, &reward)| Transition {
-                episode: seed,
-                step: step as u32,
-                observation: observation.clone(),
-                action: Action(vec![0.0]),
-                executed: Action(vec![0.0]),
-                reward,
-                done: step + 1 == rewards.len(),
-                success: success && step + 1 == rewards.len(),
-                policy_version: 1,
-                intervention: false,
-                behaviour_log_prob: None,
-            })
-            .collect();
-        Episode {
-            start: EpisodeStart {
-                episode: seed,
-                robot: "test".into(),
-                seed,
-                instruction: String::new(),
-            },
-            transitions,
-            end: EpisodeEnd {
-                episode: seed,
-                steps: rewards.len() as u32,
-                success,
-                final_observation: observation,
-            },
-        }
-    }
+    use crate::learn::finetune::test_episodes::ended;
 
     #[test]
     fn returns_to_go_discount_what_follows_and_hold_a_success() {
-        let failed = ended(1, &[1.0, 2.0, 4.0], false);
+        let failed = ended(1, 1, &[1.0, 2.0, 4.0], false);
         let g = returns_to_go(&failed, 10, 0.5);
         // By hand: G_2 = 4, G_1 = 2 + 0.5 * 4, G_0 = 1 + 0.5 * 4.
         assert_eq!(g, vec![3.0, 4.0, 4.0]);
         // A success after 2 of 4 ticks holds its last reward (1) for 2 more ticks:
         // G_1 = 1 + 0.5 (1 + 0.5 * 1) = 1.75, G_0 = 0.5 + 0.5 * 1.75.
-        let reached = ended(2, &[0.5, 1.0], true);
+        let reached = ended(2, 1, &[0.5, 1.0], true);
         let g = returns_to_go(&reached, 4, 0.5);
         assert!(
             (g[1] - 1.75).abs() < 1e-6 && (g[0] - 1.375).abs() < 1e-6,
@@ -172,8 +134,8 @@ mod tests {
     fn a_tick_followed_by_faster_progress_than_its_cell_gets_credit() {
         // Two episodes start alike and spend ticks 1 and 2 at level 0.2 (the same
         // cells); from there one progresses to 1, the other stays put.
-        let progressed = ended(1, &[0.2, 0.2, 0.6, 1.0], false);
-        let stalled = ended(2, &[0.2, 0.2, 0.2, 0.2], false);
+        let progressed = ended(1, 1, &[0.2, 0.2, 0.6, 1.0], false);
+        let stalled = ended(2, 1, &[0.2, 0.2, 0.2, 0.2], false);
         let a = return_to_go_advantages(&[progressed, stalled], 4, 0.9);
         // The shared cells split the credit by what followed, equal and opposite.
         for t in 0..3 {
@@ -189,6 +151,7 @@ mod tests {
         // The same level at the start and the end of the limit: with the clock in the
         // cell, a late tick is not measured against an early one's longer future.
         let early = ended(
+            1,
             1,
             &[0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5],
             false,
