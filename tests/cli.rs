@@ -1764,6 +1764,26 @@ fn pusht_collects_trains_and_evaluates_with_coverage() {
         "{}",
         stderr(&output)
     );
+    // Planning in the simulator itself (copies of each episode's pusht): the same
+    // planner, the candidates scored by the rewards they earn there.
+    let simulator_flags = [
+        "--execute",
+        "4",
+        "--plan-with",
+        "simulator",
+        "--planner",
+        &planner,
+    ];
+    let in_simulator: Vec<&str> = sampled.iter().copied().chain(simulator_flags).collect();
+    let output = imago(&in_simulator);
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains(
+            "planning in simulator: 6 candidates x 2 iterations, rewards from the simulated robot's own rewards"
+        ),
+        "{}",
+        stderr(&output)
+    );
     // Planning's mistakes: a policy checkpoint as the world model, a misspelt planner
     // key, a planner setting out of range, no sampling noise to draw candidates with.
     let owned = |args: &[&str]| -> Vec<String> { args.iter().map(|s| s.to_string()).collect() };

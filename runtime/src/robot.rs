@@ -295,6 +295,25 @@ impl SimRobot {
         with_robot!(&mut self.body, robot => robot.set_frame_source(frames))
     }
 
+    /// A copy of the robot in its current state, without its expert and drawing no
+    /// frames (observations come with `image: None`): a model of itself to plan in,
+    /// stepped without touching the original.
+    pub fn planning_copy(&self) -> SimRobot {
+        let body = match &self.body {
+            Body::Reacher2d { robot, .. } => Body::Reacher2d {
+                robot: robot.clone(),
+                expert: None,
+            },
+            Body::PushT { robot, .. } => Body::PushT {
+                robot: robot.clone(),
+                expert: None,
+            },
+        };
+        let mut copy = SimRobot { body };
+        copy.set_frame_source(FrameSource::Caller);
+        copy
+    }
+
     /// Ticks taken in the current episode.
     pub fn steps(&self) -> u32 {
         with_robot!(&self.body, robot => robot.steps())

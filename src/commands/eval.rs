@@ -5,8 +5,9 @@ use std::path::PathBuf;
 use clap::Args;
 use imago_runtime::act::collect::MAX_EPISODES;
 use imago_runtime::act::loaded_policy::{ExecutedSteps, evaluate_checkpoint};
-use imago_runtime::act::planned::WorldModelPlanner;
+use imago_runtime::act::planned::{ChunkPlanner, WorldModelPlanner};
 use imago_runtime::act::sampling::NOISE_SCALES;
+use imago_runtime::act::simulated_planning::SimulatorPlanner;
 use imago_runtime::bridge::remote;
 use imago_runtime::device::{DeviceSpec, resolve};
 use imago_runtime::jobs::demo::EVAL_SEED_BASE;
@@ -17,6 +18,10 @@ use imago_runtime::toml_file::read_toml;
 use imago_worldmodel::PlannerConfig;
 
 use crate::args::{RerunArgs, RobotArgs, flag_in_range, write_json};
+
+/// `--plan-with`'s name for the robot's own simulator (a directory of that name, where
+/// there is one, is a world model checkpoint as any other: `./simulator`).
+const SIMULATOR: &str = "simulator";
 
 /// Flags of `imago eval`.
 #[derive(Debug, Args)]
@@ -61,9 +66,11 @@ pub struct EvalArgs {
     /// Plan the evaluated policy's chunks in this world model (a world-model
     /// checkpoint directory, e.g. a demo run's `world-model/`): candidates drawn
     /// around each chunk the policy proposes are imagined, and one of the best
-    /// executed (CEM and MPPI; docs/worldmodel.md, "Planning"). Needs a sampling
-    /// noise above 0; the `--paired-with` baseline acts without planning.
-    #[arg(long, value_name = "DIR")]
+    /// executed (CEM and MPPI; docs/worldmodel.md, "Planning"). `simulator` plans in
+    /// copies of the simulated robot itself instead: the bound a perfect model gives.
+    /// Needs a sampling noise above 0; the `--paired-with` baseline acts without
+    /// planning.
+    #[arg(long, value_name = "DIR|simulator")]
     plan_with: Option<PathBuf>,
     /// The planner's settings, a TOML file (`candidates`, `iterations`, `elites`,
     /// `temperature`, `min_std`, `discount`, `uncertainty_penalty`,
@@ -113,20 +120,33 @@ pub fn run(args: EvalArgs, device: DeviceSpec) -> anyhow::Result<()> {
     };
     let device = resolve(device)?;
     let planner = match &args.plan_with {
-        Some(dir) => {
-            let planner =
-                WorldModelPlanner::load(dir, planner_settings, &robot, &device.inference)?;
-            eprintln!(
-                "planning in {}: {} candidates x {} iterations, rewards from {}",
-                dir.display(),
-                planner.settings().candidates,
-                planner.settings().iterations,
-                planner.reward().describe()
+        Some(dir) if dir.as_os_str() == SIMULATOR && !dir.exists() => {
+            anyhow::ensure!(
+                !matches!(robot, RobotConfig::Remote(_)),
+                "--plan-with simulator plans in copies of a robot simulated here; {} runs in another process (plan in a world model checkpoint instead)",
+                robot.name()
             );
-            Some(planner)
+            Some(ChunkPlanner::Simulator(SimulatorPlanner::new(
+                planner_settings,
+            )?))
         }
+        Some(dir) => Some(ChunkPlanner::WorldModel(Box::new(WorldModelPlanner::load(
+            dir,
+            planner_settings,
+            &robot,
+            &device.inference,
+        )?))),
         None => None,
     };
+    if let (Some(planner), Some(dir)) = (&planner, &args.plan_with) {
+        eprintln!(
+            "planning in {}: {} candidates x {} iterations, rewards from {}",
+            dir.display(),
+            planner.settings().candidates,
+            planner.settings().iterations,
+            planner.describe_reward()
+        );
+    }
     let session = args.rerun.start(&TelemetryConfig::default())?;
     let telemetry = session.handle();
     let seeds = (args.episodes, args.seed);

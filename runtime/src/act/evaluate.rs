@@ -16,10 +16,10 @@ use crate::act::camera::BatchCamera;
 use crate::act::episode::TickCommand;
 use crate::act::lerobot_driver::{LeRobotDriver, LeRobotEpisode};
 use crate::act::lock_step::LockStep;
-use crate::act::planned::{WorldModelPlanner, planned_leading_actions};
+use crate::act::planned::{ChunkPlanner, planned_leading_actions};
 use crate::act::sampling::{leading_actions, plan, plan_on_host};
 use crate::progress;
-use crate::robot::RobotConfig;
+use crate::robot::{RobotConfig, SimRobot};
 use crate::stats::{MeanInterval, mean_interval, quantile, wilson_interval};
 
 /// What drives the robot during an evaluation.
@@ -44,10 +44,10 @@ pub enum Controller<'a, B: Backend> {
         /// draw the same noise.
         sampling_noise: f32,
     },
-    /// A VLA policy that proposes each chunk and a world model that plans from the
-    /// proposal ([`WorldModelPlanner`]): candidates drawn around the policy's Gaussian,
-    /// its spread scaled by `sampling_noise`, are imagined and one of the best
-    /// executed.
+    /// A VLA policy that proposes each chunk and a planner that plans from the
+    /// proposal ([`ChunkPlanner`]): candidates drawn around the policy's Gaussian,
+    /// its spread scaled by `sampling_noise`, are imagined in a world model (or
+    /// stepped in copies of the simulated robot) and one of the best executed.
     Planned {
         /// The policy.
         policy: &'a Policy<B>,
@@ -55,8 +55,8 @@ pub enum Controller<'a, B: Backend> {
         config: &'a PolicyConfig,
         /// Where policy and world model run.
         device: &'a B::Device,
-        /// The world model and the planner's settings.
-        planner: &'a WorldModelPlanner<B>,
+        /// The planner and its model.
+        planner: &'a ChunkPlanner<B>,
         /// Actions of each planned chunk executed before planning again.
         execute_steps: usize,
         /// Scale of the proposal's spread relative to the policy's own.
@@ -75,11 +75,12 @@ impl<B: Backend> Controller<'_, B> {
     /// `observations` before it plans again (its leading actions, or those of the chunk
     /// its world model planned), observation `k` drawing from `rngs[acting[k]]`
     /// (through `host`, the policy's host forward, where there is one); `None` for a
-    /// controller that does not plan chunks.
+    /// controller that does not plan chunks. `robots`, the simulated robots the
+    /// observations came from, where there are, are what a simulator planner copies.
     pub(crate) fn leading_actions(
         &self,
         host: Option<&HostPolicy>,
-        observations: &[&Observation],
+        (observations, robots): (&[&Observation], Option<&[&SimRobot]>),
         (rngs, acting): (&mut [StdRng], &[usize]),
     ) -> anyhow::Result<Option<Vec<Vec<Action>>>> {
         let actions = match self {
@@ -114,7 +115,7 @@ impl<B: Backend> Controller<'_, B> {
                     (*policy, *config, *device),
                     host,
                     planner,
-                    observations,
+                    (observations, robots),
                     (*execute_steps, *sampling_noise),
                     &mut lent,
                 );
@@ -320,9 +321,10 @@ impl<'c, 'a, B: Backend> EvalCommands<'c, 'a, B> {
             .iter()
             .map(|&i| lanes[i].episode.observation())
             .collect();
+        let robots: Vec<&SimRobot> = planning.iter().map(|&i| &lanes[i].robot).collect();
         let planned = self.controller.leading_actions(
             self.host.as_ref(),
-            &observations,
+            (&observations, Some(&robots)),
             (&mut self.rngs, planning),
         )?;
         for (&i, chunk) in planning.iter().zip(planned.unwrap_or_default()) {

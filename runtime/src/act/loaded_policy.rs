@@ -11,7 +11,7 @@ use imago_robots::Robot;
 
 use crate::act::evaluate::{Controller, EvalOutcome, evaluate};
 use crate::act::lerobot_driver::LeRobotDriver;
-use crate::act::planned::WorldModelPlanner;
+use crate::act::planned::ChunkPlanner;
 use crate::act::remote_eval::evaluate_remote;
 use crate::device::ResolvedDevice;
 use crate::robot::RobotConfig;
@@ -99,15 +99,15 @@ impl LoadedPolicy {
         }
     }
 
-    /// The policy as the proposer of a controller whose chunks `planner` plans in its
-    /// world model, executing `executed` actions of each plan, its candidates drawn
+    /// The policy as the proposer of a controller whose chunks `planner` plans (in a
+    /// world model, or in the simulator), executing `executed` actions of each plan, its candidates drawn
     /// around the policy's chunk with the policy's spread scaled by `sampling_noise`
     /// (above 0). A LeRobot policy, or chunks shorter than `executed`, is an error that
     /// says so.
     pub fn planned_controller<'a>(
         &'a self,
         device: &'a DispatchDevice,
-        planner: &'a WorldModelPlanner<Dispatch>,
+        planner: &'a ChunkPlanner<Dispatch>,
         executed: ExecutedSteps,
         sampling_noise: f32,
     ) -> anyhow::Result<Controller<'a, Dispatch>> {
@@ -173,7 +173,7 @@ pub fn evaluate_checkpoint(
     robot: &RobotConfig,
     (episodes, first_seed): (usize, u64),
     (executed, sampling_noise): (ExecutedSteps, f32),
-    planner: Option<&WorldModelPlanner<Dispatch>>,
+    planner: Option<&ChunkPlanner<Dispatch>>,
     device: &ResolvedDevice,
 ) -> anyhow::Result<EvalOutcome> {
     let seeds: Vec<u64> = (0..episodes as u64)

@@ -21,4 +21,5 @@ pub mod promotion_run;
 pub mod remote_eval;
 pub mod rollout;
 pub mod sampling;
+pub mod simulated_planning;
 pub mod takeover;

@@ -7,6 +7,10 @@
 //! state (pusht's block coverage) and a model that reads its state out (a state decoder,
 //! or the state in its latent), that function of each imagined state read out; else
 //! the model's reward head.
+//!
+//! The same planner can score candidates in copies of the simulated robot instead
+//! ([`ChunkPlanner::Simulator`], `act::simulated_planning`): the bound a perfect model
+//! would give.
 
 use std::path::Path;
 
@@ -20,7 +24,8 @@ use imago_worldmodel::{
 use rand::rngs::StdRng;
 
 use crate::act::sampling::to_robot_units;
-use crate::robot::RobotConfig;
+use crate::act::simulated_planning::SimulatorPlanner;
+use crate::robot::{RobotConfig, SimRobot};
 use crate::store::checkpoint::load_world_model;
 
 /// Where a planner's imagined rewards come from.
@@ -154,6 +159,34 @@ impl<B: Backend> WorldModelPlanner<B> {
     }
 }
 
+/// What a planned policy's candidates are scored in: a learned world model, or copies
+/// of the simulated robot itself.
+pub enum ChunkPlanner<B: Backend> {
+    /// Imagination in a world model checkpoint (boxed: the model is large, the
+    /// simulator's settings small).
+    WorldModel(Box<WorldModelPlanner<B>>),
+    /// The robot's own simulator (evaluation on a simulated robot only).
+    Simulator(SimulatorPlanner),
+}
+
+impl<B: Backend> ChunkPlanner<B> {
+    /// The planner's settings.
+    pub fn settings(&self) -> &PlannerConfig {
+        match self {
+            Self::WorldModel(planner) => planner.settings(),
+            Self::Simulator(planner) => planner.settings(),
+        }
+    }
+
+    /// Where candidates' rewards come from, for reports.
+    pub fn describe_reward(&self) -> &'static str {
+        match self {
+            Self::WorldModel(planner) => planner.reward().describe(),
+            Self::Simulator(_) => "the simulated robot's own rewards",
+        }
+    }
+}
+
 /// The policy's chunk distribution for every observation, as the planner's proposals:
 /// its Gaussian head's means and standard deviations scaled by `spread` (the sampling
 /// noise the policy acts with), through the host forward where there is one. A
@@ -199,17 +232,27 @@ fn policy_proposals<B: Backend>(
 /// The actions, in robot units, that a planned policy executes from each observation
 /// before it plans again: the first `executed` of the chunk `planner` plans from the
 /// policy's proposal (its spread scaled by `noise`), observation `i` drawing from
-/// `rngs[i]`; the planning counterpart of `sampling::leading_actions`.
+/// `rngs[i]`; the planning counterpart of `sampling::leading_actions`. A simulator
+/// planner needs the simulated `robots` the observations came from (`None`, as for a
+/// robot in another process, is an error).
 pub fn planned_leading_actions<B: Backend>(
     (policy, config, device): (&Policy<B>, &PolicyConfig, &B::Device),
     host: Option<&HostPolicy>,
-    planner: &WorldModelPlanner<B>,
-    observations: &[&Observation],
+    planner: &ChunkPlanner<B>,
+    (observations, robots): (&[&Observation], Option<&[&SimRobot]>),
     (executed, noise): (usize, f32),
     rngs: &mut [StdRng],
 ) -> anyhow::Result<Vec<Vec<Action>>> {
     let proposals = policy_proposals((policy, config, device), host, observations, noise)?;
-    let planned = planner.plan(observations, &proposals, rngs, device)?;
+    let planned = match (planner, robots) {
+        (ChunkPlanner::WorldModel(planner), _) => {
+            planner.plan(observations, &proposals, rngs, device)?
+        }
+        (ChunkPlanner::Simulator(planner), Some(robots)) => planner.plan(robots, &proposals, rngs),
+        (ChunkPlanner::Simulator(_), None) => anyhow::bail!(
+            "planning in the simulator needs a robot simulated here; a robot in another process (--remote) has none to copy"
+        ),
+    };
     let limits = config.action_limit();
     Ok(planned
         .iter()

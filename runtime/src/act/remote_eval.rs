@@ -136,7 +136,7 @@ fn run_episode<B: Backend>(
                 if queue.is_empty() {
                     let actions = controller.leading_actions(
                         host,
-                        &[episode.observation()],
+                        (&[episode.observation()], None),
                         (std::slice::from_mut(&mut rng), &[0]),
                     )?;
                     queue.extend(actions.into_iter().flatten().flatten());
