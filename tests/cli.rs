@@ -645,6 +645,7 @@ fn finetune_every_method_and_paired_eval() {
         ("habc", &bc),
         ("advantage-flow", &flow),
         ("dagger", &bc),
+        ("ppo-returns", &bc),
     ] {
         let out = path(&dir.path().join(method));
         let report = dir.path().join(format!("{method}.json"));
@@ -687,6 +688,16 @@ fn finetune_every_method_and_paired_eval() {
             let advantages = &round["advantages"];
             assert_eq!(advantages["weighted"], 0, "{round}");
             // At least one command of each of the 12 demonstrations.
+            assert!(
+                advantages["unweighted"].as_u64().unwrap() >= 12 + interventions,
+                "{round}"
+            );
+        }
+        // PPO weighs the round's own samples by their advantage and imitates the rest:
+        // the demonstrations and the interventions.
+        if method == "ppo-returns" {
+            let advantages = &round["advantages"];
+            assert!(advantages["weighted"].as_u64().unwrap() > 0, "{round}");
             assert!(
                 advantages["unweighted"].as_u64().unwrap() >= 12 + interventions,
                 "{round}"
@@ -822,6 +833,42 @@ fn finetune_every_method_and_paired_eval() {
         &["--world-model", &wm, "--config", &config_path],
         "return-to-go",
     );
+    // PPO needs sampled chunks (exploration above 0) and a Gaussian head's densities.
+    std::fs::write(
+        &config,
+        "method = \"ppo-returns\"\n[rollout]\nexploration = 0.0\n",
+    )
+    .unwrap();
+    finetune_refused(
+        &bc,
+        &["--world-model", &wm, "--config", &config_path],
+        "rollout.exploration",
+    );
+    let flow_ppo = path(&dir.path().join("flow-ppo"));
+    std::fs::write(&config, "episodes_per_round = 4\npolicy_steps = 3\n").unwrap();
+    let args = [
+        "--device",
+        "cpu",
+        "train",
+        "--what",
+        "finetune",
+        "--replay",
+        &replay,
+        "--out",
+        &flow_ppo,
+        "--init",
+        &flow,
+        "--world-model",
+        &wm,
+        "--method",
+        "ppo-returns",
+        "--rounds",
+        "1",
+        "--config",
+        &config_path,
+    ];
+    assert_one_line_error(&args, "flow head");
+    assert!(!std::path::Path::new(&flow_ppo).exists());
 }
 
 #[test]

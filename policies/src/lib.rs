@@ -62,7 +62,7 @@ pub use importance::{effective_sample_size, truncated_importance_weights};
 pub use input::{InstructionInput, PolicyBatch, PolicyInput, PolicyInputError};
 pub use input_spec::{CameraInput, InputSpec, MAIN_CAMERA};
 pub use linear::{LinearPolicy, LinearPolicyConfig};
-pub use log_density::first_step_log_densities;
+pub use log_density::{first_step_log_densities, leading_log_densities};
 pub use loss::{BehaviourAnchor, ImitationTargets, gaussian_nll, imitation_loss};
 pub use model::{
     MAX_PARAMETERS, MAX_PATCHES, MAX_VECTOR, VlaPolicy, VlaPolicyConfig, validate_action_limit,

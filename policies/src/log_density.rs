@@ -19,6 +19,24 @@ pub fn first_step_log_densities<B: Backend>(
     actions: &[f32],
     device: &B::Device,
 ) -> Option<Vec<f32>> {
+    let steps = vec![1; batch.len()];
+    leading_log_densities(policy, batch, (actions, &steps), 1.0, device)
+}
+
+/// The joint log-density of each observation's leading recorded actions: row `r`'s
+/// first `steps[r]` chunk steps of `actions` (`[batch, K, A]` row-major; a step count
+/// past `K` reads all `K`), under the policy's Gaussian with its spread scaled by
+/// `spread` (a rollout's exploration: the density of what a rollout at that noise
+/// sampled). A chunk a rollout executed whole before planning again is one sampled
+/// action, and this its density. Computed as [`first_step_log_densities`]; `None` for
+/// a flow head.
+pub fn leading_log_densities<B: Backend>(
+    policy: &Policy<B>,
+    batch: &PolicyBatch,
+    (actions, steps): (&[f32], &[usize]),
+    spread: f32,
+    device: &B::Device,
+) -> Option<Vec<f32>> {
     let (mean, log_std) = match policy.host_copy() {
         Some(host) => host.gaussian_rows(batch),
         None => {
@@ -28,15 +46,16 @@ pub fn first_step_log_densities<B: Backend>(
     };
     let (k, a) = policy.chunk_shape();
     let width = k * a;
+    let offset = spread.max(f32::MIN_POSITIVE).ln();
     Some(
         (0..batch.len())
             .map(|row| {
-                let first = row * width..row * width + a;
-                gaussian_log_density(
-                    &actions[first.clone()],
-                    &mean[first.clone()],
-                    &log_std[first],
-                )
+                let leading = row * width..row * width + steps[row].min(k) * a;
+                let scaled: Vec<f32> = log_std[leading.clone()]
+                    .iter()
+                    .map(|s| s + offset)
+                    .collect();
+                gaussian_log_density(&actions[leading.clone()], &mean[leading], &scaled)
             })
             .collect(),
     )
@@ -108,5 +127,46 @@ mod tests {
         }
         let flow = Policy::Vla(config.with_head(ActionHeadKind::Flow).init::<Flex>(&device));
         assert!(first_step_log_densities(&flow, &batch, &actions, &device).is_none());
+    }
+
+    /// The leading steps' joint density is the sum of burn's per-step densities, and a
+    /// spread scaled by `s` is a Gaussian whose log-std is `ln s` higher.
+    #[test]
+    fn leading_log_densities_sum_the_leading_steps_at_the_scaled_spread() {
+        let device = Default::default();
+        let mut robot = Reacher2d::default();
+        let config = VlaPolicyConfig::for_robot(robot.spec()).unwrap();
+        let mut batch = PolicyBatch::new(&config.input_spec());
+        for seed in 0..3 {
+            batch.push(&robot.reset(seed)).unwrap();
+        }
+        let (k, a) = (config.chunk_len, config.action_dim());
+        assert!(k >= 3, "the test reads 3 leading steps");
+        let actions: Vec<f32> = (0..3 * k * a)
+            .map(|i| ((i * 7) % 11) as f32 / 11.0 - 0.5)
+            .collect();
+        let policy = Policy::Vla(config.init::<Flex>(&device));
+        let chunk = policy.gaussian(batch.to_input(&device)).unwrap();
+        let (mean, log_std) = (values(chunk.mean), values(chunk.log_std));
+        let steps = [1, 3, k + 5];
+        for spread in [1.0f32, 2.0] {
+            let densities =
+                leading_log_densities(&policy, &batch, (&actions, &steps), spread, &device)
+                    .unwrap();
+            for (row, &n) in steps.iter().enumerate() {
+                let expected: f32 = (row * k * a..row * k * a + n.min(k) * a)
+                    .map(|i| {
+                        let std = log_std[i].exp() * spread;
+                        let z = (actions[i] - mean[i]) / std;
+                        -0.5 * z * z - std.ln() - 0.5 * (2.0 * std::f32::consts::PI).ln()
+                    })
+                    .sum();
+                let got = densities[row];
+                assert!(
+                    (got - expected).abs() <= 1e-4 * expected.abs().max(1.0),
+                    "row {row}, spread {spread}: {got} against {expected}"
+                );
+            }
+        }
     }
 }

@@ -13,7 +13,8 @@ use crate::policy::Policy;
 
 /// Mean Gaussian negative log-likelihood (without the constant) of `target`
 /// `[batch, K, A]` under `chunk`, each chunk step weighted by `weights` `[batch, K]`
-/// (0 for steps past the episode's end); the weighted mean is self-normalised.
+/// (0 for steps past the episode's end); the weighted mean is self-normalised by the
+/// weights' magnitudes (a negative weight, as a policy gradient's, pushes away).
 pub fn gaussian_nll<B: Backend>(
     chunk: &GaussianChunk<B>,
     target: Tensor<B, 3>,
@@ -25,9 +26,11 @@ pub fn gaussian_nll<B: Backend>(
     weighted_mean(per_step, weights)
 }
 
-/// `sum(values * weights) / sum(weights)` (the weights' sum floored at a tiny value).
+/// `sum(values * weights) / sum(|weights|)` (the magnitudes' sum floored at a tiny
+/// value): the weighted mean for weights of one sign, and a bounded scale for signed
+/// ones, whose plain sum can be near zero.
 fn weighted_mean<B: Backend>(values: Tensor<B, 2>, weights: Tensor<B, 2>) -> Tensor<B, 1> {
-    let total = weights.clone().sum().clamp_min(1e-6);
+    let total = weights.clone().abs().sum().clamp_min(1e-6);
     (values * weights).sum() / total
 }
 
@@ -38,8 +41,8 @@ pub struct ImitationTargets<B: Backend> {
     pub actions: Tensor<B, 3>,
     /// 1 for chunk steps inside the episode, 0 past its end, `[batch, K]`.
     pub mask: Tensor<B, 2>,
-    /// Per-transition weight (advantage and importance weights), `[batch]`; `None`
-    /// for plain behaviour cloning.
+    /// Per-transition weight (advantage and importance weights; negative to push
+    /// away from a chunk), `[batch]`; `None` for plain behaviour cloning.
     pub weights: Option<Tensor<B, 1>>,
 }
 
@@ -144,5 +147,23 @@ pub(crate) fn tensor_imitation_loss<B: Backend>(
                 _ => fit,
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use burn::backend::Flex;
+
+    use super::*;
+
+    /// Signed weights are normalised by their magnitudes: `(1 * 1 - 3 * 2) / 4`, where
+    /// the plain sum (-2) would flip the sign and double the scale.
+    #[test]
+    fn signed_weights_are_normalised_by_their_magnitudes() {
+        let device = Default::default();
+        let values = Tensor::<Flex, 2>::from_data([[1.0, 2.0]], &device);
+        let weights = Tensor::<Flex, 2>::from_data([[1.0, -3.0]], &device);
+        let mean: f32 = weighted_mean(values, weights).into_scalar();
+        assert!((mean + 1.25).abs() < 1e-6, "{mean}");
     }
 }

@@ -37,7 +37,8 @@ pub(crate) struct ImitationRow<'a> {
     pub input: BatchRow<'a>,
     /// The recorded chunk, `[K * A]` in units of the action limit.
     pub actions: &'a [f32],
-    /// Each chunk step's weight, `[K]`, already divided by the batch's total weight:
+    /// Each chunk step's weight, `[K]`, already divided by the batch's total weight
+    /// magnitude:
     /// the loss is the sum over rows of these times the steps' negative
     /// log-likelihoods.
     pub weights: &'a [f32],
@@ -338,7 +339,7 @@ pub(crate) fn host_imitation_loss<B: Backend>(
     let origin = values(action_origin);
     let actions = values(actions);
     let mut weights = values(step_weights);
-    let total = weights.iter().sum::<f32>().max(1e-6);
+    let total = weights.iter().map(|w| w.abs()).sum::<f32>().max(1e-6);
     weights.iter_mut().for_each(|w| *w /= total);
     let share = |values: &[f32]| values.len() / batch;
     let (pixels, max_words, inputs) = (share(&images), words.len() / batch, share(&proprio));
@@ -498,6 +499,17 @@ mod tests {
         ];
         let weights = vec![0.5, 2.0, 1.25, 0.1];
         assert_matches_burn(&config, &observations, mask, Some(weights));
+    }
+
+    /// A policy gradient's signed weights (`ppo-returns`), normalised by their
+    /// magnitudes on both paths.
+    #[test]
+    fn host_gradients_match_burns_with_signed_weights() {
+        let config = VlaPolicyConfig::for_robot(Reacher2d::default().spec()).unwrap();
+        let observations = reacher_observations();
+        let ones = vec![1.0; observations.len() * config.chunk_len];
+        let weights = vec![0.5, -2.0, 1.25, -0.1];
+        assert_matches_burn(&config, &observations, ones, Some(weights));
     }
 
     #[test]

@@ -58,6 +58,10 @@ pub(crate) fn check_lerobot_settings(config: &DaemonConfig) -> anyhow::Result<()
             && config.learner.finetune.method == FinetuneMethod::AdvantageFlow),
         "[learner.finetune] method = \"advantage-flow\" fine-tunes a flow head, which a LeRobot policy does not have; use awr-returns, awr-imagination, habc or dagger"
     );
+    anyhow::ensure!(
+        !(config.learner.enabled && config.learner.finetune.method == FinetuneMethod::PpoReturns),
+        "[learner.finetune] method = \"ppo-returns\" weighs the density of a Gaussian head's sampled chunks, which a LeRobot policy does not record; use awr-returns, awr-imagination, habc or dagger"
+    );
     check_chunking(&config.actor.chunking)
 }
 

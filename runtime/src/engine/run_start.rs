@@ -15,7 +15,7 @@ use crate::device::ResolvedDevice;
 use crate::engine::ReplayWindow;
 use crate::engine::daemon_config::{DaemonConfig, DaemonOptions};
 use crate::engine::learner_loop::LoopLearner;
-use crate::learn::finetune::Learner;
+use crate::learn::finetune::{FinetuneMethod, Learner, check_ppo_head};
 use crate::learn::world_model::WorldModelTrainConfig;
 use crate::store::checkpoint::{
     ensure_trained_for, load_policy_to_continue, load_world_model, read_lerobot_meta, read_meta,
@@ -213,6 +213,14 @@ pub(crate) fn check_imago_settings(config: &DaemonConfig) -> anyhow::Result<()> 
         config.learner.finetune.lora.is_none(),
         "[learner.finetune.lora]: LoRA adapts a LeRobot policy's transformer or U-Net; imago's own policies train whole (leave it out, or start from a LeRobot policy)"
     );
+    let finetune = &config.learner.finetune;
+    anyhow::ensure!(
+        finetune.method != FinetuneMethod::PpoReturns
+            || finetune.rollout.exploration == config.actor.exploration,
+        "[learner.finetune] method = \"ppo-returns\" weighs the chunks the actor samples at [actor] exploration = {}, with their spread read from [learner.finetune.rollout] exploration = {}: set both alike",
+        config.actor.exploration,
+        finetune.rollout.exploration
+    );
     Ok(())
 }
 
@@ -267,6 +275,7 @@ pub(crate) fn prepare_opened(
             (config.init(&device.training), config, 1)
         }
     };
+    check_ppo_head(&config.learner.finetune, &policy)?;
     let (window, version) = open_window(&run.replay, config, options, version)?;
     let learner = Learner::new(
         (policy, policy_config),
@@ -334,4 +343,32 @@ pub(crate) fn initial_world_model(
             (config.init(&device.training), config)
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `ppo-returns` reads the spread of the actor's samples from the learner's
+    /// rollout settings: the two differing is one error naming both keys.
+    #[test]
+    fn ppo_in_the_daemon_needs_the_actors_exploration() {
+        let config = |actor: f32, learner: f32| {
+            DaemonConfig::parse(&format!(
+                "robot = \"reacher2d\"\n[actor]\nexploration = {actor}\n\
+                 [learner.finetune]\nmethod = \"ppo-returns\"\n\
+                 [learner.finetune.rollout]\nexploration = {learner}\n"
+            ))
+            .unwrap()
+        };
+        assert!(check_imago_settings(&config(0.5, 0.5)).is_ok());
+        let error = check_imago_settings(&config(0.5, 1.0))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("[actor] exploration = 0.5")
+                && error.contains("[learner.finetune.rollout] exploration = 1"),
+            "{error}"
+        );
+    }
 }

@@ -14,7 +14,8 @@ use serde::{Deserialize, Serialize};
 use crate::act::lerobot_driver::LeRobotBinding;
 use crate::device::ResolvedDevice;
 use crate::learn::finetune::{
-    FinetuneConfig, FinetuneStart, LeRobotLearner, RoundLearner, RoundReport, finetune, run_rounds,
+    FinetuneConfig, FinetuneStart, LeRobotLearner, RoundLearner, RoundReport, check_ppo_head,
+    finetune, run_rounds,
 };
 use crate::learn::world_model::{
     WindowDataset, WorldModelTrainConfig, log_world_model_losses, train_world_model,
@@ -103,6 +104,7 @@ pub fn finetune_offline(
         // Checked here as well as where rollouts start, so that a setting the policy
         // cannot follow fails before the world model trains.
         config.rollout.check_fits(&policy_config)?;
+        check_ppo_head(config, &policy).map_err(|e| anyhow::anyhow!("{}: {e}", init.display()))?;
         StartingPolicy::Imago(policy, policy_config, meta.version)
     };
     let (model, wm_config) = match world_model {

@@ -112,7 +112,7 @@ impl AdvantageModels {
             &encoded,
             &self.critic.valid(),
             config,
-            self.max_steps,
+            (version, self.max_steps),
         )?;
         Ok(Weighed {
             weights,

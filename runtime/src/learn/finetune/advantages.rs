@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use super::config::{FinetuneConfig, FinetuneMethod, ReturnCredit, ReturnGroups};
 use super::latents::EncodedEpisodes;
 use super::return_credit::return_to_go_advantages;
-use crate::store::replay::Episode;
+use crate::store::replay::{Episode, Transition};
 
 /// What a round's weights look like.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
@@ -84,6 +84,9 @@ fn read(values: Tensor<Dispatch, 1>) -> anyhow::Result<Vec<f32>> {
 ///   transitions;
 /// - `dagger`: 1 for demonstrations and interventions, 0 for the policy's own
 ///   commands (no advantage at all);
+/// - `ppo-returns`: the normalised return-to-go advantage of each chunk the policy
+///   `version` (the one about to be updated) sampled, and weight 1 for it and for
+///   every imitated transition ([`sample_advantages`]);
 /// - `habc`: the gated mix of the viability advantage (segment outcome minus the
 ///   viability head) and the efficiency advantage (`gamma^steps` to the goal, 0 for a
 ///   failed segment, minus the efficiency head) of policy-executed transitions,
@@ -93,7 +96,7 @@ pub fn transition_weights(
     encoded: &EncodedEpisodes,
     critic: &LatentCritic<Dispatch>,
     config: &FinetuneConfig,
-    max_steps: u32,
+    (version, max_steps): (u64, u32),
 ) -> anyhow::Result<(TransitionWeights, AdvantageSummary)> {
     // Raw advantages; `None` marks a transition that keeps weight 1.
     let mut raw: Vec<Vec<Option<f32>>> = Vec::with_capacity(episodes.len());
@@ -107,6 +110,9 @@ pub fn transition_weights(
             return Ok(finish(advantages, config));
         }
         FinetuneMethod::Dagger => return Ok(expert_commands(episodes)),
+        FinetuneMethod::PpoReturns => {
+            return Ok(sample_advantages(episodes, version, config, max_steps));
+        }
         FinetuneMethod::AwrImagination | FinetuneMethod::AdvantageFlow => {
             let values = read(critic.value(encoded.latents.clone()))?;
             for (e, episode) in episodes.iter().enumerate() {
@@ -237,6 +243,96 @@ fn tick_advantages(
         .iter()
         .map(|episode| episode.iter().map(|_| next.next()).collect())
         .collect()
+}
+
+/// Whether `transition` (of a demonstration or not) is one of `version`'s samples:
+/// the planning tick of a chunk that policy sampled (it recorded the chunk's
+/// density), not an intervention.
+fn is_sample(demonstration: bool, transition: &Transition, version: u64) -> bool {
+    !is_imitated(demonstration, transition)
+        && transition.policy_version == version
+        && transition.behaviour_log_prob.is_some()
+}
+
+/// Whether a transition is imitated at a fixed weight: a demonstration's or an
+/// intervention's.
+fn is_imitated(demonstration: bool, transition: &Transition) -> bool {
+    demonstration || transition.intervention
+}
+
+/// The weights `ppo-returns` starts an update from, for the policy `version` that
+/// collected the round: each of its samples' normalised advantage (weight 1, to be
+/// drawn), every imitated transition at weight 1 with no advantage, and every other
+/// transition (older versions', the ticks between planning ticks) at weight 0.
+pub(super) fn sample_advantages(
+    episodes: &[Episode],
+    version: u64,
+    config: &FinetuneConfig,
+    max_steps: u32,
+) -> (TransitionWeights, AdvantageSummary) {
+    let demonstration: Vec<bool> = episodes.iter().map(is_demonstration).collect();
+    let round: Vec<usize> = (0..episodes.len())
+        .filter(|&e| {
+            episodes[e]
+                .transitions
+                .iter()
+                .any(|t| is_sample(demonstration[e], t, version))
+        })
+        .collect();
+    let raw = return_to_go_advantages(
+        &round.iter().map(|&e| &episodes[e]).collect::<Vec<_>>(),
+        max_steps,
+        config.discount,
+    );
+    let mut advantages: Vec<Vec<Option<f32>>> = episodes
+        .iter()
+        .map(|e| vec![None; e.transitions.len()])
+        .collect();
+    let mut samples = Vec::new();
+    for (&e, raw) in round.iter().zip(&raw) {
+        for (t, &a) in raw.iter().enumerate() {
+            if is_sample(demonstration[e], &episodes[e].transitions[t], version) {
+                samples.push((e, t, a));
+            }
+        }
+    }
+    let mut values: Vec<f32> = samples.iter().map(|s| s.2).collect();
+    config.normaliser.normalise(&mut values);
+    for (&(e, t, _), a) in samples.iter().zip(&values) {
+        advantages[e][t] = Some(*a);
+    }
+    let mut imitated = 0;
+    let weights = episodes
+        .iter()
+        .zip(&advantages)
+        .zip(&demonstration)
+        .map(|((episode, advantages), &demonstration)| {
+            episode
+                .transitions
+                .iter()
+                .zip(advantages)
+                .map(|(t, a)| {
+                    let keep = a.is_some() || is_imitated(demonstration, t);
+                    imitated += (a.is_none() && keep) as usize;
+                    keep as u8 as f32
+                })
+                .collect()
+        })
+        .collect();
+    let summary = AdvantageSummary {
+        weighted: values.len(),
+        unweighted: imitated,
+        mean_weight: values.iter().map(|a| a.abs()).sum::<f32>() / values.len().max(1) as f32,
+        clipped_fraction: 0.0,
+        ess_fraction: 1.0,
+    };
+    (
+        TransitionWeights {
+            advantages,
+            weights,
+        },
+        summary,
+    )
 }
 
 /// `dagger`: weight 1 for every command of an expert (a demonstration's, an

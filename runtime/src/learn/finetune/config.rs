@@ -35,16 +35,24 @@ pub enum FinetuneMethod {
     /// the policy's own commands left out. Its rollouts contribute the states the
     /// policy's mistakes lead to, labelled by whoever corrected them.
     Dagger,
+    /// PPO's clipped-ratio objective over the policy's own sampled chunks, credited
+    /// per tick by their return to go against the round's own baseline, with the
+    /// demonstrations and interventions imitated alongside (`[ppo_returns]`). Signed:
+    /// a sample that did worse than usual is made less likely, not only a better one
+    /// more, and the ratio's clip bounds how far one round moves the policy. Gaussian
+    /// heads only.
+    PpoReturns,
 }
 
 impl FinetuneMethod {
     /// Every method, in a fixed order.
-    pub const ALL: [Self; 5] = [
+    pub const ALL: [Self; 6] = [
         Self::AwrReturns,
         Self::AwrImagination,
         Self::Habc,
         Self::AdvantageFlow,
         Self::Dagger,
+        Self::PpoReturns,
     ];
 
     /// The name used in configs and on the command line.
@@ -55,6 +63,7 @@ impl FinetuneMethod {
             Self::Habc => "habc",
             Self::AdvantageFlow => "advantage-flow",
             Self::Dagger => "dagger",
+            Self::PpoReturns => "ppo-returns",
         }
     }
 
@@ -186,6 +195,8 @@ pub struct FinetuneConfig {
     pub advantage_flow: Option<AdvantageFlowSettings>,
     /// `habc`'s own settings (`[habc]`; only with that method).
     pub habc: Option<HabcSettings>,
+    /// `ppo-returns`' own settings (`[ppo_returns]`; only with that method).
+    pub ppo_returns: Option<PpoReturnsSettings>,
 }
 
 /// Settings only `awr-returns` reads.
@@ -220,6 +231,33 @@ pub struct HabcSettings {
     pub gate: HabcGate,
 }
 
+/// Settings only `ppo-returns` reads.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PpoReturnsSettings {
+    /// The ratio's clip: a sample's probability ratio to the policy that drew it
+    /// stops pulling once it leaves `[1 - clip, 1 + clip]` in the direction its
+    /// advantage pushes. Range: [0.01, 1].
+    pub clip: f32,
+    /// Share of each batch drawn from the imitated transitions (demonstrations and
+    /// interventions), the rest from the round's own sampled chunks; where either is
+    /// missing the batch is all of the other. Range: [0, 0.99].
+    pub imitation_share: f32,
+    /// Weight of each imitated transition against a sampled chunk's advantage (whose
+    /// magnitudes average about 0.8 after normalisation). Range: [0, 1000].
+    pub imitation_weight: f32,
+}
+
+impl Default for PpoReturnsSettings {
+    fn default() -> Self {
+        Self {
+            clip: 0.2,
+            imitation_share: 0.5,
+            imitation_weight: 1.0,
+        }
+    }
+}
+
 impl Default for FinetuneConfig {
     fn default() -> Self {
         Self {
@@ -251,6 +289,7 @@ impl Default for FinetuneConfig {
             awr_returns: None,
             advantage_flow: None,
             habc: None,
+            ppo_returns: None,
         }
     }
 }
@@ -302,6 +341,11 @@ impl FinetuneConfig {
             .map_or_else(HabcGate::default, |s| s.gate)
     }
 
+    /// `ppo-returns`: its settings, the defaults where the table is not given.
+    pub fn ppo(&self) -> PpoReturnsSettings {
+        self.ppo_returns.unwrap_or_default()
+    }
+
     /// A method's own table given with another method is an error naming both.
     fn check_method_tables(&self) -> Result<(), ConfigError> {
         let tables = [
@@ -316,6 +360,11 @@ impl FinetuneConfig {
                 self.advantage_flow.is_some(),
             ),
             ("habc", FinetuneMethod::Habc, self.habc.is_some()),
+            (
+                "ppo_returns",
+                FinetuneMethod::PpoReturns,
+                self.ppo_returns.is_some(),
+            ),
         ];
         for (table, method, given) in tables {
             if given && self.method != method {
@@ -379,6 +428,26 @@ impl FinetuneConfig {
         in_range("max_importance_ratio", self.max_importance_ratio, 1.0..=1e6)?;
         if let Some(flow) = &self.advantage_flow {
             in_range("advantage_flow.regulariser", flow.regulariser, 0.0..=1000.0)?;
+        }
+        if self.method == FinetuneMethod::PpoReturns && self.rollout.exploration <= 0.0 {
+            return Err(ConfigError::new(
+                "rollout.exploration",
+                self.rollout.exploration,
+                "must be above 0 with method = \"ppo-returns\", which learns from the chunks its rollouts sample",
+            ));
+        }
+        if let Some(ppo) = &self.ppo_returns {
+            in_range("ppo_returns.clip", ppo.clip, 0.01..=1.0)?;
+            in_range(
+                "ppo_returns.imitation_share",
+                ppo.imitation_share,
+                0.0..=0.99,
+            )?;
+            in_range(
+                "ppo_returns.imitation_weight",
+                ppo.imitation_weight,
+                0.0..=1000.0,
+            )?;
         }
         match &self.habc {
             Some(habc) => habc.gate.validate().map_err(|e| e.within("habc.gate")),
@@ -467,11 +536,26 @@ mod tests {
             ("[advantage_flow]\nregulariser = 2.0", "advantage_flow"),
             ("method = \"dagger\"\n[habc.gate]\nthreshold = 0.8", "habc"),
             ("method = \"habc\"\n[awr_returns]", "awr_returns"),
+            ("[ppo_returns]\nclip = 0.1", "ppo_returns"),
         ] {
             let error = read(text).validate().unwrap_err();
             assert_eq!(error.key, table, "{text}");
             assert!(error.expected.contains("remove the table"), "{error:?}");
         }
+        let ppo = read("method = \"ppo-returns\"\n[ppo_returns]\nclip = 0.1");
+        assert_eq!(ppo.validate(), Ok(()));
+        assert_eq!(ppo.ppo().clip, 0.1);
+        assert_eq!(ppo.ppo().imitation_share, 0.5, "the rest defaults");
+        for (text, key) in [
+            ("clip = 0.0", "ppo_returns.clip"),
+            ("imitation_share = 1.0", "ppo_returns.imitation_share"),
+            ("imitation_weight = nan", "ppo_returns.imitation_weight"),
+        ] {
+            let bad = read(&format!("method = \"ppo-returns\"\n[ppo_returns]\n{text}"));
+            assert_eq!(bad.validate().unwrap_err().key, key, "{text}");
+        }
+        let noiseless = read("method = \"ppo-returns\"\n[rollout]\nexploration = 0.0");
+        assert_eq!(noiseless.validate().unwrap_err().key, "rollout.exploration");
         let out_of_range = read("method = \"habc\"\n[habc.gate]\nthreshold = 1.5");
         assert_eq!(
             out_of_range.validate().unwrap_err().key,

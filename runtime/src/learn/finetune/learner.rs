@@ -146,7 +146,7 @@ impl Learner {
         let update;
         (self.policy, update) = update_policy(
             (self.policy.clone(), &self.policy_config),
-            (&data, &weighed.weights.weights),
+            (&data, &weighed.weights),
             Some(&behaviour),
             self.version + 1,
             config,

@@ -65,7 +65,7 @@ impl LeRobotLearner {
 
     /// `policy`'s features bound to `robot` on the training device, checked before
     /// anything is trained: features the robot does not give, a method that needs a
-    /// flow head (`advantage-flow`), or rollouts asked to execute more than one action
+    /// flow head (`advantage-flow`) or a Gaussian one (`ppo-returns`), or rollouts asked to execute more than one action
     /// per plan (the policy executes through its own queue), are an error.
     pub fn binding(
         policy: &LeRobotPolicy<Dispatch>,
@@ -76,6 +76,11 @@ impl LeRobotLearner {
         anyhow::ensure!(
             config.method != FinetuneMethod::AdvantageFlow,
             "advantage-flow fine-tunes a flow head, which a LeRobot {} policy does not have; use awr-returns, awr-imagination, habc or dagger",
+            policy.kind()
+        );
+        anyhow::ensure!(
+            config.method != FinetuneMethod::PpoReturns,
+            "ppo-returns weighs the density of a Gaussian head's sampled chunks, which a LeRobot {} policy does not record; use awr-returns, awr-imagination, habc or dagger",
             policy.kind()
         );
         anyhow::ensure!(

@@ -12,6 +12,7 @@ mod critic;
 mod latents;
 mod learner;
 mod lerobot_learner;
+mod ppo;
 mod return_credit;
 mod run;
 #[cfg(test)]
@@ -22,12 +23,13 @@ pub use advantage_models::{AdvantageModels, Weighed};
 pub use advantages::{AdvantageSummary, TransitionWeights, transition_weights};
 pub use config::{
     AdvantageFlowSettings, AwrReturnsSettings, FinetuneConfig, FinetuneMethod, HabcSettings,
-    ReturnCredit, ReturnGroups,
+    PpoReturnsSettings, ReturnCredit, ReturnGroups,
 };
 pub use critic::{CriticLosses, train_critic};
 pub use latents::EncodedEpisodes;
 pub use learner::{LearnReport, Learner};
 pub use lerobot_learner::LeRobotLearner;
+pub use ppo::check_head as check_ppo_head;
 pub use run::{
     FinetuneOutcome, FinetuneStart, ROLLOUT_SEED_BASE, RoundLearner, RoundReport, finetune,
     run_rounds,

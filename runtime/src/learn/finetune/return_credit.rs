@@ -14,6 +14,7 @@
 //! as the return is concerned on tasks whose reward measures progress (pusht's
 //! coverage, reacher2d's distance).
 
+use std::borrow::Borrow;
 use std::collections::HashMap;
 
 use crate::store::replay::Episode;
@@ -64,10 +65,11 @@ fn cell(episode: &Episode, t: usize, (low, high): (f32, f32), max_steps: u32) ->
 /// mean return to go of the transitions (of all `episodes`) in its cell. A transition
 /// alone in its cell gets 0: nothing to compare it with.
 pub fn return_to_go_advantages(
-    episodes: &[Episode],
+    episodes: &[impl Borrow<Episode>],
     max_steps: u32,
     discount: f32,
 ) -> Vec<Vec<f32>> {
+    let episodes: Vec<&Episode> = episodes.iter().map(Borrow::borrow).collect();
     let returns: Vec<Vec<f32>> = episodes
         .iter()
         .map(|episode| returns_to_go(episode, max_steps, discount))

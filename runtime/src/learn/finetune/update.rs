@@ -13,7 +13,9 @@ use rand::RngExt;
 use rand::rngs::StdRng;
 use serde::{Deserialize, Serialize};
 
+use super::advantages::TransitionWeights;
 use super::config::{FinetuneConfig, FinetuneMethod};
+use super::ppo::PpoUpdate;
 use crate::device::ResolvedDevice;
 use crate::learn::bc::ImitationDataset;
 use crate::learn::weight_average::WeightAverage;
@@ -32,10 +34,12 @@ pub struct PolicyUpdateReport {
     pub first_loss: f32,
     /// Mean loss over the last 20 steps.
     pub last_loss: f32,
-    /// Mean over steps of the importance weights' effective sample size, as a fraction
-    /// of the policy transitions in the batch (1 when there were none).
+    /// Mean over steps of the importance weights' (under `ppo-returns`, the
+    /// probability ratios') effective sample size, as a fraction of the policy
+    /// transitions in the batch (1 when there were none).
     pub importance_ess_fraction: f32,
-    /// Fraction of importance weights at the truncation bound.
+    /// Fraction of importance weights at the truncation bound (under `ppo-returns`:
+    /// of samples whose ratio's clip was active).
     pub truncated_fraction: f32,
 }
 
@@ -43,10 +47,13 @@ pub struct PolicyUpdateReport {
 /// transition `(e, t)` weighted by `weights[e][t]` times its truncated importance
 /// weight `min(pi(a|s) / pi_behaviour(a|s), max_ratio)` when a behaviour density was
 /// recorded (Gaussian heads; demonstrations and flow-head data get 1). With
-/// AdvantageFlow, `behaviour` anchors the flow head.
+/// AdvantageFlow, `behaviour` anchors the flow head; with `ppo-returns`, it is the
+/// policy that sampled the round's chunks and each batch is PPO's
+/// ([`PpoUpdate`]: the chunks' advantages times their probability ratios, clipped,
+/// beside imitation).
 pub fn update_policy(
     (mut policy, policy_config): (Policy<Dispatch>, &PolicyConfig),
-    (data, weights): (&ImitationDataset, &[Vec<f32>]),
+    (data, weighed): (&ImitationDataset, &TransitionWeights),
     behaviour: Option<&Policy<Dispatch>>,
     version: u64,
     config: &FinetuneConfig,
@@ -54,8 +61,18 @@ pub fn update_policy(
     rng: &mut StdRng,
 ) -> anyhow::Result<(Policy<Dispatch>, PolicyUpdateReport)> {
     let episodes = data.episodes();
+    let weights = &weighed.weights;
     let (eligible, stale) =
         eligible_samples(data.episodes(), data.samples(), weights, version, config)?;
+    let ppo = match config.method {
+        FinetuneMethod::PpoReturns => Some(PpoUpdate::new(
+            (&policy, behaviour),
+            (data, weighed),
+            &eligible,
+            config,
+        )?),
+        _ => None,
+    };
     let anchor = match (config.method, behaviour) {
         (FinetuneMethod::AdvantageFlow, Some(policy)) => Some(BehaviourAnchor {
             policy,
@@ -67,13 +84,16 @@ pub fn update_policy(
         .with_grad_clipping(Some(burn::grad_clipping::GradientClippingConfig::Norm(1.0)))
         .init();
     let mut batch = PolicyBatch::new(&policy_config.input_spec());
-    let (mut losses, mut ess, mut truncated, mut ratios) = (vec![], vec![], 0usize, 0usize);
+    let (mut losses, mut ess, mut truncated, mut ratios_seen) = (vec![], vec![], 0, 0);
     let mut averaged = config.weight_average.map(WeightAverage::new);
     let bar = progress::bar("fine-tune policy", config.policy_steps as u64);
     for step in 0..config.policy_steps {
-        let indices: Vec<usize> = (0..config.batch_size)
-            .map(|_| eligible[rng.random_range(0..eligible.len())])
-            .collect();
+        let indices: Vec<usize> = match &ppo {
+            Some(ppo) => ppo.draw(config.batch_size, rng),
+            None => (0..config.batch_size)
+                .map(|_| eligible[rng.random_range(0..eligible.len())])
+                .collect(),
+        };
         let awr: Vec<f32> = indices
             .iter()
             .map(|&i| {
@@ -82,8 +102,16 @@ pub fn update_policy(
             })
             .collect();
         let n = indices.len();
-        let loss = match policy.head() {
-            ActionHead::Gaussian(_) => {
+        let loss = match (policy.head(), &ppo) {
+            (_, Some(ppo)) => {
+                let (targets, ratios) =
+                    ppo.targets(&policy, (&indices, &mut batch), &device.training)?;
+                truncated += ratios.clipped;
+                ratios_seen += ratios.weights.len();
+                ess.push(ratios.ess_fraction);
+                imitation_loss(&policy, batch.to_input(&device.training), &targets, None)
+            }
+            (ActionHead::Gaussian(_), None) => {
                 let mut targets =
                     data.targets::<Dispatch>(&indices, None, &mut batch, &device.training)?;
                 let importance = importance_weights(
@@ -97,7 +125,7 @@ pub fn update_policy(
                     &device.training,
                 )?;
                 truncated += importance.truncated;
-                ratios += importance.ratios;
+                ratios_seen += importance.ratios;
                 ess.push(importance.ess_fraction);
                 let combined: Vec<f32> = awr
                     .iter()
@@ -110,7 +138,7 @@ pub fn update_policy(
                 ));
                 imitation_loss(&policy, batch.to_input(&device.training), &targets, None)
             }
-            ActionHead::Flow(_) => {
+            (ActionHead::Flow(_), None) => {
                 let targets =
                     data.targets::<Dispatch>(&indices, Some(awr), &mut batch, &device.training)?;
                 ess.push(1.0);
@@ -136,7 +164,7 @@ pub fn update_policy(
     }
     let report = PolicyUpdateReport {
         importance_ess_fraction: mean(&ess),
-        truncated_fraction: truncated as f32 / ratios.max(1) as f32,
+        truncated_fraction: truncated as f32 / ratios_seen.max(1) as f32,
         ..PolicyUpdateReport::of_losses((eligible.len(), stale.len()), &losses)
     };
     Ok((policy, report))
