@@ -21,7 +21,8 @@ pub struct AdvantageSummary {
     /// Transitions kept at weight 1 (interventions, under HABC; the expert's
     /// commands, under DAgger).
     pub unweighted: usize,
-    /// Mean AWR weight of the weighted transitions.
+    /// Mean AWR weight of the weighted transitions (under `ppo-returns`, whose samples
+    /// are weighed per step: the mean magnitude of their advantages).
     pub mean_weight: f32,
     /// Fraction of weighted transitions at the clip.
     pub clipped_fraction: f32,

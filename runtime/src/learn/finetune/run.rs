@@ -9,7 +9,7 @@ use imago_policies::{Policy, PolicyConfig};
 use imago_worldmodel::{WorldModel, WorldModelConfig};
 use serde::{Deserialize, Serialize};
 
-use super::config::FinetuneConfig;
+use super::config::{FinetuneConfig, FinetuneMethod};
 use super::learner::{LearnReport, Learner};
 use crate::act::rollout::{ActingPolicy, RolloutConfig, collect_policy_episodes};
 use crate::device::ResolvedDevice;
@@ -232,6 +232,15 @@ pub fn run_rounds(
         let (advantages, update) = (&report.learned.advantages, &report.learned.update);
         let weights = if advantages.weighted == 0 {
             format!("{} expert commands imitated", advantages.unweighted)
+        } else if config.method == FinetuneMethod::PpoReturns {
+            format!(
+                "{} samples (mean |advantage| {:.2}) beside {} imitated, ratio ESS {:.0}%, clip active for {:.0}%",
+                advantages.weighted,
+                advantages.mean_weight,
+                advantages.unweighted,
+                100.0 * update.importance_ess_fraction,
+                100.0 * update.truncated_fraction,
+            )
         } else {
             format!(
                 "mean AWR weight {:.2} (ESS {:.0}%), importance ESS {:.0}%",
