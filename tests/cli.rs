@@ -1743,19 +1743,36 @@ fn pusht_collects_trains_and_evaluates_with_coverage() {
     }
     run(&as_args(&train_world_model(&wm, &wm_settings, "salt")));
     std::fs::write(&planner, "candidates = 6\niterations = 2\nelites = 2\n").unwrap();
-    let plan_flags = ["--execute", "4", "--plan-with", &wm, "--planner", &planner];
-    let planned: Vec<&str> = sampled.iter().copied().chain(plan_flags).collect();
-    let output = imago(&planned);
-    assert!(output.status.success(), "{}", stderr(&output));
-    assert!(
-        stderr(&output).contains(
-            "6 candidates x 2 iterations, rewards from the robot's reward of the decoded state"
-        ),
-        "{}",
-        stderr(&output)
+    let plan_flags = |model: &str| -> Vec<String> {
+        [
+            "--execute",
+            "4",
+            "--plan-with",
+            model,
+            "--planner",
+            &planner,
+        ]
+        .map(str::to_string)
+        .to_vec()
+    };
+    // The sampled evaluation planning in `model` (a checkpoint, or `simulator`).
+    let planned_in = |model: &str| -> Vec<String> {
+        let sampled = sampled.iter().map(|s| s.to_string());
+        sampled.chain(plan_flags(model)).collect()
+    };
+    // Plans in `model`, and stderr says where the candidates' rewards come from.
+    let plans = |model: &str, says: &str| {
+        let output = imago(&as_args(&planned_in(model)));
+        assert!(output.status.success(), "{}", stderr(&output));
+        assert!(stderr(&output).contains(says), "{}", stderr(&output));
+    };
+    plans(
+        &wm,
+        "6 candidates x 2 iterations, rewards from the robot's reward of the decoded state",
     );
+    let planned = planned_in(&wm);
     let first = std::fs::read(&report).unwrap();
-    assert!(imago(&planned).status.success());
+    assert!(imago(&as_args(&planned)).status.success());
     assert_eq!(first, std::fs::read(&report).unwrap(), "planning is seeded");
     let json: serde_json::Value = serde_json::from_slice(&first).unwrap();
     assert!(json["coverage_difference"].is_object(), "{json}");
@@ -1795,51 +1812,24 @@ fn pusht_collects_trains_and_evaluates_with_coverage() {
         "{scored}"
     );
     assert_eq!(scored.matches("floor 0.0000").count(), 7, "{scored}");
-    let gated_flags = [
-        "--execute",
-        "4",
-        "--plan-with",
+    plans(
         &gated,
-        "--planner",
-        &planner,
-    ];
-    let planned_gated: Vec<&str> = sampled.iter().copied().chain(gated_flags).collect();
-    let output = imago(&planned_gated);
-    assert!(output.status.success(), "{}", stderr(&output));
-    assert!(
-        stderr(&output).contains("rewards from the robot's reward of the decoded state"),
-        "{}",
-        stderr(&output)
+        "rewards from the robot's reward of the decoded state",
     );
     // Planning in the simulator itself (copies of each episode's pusht): the same
     // planner, the candidates scored by the rewards they earn there.
-    let simulator_flags = [
-        "--execute",
-        "4",
-        "--plan-with",
+    plans(
         "simulator",
-        "--planner",
-        &planner,
-    ];
-    let in_simulator: Vec<&str> = sampled.iter().copied().chain(simulator_flags).collect();
-    let output = imago(&in_simulator);
-    assert!(output.status.success(), "{}", stderr(&output));
-    assert!(
-        stderr(&output).contains(
-            "planning in simulator: 6 candidates x 2 iterations, rewards from the simulated robot's own rewards"
-        ),
-        "{}",
-        stderr(&output)
+        "planning in simulator: 6 candidates x 2 iterations, rewards from the simulated robot's own rewards",
     );
     // Planning's mistakes: a policy checkpoint as the world model, a misspelt planner
     // key, a planner setting out of range, no sampling noise to draw candidates with.
-    let owned = |args: &[&str]| -> Vec<String> { args.iter().map(|s| s.to_string()).collect() };
     let error_of = |args: Vec<String>| {
-        let output = imago(&args.iter().map(String::as_str).collect::<Vec<_>>());
+        let output = imago(&as_args(&args));
         assert!(!output.status.success(), "{args:?}");
         stderr(&output)
     };
-    let mut policy_as_model = owned(&planned);
+    let mut policy_as_model = planned.clone();
     let at = policy_as_model
         .iter()
         .position(|a| a == "--plan-with")
@@ -1851,19 +1841,19 @@ fn pusht_collects_trains_and_evaluates_with_coverage() {
         "{error}"
     );
     std::fs::write(&planner, "candidate = 8\n").unwrap();
-    let error = error_of(owned(&planned));
+    let error = error_of(planned.clone());
     assert!(error.contains("candidate"), "{error}");
     std::fs::write(&planner, "elites = 0\n").unwrap();
-    let error = error_of(owned(&planned));
+    let error = error_of(planned.clone());
     assert!(error.contains("elites"), "{error}");
     std::fs::write(&planner, "").unwrap();
-    let noiseless: Vec<&str> = paired
+    let noiseless: Vec<String> = paired
         .iter()
-        .copied()
-        .chain(["--sampling-noise", "0"])
-        .chain(plan_flags)
+        .chain(&["--sampling-noise", "0"])
+        .map(|s| s.to_string())
+        .chain(plan_flags(&wm))
         .collect();
-    let error = error_of(owned(&noiseless));
+    let error = error_of(noiseless);
     assert!(error.contains("sampling noise above 0"), "{error}");
     // The pusht policy on reacher2d: one error naming both specs.
     let output = imago(&[

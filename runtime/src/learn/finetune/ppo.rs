@@ -28,7 +28,7 @@
 //! ([`super::return_credit`]), normalised over the round's samples. The ticks between
 //! planning ticks are not samples of their own and carry no gradient.
 
-use std::cell::Cell;
+use std::collections::HashMap;
 
 use burn::prelude::*;
 use burn::{Dispatch, DispatchDevice};
@@ -117,48 +117,128 @@ pub fn check_head<B: Backend>(config: &FinetuneConfig, policy: &Policy<B>) -> an
 /// the update refuses the data (host and burn forwards agree within 1e-5 relative).
 const DENSITY_TOLERANCE: f32 = 1e-2;
 
+/// Samples per forward pass when the sampling policy's densities are computed, once,
+/// before the update's steps.
+const DENSITY_BATCH: usize = 64;
+
+/// Rows of `data` filled into a policy batch, with what the PPO weights read of them.
+struct FilledRows {
+    /// The rows' imitation targets.
+    targets: ImitationTargets<Dispatch>,
+    /// The target chunks read back, `[n * K * A]`.
+    actions: Vec<f32>,
+    /// Their validity mask read back, `[n * K]`.
+    mask: Vec<f32>,
+    /// Each row's sample length ([`sample_length`]); 0 for an imitated row.
+    steps: Vec<usize>,
+}
+
+impl FilledRows {
+    /// Fills `batch` with the observations of `indices` (of `data`, whose samples are
+    /// the transitions with an advantage).
+    fn fill(
+        (data, advantages): (&ImitationDataset, &[Vec<Option<f32>>]),
+        indices: &[usize],
+        batch: &mut PolicyBatch,
+        device: &DispatchDevice,
+    ) -> anyhow::Result<Self> {
+        let targets = data.targets::<Dispatch>(indices, None, batch, device)?;
+        let read = |t: Tensor<Dispatch, 2>| -> anyhow::Result<Vec<f32>> {
+            t.into_data()
+                .convert::<f32>()
+                .to_vec()
+                .map_err(|e| anyhow::anyhow!("cannot read targets: {e:?}"))
+        };
+        let [n, k, a] = targets.actions.dims();
+        let actions = read(targets.actions.clone().reshape([n, k * a]))?;
+        let mask = read(targets.mask.clone())?;
+        let episodes = data.episodes();
+        let steps = indices
+            .iter()
+            .map(|&i| {
+                let (e, t) = data.sample(i);
+                match advantages[e][t] {
+                    Some(_) => sample_length(&episodes[e].transitions, t, k),
+                    None => 0,
+                }
+            })
+            .collect();
+        Ok(Self {
+            targets,
+            actions,
+            mask,
+            steps,
+        })
+    }
+
+    /// Each row's joint density of its sample's actions under `policy` at `spread`
+    /// (0 for an imitated row), `batch` holding the rows.
+    fn densities(
+        &self,
+        policy: &Policy<Dispatch>,
+        (batch, device): (&PolicyBatch, &DispatchDevice),
+        spread: f32,
+    ) -> anyhow::Result<Vec<f32>> {
+        leading_log_densities(policy, batch, (&self.actions, &self.steps), spread, device)
+            .ok_or_else(|| anyhow::anyhow!("ppo-returns needs a Gaussian head"))
+    }
+}
+
 /// One `ppo-returns` policy update's batches: half (by `imitation_share`) imitated
 /// transitions at a fixed weight, the rest the round's samples at their clipped
 /// advantage-times-ratio weights, each sample's loss over the actions it put into
 /// its episode.
 pub struct PpoUpdate<'a> {
-    behaviour: &'a Policy<Dispatch>,
     data: &'a ImitationDataset<'a>,
     advantages: &'a [Vec<Option<f32>>],
     imitated: Vec<usize>,
     samples: Vec<usize>,
+    /// Each sample's joint density under the policy that drew it, by transition
+    /// index: fixed for the update, so computed once.
+    then: HashMap<usize, f32>,
     config: &'a FinetuneConfig,
-    /// Whether the recorded densities have been checked against `behaviour`'s.
-    checked: Cell<bool>,
 }
 
 impl<'a> PpoUpdate<'a> {
     /// The update of `policy` from `behaviour` (the policy that sampled the round)
     /// over the `eligible` transitions of `data`, weighed by
-    /// [`super::advantages::sample_advantages`].
-    /// A flow head ([`check_head`]), or no sampling policy, is an error.
+    /// [`super::advantages::sample_advantages`]: computes every sample's density under
+    /// `behaviour` at the rollout's exploration (through `batch` on `device`), after
+    /// checking the first batch's against the densities the rollouts recorded. A flow
+    /// head ([`check_head`]), no sampling policy, or recorded densities that differ
+    /// (the chunks were sampled at another spread) are errors.
     pub fn new(
-        (policy, behaviour): (&Policy<Dispatch>, Option<&'a Policy<Dispatch>>),
+        (policy, behaviour): (&Policy<Dispatch>, Option<&Policy<Dispatch>>),
         (data, weighed): (&'a ImitationDataset<'a>, &'a TransitionWeights),
         eligible: &[usize],
         config: &'a FinetuneConfig,
+        (batch, device): (&mut PolicyBatch, &DispatchDevice),
     ) -> anyhow::Result<Self> {
         check_head(config, policy)?;
         let behaviour = behaviour.ok_or_else(|| {
             anyhow::anyhow!("ppo-returns needs the policy that sampled the round")
         })?;
-        let (samples, imitated) = eligible.iter().partition(|&&i| {
+        let (samples, imitated): (Vec<usize>, Vec<usize>) = eligible.iter().partition(|&&i| {
             let (e, t) = data.sample(i);
             weighed.advantages[e][t].is_some()
         });
+        let spread = config.rollout.exploration;
+        let mut then = HashMap::with_capacity(samples.len());
+        for (n, chunk) in samples.chunks(DENSITY_BATCH).enumerate() {
+            let rows = FilledRows::fill((data, &weighed.advantages), chunk, batch, device)?;
+            if n == 0 {
+                check_recorded_densities(behaviour, (data, chunk), &rows, (batch, device), spread)?;
+            }
+            let densities = rows.densities(behaviour, (batch, device), spread)?;
+            then.extend(chunk.iter().copied().zip(densities));
+        }
         Ok(Self {
-            behaviour,
             data,
             advantages: &weighed.advantages,
             imitated,
             samples,
+            then,
             config,
-            checked: Cell::new(false),
         })
     }
 
@@ -185,69 +265,33 @@ impl<'a> PpoUpdate<'a> {
     /// Fills `batch` with `indices`' observations and returns their targets: the
     /// imitated rows at `imitation_weight` over their whole chunk, each sample at
     /// its clipped ratio weight over the actions it put into its episode; with what
-    /// the clip did. The first call checks the recorded densities against
-    /// `behaviour`'s at the rollout's exploration (an error where they differ: the
-    /// chunks were sampled at another spread).
+    /// the clip did.
     pub fn targets(
         &self,
         policy: &Policy<Dispatch>,
         (indices, batch): (&[usize], &mut PolicyBatch),
         device: &DispatchDevice,
     ) -> anyhow::Result<(ImitationTargets<Dispatch>, ClippedRatios)> {
-        let mut targets = self
-            .data
-            .targets::<Dispatch>(indices, None, batch, device)?;
-        let read = |t: Tensor<Dispatch, 2>| -> anyhow::Result<Vec<f32>> {
-            t.into_data()
-                .convert::<f32>()
-                .to_vec()
-                .map_err(|e| anyhow::anyhow!("cannot read targets: {e:?}"))
-        };
-        let [n, k, a] = targets.actions.dims();
-        let actions = read(targets.actions.clone().reshape([n, k * a]))?;
-        let mut mask = read(targets.mask.clone())?;
-        let episodes = self.data.episodes();
-        let rows: Vec<(usize, usize)> = indices.iter().map(|&i| self.data.sample(i)).collect();
-        let steps: Vec<usize> = rows
-            .iter()
-            .map(|&(e, t)| match self.advantages[e][t] {
-                Some(_) => sample_length(&episodes[e].transitions, t, k),
-                None => 0,
-            })
-            .collect();
-        let densities = |policy: &Policy<Dispatch>, steps: &[usize], spread: f32| {
-            leading_log_densities(policy, batch, (&actions, steps), spread, device)
-                .ok_or_else(|| anyhow::anyhow!("ppo-returns needs a Gaussian head"))
-        };
-        let spread = self.config.rollout.exploration;
-        if !self.checked.replace(true) {
-            let first: Vec<usize> = steps.iter().map(|&s| s.min(1)).collect();
-            let recomputed = densities(self.behaviour, &first, spread)?;
-            for ((&(e, t), &s), recomputed) in rows.iter().zip(&steps).zip(recomputed) {
-                let recorded = episodes[e].transitions[t].behaviour_log_prob;
-                if let (Some(recorded), true) = (recorded, s > 0) {
-                    anyhow::ensure!(
-                        (recorded - recomputed).abs()
-                            <= DENSITY_TOLERANCE * recorded.abs().max(1.0),
-                        "ppo-returns: episode {} step {t} recorded a density of {recorded:.4} for its sampled action, and the policy that sampled it gives {recomputed:.4} at [rollout] exploration = {spread}: the chunks were sampled at another spread; set rollout.exploration to the one the rollouts used",
-                        episodes[e].start.episode
-                    );
-                }
-            }
-        }
-        let now = densities(policy, &steps, spread)?;
-        let then = densities(self.behaviour, &steps, spread)?;
-        let sampled: Vec<usize> = (0..n).filter(|&r| steps[r] > 0).collect();
+        let rows = FilledRows::fill((self.data, self.advantages), indices, batch, device)?;
+        let now = rows.densities(policy, (batch, device), self.config.rollout.exploration)?;
+        let sampled: Vec<usize> = (0..indices.len()).filter(|&r| rows.steps[r] > 0).collect();
         let advantages: Vec<f32> = sampled
             .iter()
-            .map(|&r| self.advantages[rows[r].0][rows[r].1].unwrap_or(0.0))
+            .map(|&r| {
+                let (e, t) = self.data.sample(indices[r]);
+                self.advantages[e][t].unwrap_or(0.0)
+            })
             .collect();
-        let pick = |values: &[f32]| sampled.iter().map(|&r| values[r]).collect::<Vec<_>>();
-        let ratios = clipped_ratio_weights(
-            &advantages,
-            (&pick(&now), &pick(&then)),
-            self.config.ppo().clip,
-        );
+        let now: Vec<f32> = sampled.iter().map(|&r| now[r]).collect();
+        let then: Vec<f32> = sampled.iter().map(|&r| self.then[&indices[r]]).collect();
+        let ratios = clipped_ratio_weights(&advantages, (&now, &then), self.config.ppo().clip);
+        let FilledRows {
+            mut targets,
+            mut mask,
+            steps,
+            ..
+        } = rows;
+        let (n, k) = (indices.len(), mask.len() / indices.len().max(1));
         let mut weights = vec![self.config.ppo().imitation_weight; n];
         for (&r, &w) in sampled.iter().zip(&ratios.weights) {
             weights[r] = w;
@@ -259,6 +303,34 @@ impl<'a> PpoUpdate<'a> {
         targets.weights = Some(Tensor::from_data(TensorData::new(weights, [n]), device));
         Ok((targets, ratios))
     }
+}
+
+/// Each sample's recorded first-action density (`rows` of `chunk`, filled into
+/// `batch`) against `behaviour`'s at `spread`: an error naming the setting where
+/// they differ, the chunks having been sampled at another spread.
+fn check_recorded_densities(
+    behaviour: &Policy<Dispatch>,
+    (data, chunk): (&ImitationDataset, &[usize]),
+    rows: &FilledRows,
+    (batch, device): (&PolicyBatch, &DispatchDevice),
+    spread: f32,
+) -> anyhow::Result<()> {
+    let first: Vec<usize> = rows.steps.iter().map(|&s| s.min(1)).collect();
+    let recomputed =
+        leading_log_densities(behaviour, batch, (&rows.actions, &first), spread, device)
+            .ok_or_else(|| anyhow::anyhow!("ppo-returns needs a Gaussian head"))?;
+    let episodes = data.episodes();
+    for (&i, recomputed) in chunk.iter().zip(recomputed) {
+        let (e, t) = data.sample(i);
+        if let Some(recorded) = episodes[e].transitions[t].behaviour_log_prob {
+            anyhow::ensure!(
+                (recorded - recomputed).abs() <= DENSITY_TOLERANCE * recorded.abs().max(1.0),
+                "ppo-returns: episode {} step {t} recorded a density of {recorded:.4} for its sampled action, and the policy that sampled it gives {recomputed:.4} at [rollout] exploration = {spread}: the chunks were sampled at another spread; set rollout.exploration to the one the rollouts used",
+                episodes[e].start.episode
+            );
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -366,7 +438,8 @@ mod tests {
     /// step the policy is the one that sampled, so every ratio is 1 and each sample's
     /// weight its advantage; a sample's loss covers the actions it put into its
     /// episode, a demonstration's its whole chunk at the imitation weight. Told the
-    /// wrong exploration, the update refuses the data in one error naming the setting.
+    /// wrong exploration, the update refuses the data, before any step, in one error
+    /// naming the setting.
     #[test]
     fn a_fresh_batch_weighs_samples_by_their_advantage_over_their_own_actions() {
         use burn::backend::ndarray::NdArrayDevice;
@@ -416,16 +489,17 @@ mod tests {
                 weighed.weights[e][t] > 0.0
             })
             .collect();
+        let mut batch = PolicyBatch::new(&policy_config.input_spec());
         let update = PpoUpdate::new(
             (&policy, Some(&policy)),
             (&data, &weighed),
             &eligible,
             &config,
+            (&mut batch, &device),
         )
         .unwrap();
         let mut rng = StdRng::seed_from_u64(1);
         let indices = update.draw(16, &mut rng);
-        let mut batch = PolicyBatch::new(&policy_config.input_spec());
         let (targets, ratios) = update
             .targets(&policy, (&indices, &mut batch), &device)
             .unwrap();
@@ -468,17 +542,16 @@ mod tests {
             },
             ..config
         };
-        let update = PpoUpdate::new(
+        let Err(error) = PpoUpdate::new(
             (&policy, Some(&policy)),
             (&data, &weighed),
             &eligible,
             &told_wrong,
-        )
-        .unwrap();
-        let error = update
-            .targets(&policy, (&indices, &mut batch), &device)
-            .unwrap_err()
-            .to_string();
+            (&mut batch, &device),
+        ) else {
+            panic!("densities sampled at another spread were accepted");
+        };
+        let error = error.to_string();
         assert!(error.contains("rollout.exploration"), "{error}");
         writer.close().unwrap();
     }

@@ -64,12 +64,14 @@ pub fn update_policy(
     let weights = &weighed.weights;
     let (eligible, stale) =
         eligible_samples(data.episodes(), data.samples(), weights, version, config)?;
+    let mut batch = PolicyBatch::new(&policy_config.input_spec());
     let ppo = match config.method {
         FinetuneMethod::PpoReturns => Some(PpoUpdate::new(
             (&policy, behaviour),
             (data, weighed),
             &eligible,
             config,
+            (&mut batch, &device.training),
         )?),
         _ => None,
     };
@@ -83,7 +85,6 @@ pub fn update_policy(
     let mut optimizer = AdamConfig::new()
         .with_grad_clipping(Some(burn::grad_clipping::GradientClippingConfig::Norm(1.0)))
         .init();
-    let mut batch = PolicyBatch::new(&policy_config.input_spec());
     let (mut losses, mut ess, mut truncated, mut ratios_seen) = (vec![], vec![], 0, 0);
     let mut averaged = config.weight_average.map(WeightAverage::new);
     let bar = progress::bar("fine-tune policy", config.policy_steps as u64);
