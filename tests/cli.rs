@@ -1822,6 +1822,28 @@ fn pusht_collects_trains_and_evaluates_with_coverage() {
         "simulator",
         "planning in simulator: 6 candidates x 2 iterations, rewards from the simulated robot's own rewards",
     );
+    // A robot in another process has no simulator to copy: refused before it is
+    // contacted (no adapter runs here, so reaching it would wait and time out).
+    let remote = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/examples/gym-pusht-remote.toml"
+    );
+    assert_one_line_error(
+        &[
+            "--device",
+            "cpu",
+            "eval",
+            "--remote",
+            remote,
+            "--ckpt",
+            &ckpt,
+            "--sampling-noise",
+            "1",
+            "--plan-with",
+            "simulator",
+        ],
+        "--remote drives a robot in another process",
+    );
     // Planning's mistakes: a policy checkpoint as the world model, a misspelt planner
     // key, a planner setting out of range, no sampling noise to draw candidates with.
     let error_of = |args: Vec<String>| {

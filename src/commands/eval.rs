@@ -109,6 +109,16 @@ pub fn run(args: EvalArgs, device: DeviceSpec) -> anyhow::Result<()> {
     flag_in_range("--sampling-noise", args.sampling_noise, NOISE_SCALES)?;
     let baseline_noise = args.baseline_sampling_noise.unwrap_or(args.sampling_noise);
     flag_in_range("--baseline-sampling-noise", baseline_noise, NOISE_SCALES)?;
+    // The robot's own simulator, unless a directory of that name is a checkpoint.
+    let in_simulator = args
+        .plan_with
+        .as_ref()
+        .is_some_and(|dir| dir.as_os_str() == SIMULATOR && !dir.exists());
+    // Checked before a remote robot is contacted (its spec is read over the link).
+    anyhow::ensure!(
+        !(in_simulator && args.remote.is_some()),
+        "--plan-with simulator plans in copies of a robot simulated here; --remote drives a robot in another process (plan in a world model checkpoint instead)"
+    );
     let robot = match &args.remote {
         Some(path) => RobotConfig::from_table(remote::NAME, &read_toml(path)?)
             .map_err(|e| anyhow::anyhow!("{}: {e:#}", path.display()))?,
@@ -120,16 +130,9 @@ pub fn run(args: EvalArgs, device: DeviceSpec) -> anyhow::Result<()> {
     };
     let device = resolve(device)?;
     let planner = match &args.plan_with {
-        Some(dir) if dir.as_os_str() == SIMULATOR && !dir.exists() => {
-            anyhow::ensure!(
-                !matches!(robot, RobotConfig::Remote(_)),
-                "--plan-with simulator plans in copies of a robot simulated here; {} runs in another process (plan in a world model checkpoint instead)",
-                robot.name()
-            );
-            Some(ChunkPlanner::Simulator(SimulatorPlanner::new(
-                planner_settings,
-            )?))
-        }
+        Some(_) if in_simulator => Some(ChunkPlanner::Simulator(SimulatorPlanner::new(
+            planner_settings,
+        )?)),
         Some(dir) => Some(ChunkPlanner::WorldModel(Box::new(WorldModelPlanner::load(
             dir,
             planner_settings,
