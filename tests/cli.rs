@@ -702,6 +702,10 @@ fn finetune_every_method_and_paired_eval() {
                 advantages["unweighted"].as_u64().unwrap() >= 12 + interventions,
                 "{round}"
             );
+            // The default baseline, the held-out state value: its share of the returns'
+            // variance is at most all of it.
+            let explained = advantages["baseline_explained"].as_f64().unwrap();
+            assert!(explained.is_finite() && explained <= 1.0, "{round}");
         }
         // The collected episodes were appended to the replay.
         episodes_before += 4;

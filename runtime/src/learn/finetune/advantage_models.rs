@@ -10,10 +10,11 @@ use imago_worldmodel::{LatentCritic, LatentCriticConfig, WorldModel, WorldModelC
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 
-use super::advantages::{AdvantageSummary, TransitionWeights, transition_weights};
-use super::config::FinetuneConfig;
+use super::advantages::{AdvantageSummary, TransitionWeights, round_episodes, transition_weights};
+use super::config::{FinetuneConfig, FinetuneMethod, PpoBaseline};
 use super::critic::{CriticLosses, train_critic};
 use super::latents::EncodedEpisodes;
+use super::state_value::cross_fitted_values;
 use crate::device::ResolvedDevice;
 use crate::learn::world_model::{
     WindowDataset, WorldModelTrainConfig, mean_loss, train_world_model,
@@ -107,12 +108,29 @@ impl AdvantageModels {
             device,
             &mut self.rng,
         )?;
+        let state_values = match (config.method, config.ppo().baseline) {
+            (FinetuneMethod::PpoReturns, PpoBaseline::StateValue) => {
+                let round: Vec<&Episode> = round_episodes(episodes, version)
+                    .into_iter()
+                    .map(|e| &episodes[e])
+                    .collect();
+                Some(cross_fitted_values(
+                    &round,
+                    (self.max_steps, config.discount),
+                    config.ppo().value_steps,
+                    device,
+                    &mut self.rng,
+                )?)
+            }
+            _ => None,
+        };
         let (weights, advantages) = transition_weights(
             episodes,
             &encoded,
             &self.critic.valid(),
             config,
             (version, self.max_steps),
+            state_values.as_ref(),
         )?;
         Ok(Weighed {
             weights,

@@ -10,7 +10,8 @@ use serde::{Deserialize, Serialize};
 
 use super::config::{FinetuneConfig, FinetuneMethod, ReturnCredit, ReturnGroups};
 use super::latents::EncodedEpisodes;
-use super::return_credit::return_to_go_advantages;
+use super::return_credit::{return_to_go_advantages, returns_to_go};
+use super::state_value::{StateValues, explained_variance};
 use crate::store::replay::{Episode, Transition};
 
 /// What a round's weights look like.
@@ -28,6 +29,10 @@ pub struct AdvantageSummary {
     pub clipped_fraction: f32,
     /// Effective sample size of the AWR weights, as a fraction of their count.
     pub ess_fraction: f32,
+    /// Under `ppo-returns`: the share of the variance of the round's returns to go
+    /// that its baseline explains (`state_value::explained_variance`).
+    #[serde(default)]
+    pub baseline_explained: f32,
 }
 
 /// Every transition's normalised advantage and AWR weight, `[episode][step]`.
@@ -86,8 +91,9 @@ fn read(values: Tensor<Dispatch, 1>) -> anyhow::Result<Vec<f32>> {
 /// - `dagger`: 1 for demonstrations and interventions, 0 for the policy's own
 ///   commands (no advantage at all);
 /// - `ppo-returns`: the normalised return-to-go advantage of each chunk the policy
-///   `version` (the one about to be updated) sampled, and weight 1 for it and for
-///   every imitated transition ([`sample_advantages`]);
+///   `version` (the one about to be updated) sampled (against the table, or
+///   generalised over `state_values` where given), and weight 1 for it and for every
+///   imitated transition ([`sample_advantages`]);
 /// - `habc`: the gated mix of the viability advantage (segment outcome minus the
 ///   viability head) and the efficiency advantage (`gamma^steps` to the goal, 0 for a
 ///   failed segment, minus the efficiency head) of policy-executed transitions,
@@ -98,6 +104,7 @@ pub fn transition_weights(
     critic: &LatentCritic<Dispatch>,
     config: &FinetuneConfig,
     (version, max_steps): (u64, u32),
+    state_values: Option<&StateValues>,
 ) -> anyhow::Result<(TransitionWeights, AdvantageSummary)> {
     // Raw advantages; `None` marks a transition that keeps weight 1.
     let mut raw: Vec<Vec<Option<f32>>> = Vec::with_capacity(episodes.len());
@@ -112,7 +119,13 @@ pub fn transition_weights(
         }
         FinetuneMethod::Dagger => return Ok(expert_commands(episodes)),
         FinetuneMethod::PpoReturns => {
-            return Ok(sample_advantages(episodes, version, config, max_steps));
+            return Ok(sample_advantages(
+                episodes,
+                version,
+                config,
+                max_steps,
+                state_values,
+            ));
         }
         FinetuneMethod::AwrImagination | FinetuneMethod::AdvantageFlow => {
             let values = read(critic.value(encoded.latents.clone()))?;
@@ -255,6 +268,20 @@ fn is_sample(demonstration: bool, transition: &Transition, version: u64) -> bool
         && transition.behaviour_log_prob.is_some()
 }
 
+/// The episodes that hold samples of policy `version` (its rollouts of the round
+/// being learnt from), in replay order.
+pub(super) fn round_episodes(episodes: &[Episode], version: u64) -> Vec<usize> {
+    (0..episodes.len())
+        .filter(|&e| {
+            let demonstration = is_demonstration(&episodes[e]);
+            episodes[e]
+                .transitions
+                .iter()
+                .any(|t| is_sample(demonstration, t, version))
+        })
+        .collect()
+}
+
 /// Whether a transition is imitated at a fixed weight: a demonstration's or an
 /// intervention's.
 fn is_imitated(demonstration: bool, transition: &Transition) -> bool {
@@ -265,26 +292,56 @@ fn is_imitated(demonstration: bool, transition: &Transition) -> bool {
 /// collected the round: each of its samples' normalised advantage (weight 1, to be
 /// drawn), every imitated transition at weight 1 with no advantage, and every other
 /// transition (older versions', the ticks between planning ticks) at weight 0.
+///
+/// The advantages are returns to go against the table of [`return_to_go_advantages`],
+/// or, given `state_values` (one entry per [`round_episodes`] episode, in that
+/// order), generalised advantages over those values with the config's `lambda`.
 pub(super) fn sample_advantages(
     episodes: &[Episode],
     version: u64,
     config: &FinetuneConfig,
     max_steps: u32,
+    state_values: Option<&StateValues>,
 ) -> (TransitionWeights, AdvantageSummary) {
     let demonstration: Vec<bool> = episodes.iter().map(is_demonstration).collect();
-    let round: Vec<usize> = (0..episodes.len())
-        .filter(|&e| {
-            episodes[e]
-                .transitions
+    let round = round_episodes(episodes, version);
+    let in_round: Vec<&Episode> = round.iter().map(|&e| &episodes[e]).collect();
+    let (raw, explained) = match state_values {
+        None => {
+            let raw = return_to_go_advantages(&in_round, max_steps, config.discount);
+            let returns: Vec<Vec<f32>> = in_round
                 .iter()
-                .any(|t| is_sample(demonstration[e], t, version))
-        })
-        .collect();
-    let raw = return_to_go_advantages(
-        &round.iter().map(|&e| &episodes[e]).collect::<Vec<_>>(),
-        max_steps,
-        config.discount,
-    );
+                .map(|e| returns_to_go(e, max_steps, config.discount))
+                .collect();
+            let baseline = returns
+                .iter()
+                .flatten()
+                .zip(raw.iter().flatten())
+                .map(|(g, a)| g - a);
+            let explained = explained_variance(returns.iter().flatten().copied(), baseline);
+            (raw, explained)
+        }
+        Some(state_values) => {
+            let raw = in_round
+                .iter()
+                .zip(&state_values.values)
+                .map(|(episode, values)| {
+                    let rewards: Vec<f32> = episode.transitions.iter().map(|t| t.reward).collect();
+                    // The values end with the exact value after the last transition,
+                    // so every transition continues into it.
+                    let continues = vec![1.0; rewards.len()];
+                    generalised_advantages(
+                        &rewards,
+                        &continues,
+                        values,
+                        config.discount,
+                        config.lambda,
+                    )
+                })
+                .collect();
+            (raw, state_values.explained)
+        }
+    };
     let mut advantages: Vec<Vec<Option<f32>>> = episodes
         .iter()
         .map(|e| vec![None; e.transitions.len()])
@@ -326,6 +383,7 @@ pub(super) fn sample_advantages(
         mean_weight: values.iter().map(|a| a.abs()).sum::<f32>() / values.len().max(1) as f32,
         clipped_fraction: 0.0,
         ess_fraction: 1.0,
+        baseline_explained: explained,
     };
     (
         TransitionWeights {
@@ -397,6 +455,7 @@ fn finish(
         mean_weight: all.iter().sum::<f32>() / count,
         clipped_fraction: all.iter().filter(|&&w| w >= config.max_weight).count() as f32 / count,
         ess_fraction: effective_sample_size(&all) / count,
+        baseline_explained: 0.0,
     };
     (
         TransitionWeights {

@@ -111,6 +111,21 @@ pub enum ReturnCredit {
     ReturnToGo,
 }
 
+/// What `ppo-returns` measures a sample's return to go against.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PpoBaseline {
+    /// The mean return to go of the round's transitions from the same reward level
+    /// at the same time (`return_credit`): no model, the state known only by its
+    /// reward.
+    Table,
+    /// A value of the proprioception fitted to the round's returns to go (two folds,
+    /// each valued by the other's fit), and generalised advantages over it with the
+    /// config's `lambda` (`state_value`); the default.
+    #[default]
+    StateValue,
+}
+
 /// Which episodes' returns `awr-returns` normalises together.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -246,6 +261,11 @@ pub struct PpoReturnsSettings {
     /// Weight of each imitated transition against a sampled chunk's advantage (whose
     /// magnitudes average about 0.8 after normalisation). Range: [0, 1000].
     pub imitation_weight: f32,
+    /// What each sample's return to go is measured against.
+    pub baseline: PpoBaseline,
+    /// Training steps (of 256 states) of each fold's state value per round, under
+    /// `baseline = "state-value"`. Range: [1, 100000].
+    pub value_steps: usize,
 }
 
 impl Default for PpoReturnsSettings {
@@ -254,6 +274,8 @@ impl Default for PpoReturnsSettings {
             clip: 0.2,
             imitation_share: 0.5,
             imitation_weight: 1.0,
+            baseline: PpoBaseline::StateValue,
+            value_steps: 500,
         }
     }
 }
@@ -448,6 +470,7 @@ impl FinetuneConfig {
                 ppo.imitation_weight,
                 0.0..=1000.0,
             )?;
+            in_range("ppo_returns.value_steps", ppo.value_steps, 1..=100_000)?;
         }
         match &self.habc {
             Some(habc) => habc.gate.validate().map_err(|e| e.within("habc.gate")),
@@ -546,8 +569,12 @@ mod tests {
         assert_eq!(ppo.validate(), Ok(()));
         assert_eq!(ppo.ppo().clip, 0.1);
         assert_eq!(ppo.ppo().imitation_share, 0.5, "the rest defaults");
+        assert_eq!(ppo.ppo().baseline, PpoBaseline::StateValue);
+        let table = read("method = \"ppo-returns\"\n[ppo_returns]\nbaseline = \"table\"");
+        assert_eq!(table.ppo().baseline, PpoBaseline::Table);
         for (text, key) in [
             ("clip = 0.0", "ppo_returns.clip"),
+            ("value_steps = 0", "ppo_returns.value_steps"),
             ("imitation_share = 1.0", "ppo_returns.imitation_share"),
             ("imitation_weight = nan", "ppo_returns.imitation_weight"),
         ] {

@@ -15,6 +15,7 @@ mod lerobot_learner;
 mod ppo;
 mod return_credit;
 mod run;
+mod state_value;
 #[cfg(test)]
 mod test_episodes;
 mod update;
@@ -23,7 +24,7 @@ pub use advantage_models::{AdvantageModels, Weighed};
 pub use advantages::{AdvantageSummary, TransitionWeights, transition_weights};
 pub use config::{
     AdvantageFlowSettings, AwrReturnsSettings, FinetuneConfig, FinetuneMethod, HabcSettings,
-    PpoReturnsSettings, ReturnCredit, ReturnGroups,
+    PpoBaseline, PpoReturnsSettings, ReturnCredit, ReturnGroups,
 };
 pub use critic::{CriticLosses, train_critic};
 pub use latents::EncodedEpisodes;

@@ -336,7 +336,9 @@ fn check_recorded_densities(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::learn::finetune::advantages::sample_advantages;
+    use crate::learn::finetune::advantages::{round_episodes, sample_advantages};
+    use crate::learn::finetune::return_credit::{held_tail, returns_to_go};
+    use crate::learn::finetune::state_value::StateValues;
     use crate::learn::finetune::test_episodes::{ended, episode};
     use crate::store::replay::Episode;
 
@@ -404,7 +406,7 @@ mod tests {
         let mut intervened = sampled(episode(4, 2, &[0.1, 0.2, 0.3, 0.3]), 2);
         intervened.transitions[1].intervention = true;
         let episodes = [demonstration, older, progressed, stalled, intervened];
-        let (weights, summary) = sample_advantages(&episodes, 2, &config, 4);
+        let (weights, summary) = sample_advantages(&episodes, 2, &config, 4, None);
         assert_eq!(weights.weights[0], vec![1.0; 4], "a demonstration");
         assert_eq!(weights.weights[1], vec![0.0; 4], "an older version's");
         assert_eq!(
@@ -432,6 +434,85 @@ mod tests {
             .collect();
         assert_eq!(all.len(), 6);
         assert!(all.iter().sum::<f32>().abs() < 1e-4, "mean 0: {all:?}");
+    }
+
+    #[test]
+    fn with_state_values_a_sample_is_credited_by_generalised_advantages() {
+        let config = FinetuneConfig {
+            method: FinetuneMethod::PpoReturns,
+            discount: 0.5,
+            lambda: 0.5,
+            ..FinetuneConfig::default()
+        };
+        let progressed = sampled(ended(2, 2, &[0.1, 0.2, 0.6, 1.0], true), 2);
+        let stalled = sampled(episode(3, 2, &[0.1, 0.2, 0.2, 0.2]), 2);
+        let episodes = [progressed, stalled];
+        let round = round_episodes(&episodes, 2);
+        assert_eq!(round, vec![0, 1]);
+        // Values equal to the returns to go (the tail last) leave no advantage.
+        let exact = StateValues {
+            values: episodes
+                .iter()
+                .map(|e| {
+                    let mut v = returns_to_go(e, 6, 0.5);
+                    v.push(held_tail(e, 6, 0.5));
+                    v
+                })
+                .collect(),
+            explained: 1.0,
+        };
+        let (weights, summary) = sample_advantages(&episodes, 2, &config, 6, Some(&exact));
+        assert!(
+            weights
+                .advantages
+                .iter()
+                .flatten()
+                .flatten()
+                .all(|a| a.abs() < 1e-5),
+            "{weights:?}"
+        );
+        assert_eq!(summary.baseline_explained, 1.0);
+        // Zero values but the tail: the sample at tick 2 of the stalled episode gets
+        // delta_2 + gamma lambda delta_3 = 0.2 + 0.25 * 0.2 = 0.25 before
+        // normalisation, the progressed one's 0.6 + 0.25 * (1.0 + 0.5 * 1.5) (its
+        // tail: the success's reward 1 held for 2 unused ticks, 1 + 0.5 * 1).
+        let zero = StateValues {
+            values: episodes
+                .iter()
+                .map(|e| {
+                    let mut v = vec![0.0; e.transitions.len()];
+                    v.push(held_tail(e, 6, 0.5));
+                    v
+                })
+                .collect(),
+            explained: 0.0,
+        };
+        let (weights, _) = sample_advantages(&episodes, 2, &config, 6, Some(&zero));
+        let raw: Vec<f32> = [(0, 0), (0, 2), (1, 0), (1, 2)]
+            .iter()
+            .map(|&(e, t)| {
+                let rewards: Vec<f32> = episodes[e].transitions.iter().map(|t| t.reward).collect();
+                let v = &zero.values[e];
+                let delta = |k: usize| rewards[k] + 0.5 * v[k + 1] - v[k];
+                (t..rewards.len())
+                    .map(|k| 0.25f32.powi((k - t) as i32) * delta(k))
+                    .sum()
+            })
+            .collect();
+        assert!(
+            (raw[1] - (0.6 + 0.25 * (1.0 + 0.5 * 1.5))).abs() < 1e-6,
+            "{raw:?}"
+        );
+        assert!((raw[3] - 0.25).abs() < 1e-6, "{raw:?}");
+        let mut expected = raw.clone();
+        config.normaliser.normalise(&mut expected);
+        let got: Vec<f32> = [(0, 0), (0, 2), (1, 0), (1, 2)]
+            .iter()
+            .map(|&(e, t)| weights.advantages[e][t].unwrap())
+            .collect();
+        for (g, e) in got.iter().zip(&expected) {
+            assert!((g - e).abs() < 1e-5, "{got:?} against {expected:?}");
+        }
     }
 
     /// On reacher2d rollouts that sample chunks of 2 at exploration 1.5: before any
@@ -481,7 +562,7 @@ mod tests {
             rollout: rollout.clone(),
             ..FinetuneConfig::default()
         };
-        let (weighed, _) = sample_advantages(&episodes, 3, &config, robot.spec().max_steps);
+        let (weighed, _) = sample_advantages(&episodes, 3, &config, robot.spec().max_steps, None);
         let data = ImitationDataset::new(&episodes, &policy_config);
         let eligible: Vec<usize> = (0..data.samples().len())
             .filter(|&i| {

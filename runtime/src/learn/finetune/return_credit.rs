@@ -30,19 +30,26 @@ pub const TIME_BINS: usize = 10;
 /// them), so those ticks are added after its last transition.
 pub fn returns_to_go(episode: &Episode, max_steps: u32, discount: f32) -> Vec<f32> {
     let transitions = &episode.transitions;
-    let mut to_go = match transitions.last() {
-        Some(last) if episode.end.success => {
-            let unused = max_steps.saturating_sub(transitions.len() as u32);
-            (0..unused).fold(0.0f32, |held, _| last.reward + discount * held)
-        }
-        _ => 0.0,
-    };
+    let mut to_go = held_tail(episode, max_steps, discount);
     let mut returns = vec![0.0; transitions.len()];
     for (t, transition) in transitions.iter().enumerate().rev() {
         to_go = transition.reward + discount * to_go;
         returns[t] = to_go;
     }
     returns
+}
+
+/// What `episode` earns after its last transition, discounted from there: a success's
+/// last reward held for the ticks to `max_steps` it did not need, 0 for any other end
+/// (the episode's return stops where it stopped).
+pub fn held_tail(episode: &Episode, max_steps: u32, discount: f32) -> f32 {
+    match episode.transitions.last() {
+        Some(last) if episode.end.success => {
+            let unused = max_steps.saturating_sub(episode.transitions.len() as u32);
+            (0..unused).fold(0.0f32, |held, _| last.reward + discount * held)
+        }
+        _ => 0.0,
+    }
 }
 
 /// The baseline's cell of transition `t`: the reward level it started from (the

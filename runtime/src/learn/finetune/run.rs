@@ -234,9 +234,10 @@ pub fn run_rounds(
             format!("{} expert commands imitated", advantages.unweighted)
         } else if config.method == FinetuneMethod::PpoReturns {
             format!(
-                "{} samples (mean |advantage| {:.2}) beside {} imitated, ratio ESS {:.0}%, clip active for {:.0}%",
+                "{} samples (mean |advantage| {:.2}, baseline explains {:.0}% of returns' variance) beside {} imitated, ratio ESS {:.0}%, clip active for {:.0}%",
                 advantages.weighted,
                 advantages.mean_weight,
+                100.0 * advantages.baseline_explained,
                 advantages.unweighted,
                 100.0 * update.importance_ess_fraction,
                 100.0 * update.truncated_fraction,
