@@ -581,6 +581,16 @@ mod tests {
             let bad = read(&format!("method = \"ppo-returns\"\n[ppo_returns]\n{text}"));
             assert_eq!(bad.validate().unwrap_err().key, key, "{text}");
         }
+        let example = std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/pusht-ppo.toml"),
+        )
+        .unwrap();
+        let example = read(&example);
+        assert_eq!(example.validate(), Ok(()));
+        assert_eq!(
+            (example.method, example.ppo().baseline),
+            (FinetuneMethod::PpoReturns, PpoBaseline::StateValue)
+        );
         let noiseless = read("method = \"ppo-returns\"\n[rollout]\nexploration = 0.0");
         assert_eq!(noiseless.validate().unwrap_err().key, "rollout.exploration");
         let out_of_range = read("method = \"habc\"\n[habc.gate]\nthreshold = 1.5");

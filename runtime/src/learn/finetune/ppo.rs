@@ -23,10 +23,12 @@
 //! actions together, its density their joint density under the policy that drew them
 //! (the round's starting policy; both densities with the spread scaled by the
 //! rollout's exploration, the policy the next round's rollouts will sample from),
-//! and its advantage the planning tick's return to go against the mean of the round's
-//! own transitions from the same reward level at the same time
-//! ([`super::return_credit`]), normalised over the round's samples. The ticks between
-//! planning ticks are not samples of their own and carry no gradient.
+//! and its advantage the planning tick's generalised advantage over a value of the
+//! proprioception fitted to the round's returns to go ([`super::state_value`]; or,
+//! with `baseline = "table"`, its return to go against the mean of the round's own
+//! transitions from the same reward level at the same time, [`super::return_credit`]),
+//! normalised over the round's samples. The ticks between planning ticks are not
+//! samples of their own and carry no gradient.
 
 use std::collections::HashMap;
 

@@ -96,7 +96,7 @@ fn fit(
     steps: usize,
     device: &ResolvedDevice,
     rng: &mut StdRng,
-) -> anyhow::Result<(Mlp<Dispatch>, Standardiser, Standardiser)> {
+) -> (Mlp<Dispatch>, Standardiser, Standardiser) {
     let inputs = Standardiser::of(fold.states.iter().copied(), width);
     let targets = Standardiser::of(fold.returns.iter().map(std::slice::from_ref), 1);
     let mut value = MlpConfig::new(width, HIDDEN, 1).init::<Dispatch>(&device.training);
@@ -123,7 +123,7 @@ fn fit(
         let grads = GradientsParams::from_grads(loss.backward(), &value);
         value = optimizer.step(LEARNING_RATE, value, grads);
     }
-    Ok((value, inputs, targets))
+    (value, inputs, targets)
 }
 
 /// `value`'s predictions for `states`, in the returns' units.
@@ -204,7 +204,7 @@ pub fn cross_fitted_values(
         if training.returns.is_empty() {
             continue;
         }
-        let (value, inputs, targets) = fit(&training, width, steps, device, rng)?;
+        let (value, inputs, targets) = fit(&training, width, steps, device, rng);
         for (i, episode) in episodes.iter().enumerate() {
             if folds > 1 && in_fold(i) {
                 continue;
