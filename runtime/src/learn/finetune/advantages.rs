@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use super::config::{FinetuneConfig, FinetuneMethod, ReturnCredit, ReturnGroups};
 use super::latents::EncodedEpisodes;
-use super::return_credit::{return_to_go_advantages, returns_to_go};
+use super::return_credit::return_to_go_advantages;
 use super::state_value::{StateValues, explained_variance};
 use crate::store::replay::{Episode, Transition};
 
@@ -249,7 +249,7 @@ fn tick_advantages(
     config: &FinetuneConfig,
     max_steps: u32,
 ) -> Vec<Vec<Option<f32>>> {
-    let advantages = return_to_go_advantages(episodes, max_steps, config.discount);
+    let advantages = return_to_go_advantages(episodes, max_steps, config.discount).advantages;
     let mut values: Vec<f32> = advantages.iter().flatten().copied().collect();
     config.normaliser.normalise(&mut values);
     let mut next = values.into_iter();
@@ -308,11 +308,8 @@ pub(super) fn sample_advantages(
     let in_round: Vec<&Episode> = round.iter().map(|&e| &episodes[e]).collect();
     let (raw, explained) = match state_values {
         None => {
-            let raw = return_to_go_advantages(&in_round, max_steps, config.discount);
-            let returns: Vec<Vec<f32>> = in_round
-                .iter()
-                .map(|e| returns_to_go(e, max_steps, config.discount))
-                .collect();
+            let credit = return_to_go_advantages(&in_round, max_steps, config.discount);
+            let (returns, raw) = (credit.returns, credit.advantages);
             let baseline = returns
                 .iter()
                 .flatten()

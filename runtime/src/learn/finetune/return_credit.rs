@@ -68,14 +68,24 @@ fn cell(episode: &Episode, t: usize, (low, high): (f32, f32), max_steps: u32) ->
     (level, time)
 }
 
+/// Every transition's return to go and its raw advantage against the table, both
+/// `[episode][step]`.
+pub struct TableCredit {
+    /// `G_t` ([`returns_to_go`]).
+    pub returns: Vec<Vec<f32>>,
+    /// `G_t - b(s_t)`.
+    pub advantages: Vec<Vec<f32>>,
+}
+
 /// Every transition's raw advantage `G_t - b(s_t)`, `[episode][step]`, with `b` the
-/// mean return to go of the transitions (of all `episodes`) in its cell. A transition
-/// alone in its cell gets 0: nothing to compare it with.
+/// mean return to go of the transitions (of all `episodes`) in its cell, beside the
+/// returns themselves. A transition alone in its cell gets 0: nothing to compare it
+/// with.
 pub fn return_to_go_advantages(
     episodes: &[impl Borrow<Episode>],
     max_steps: u32,
     discount: f32,
-) -> Vec<Vec<f32>> {
+) -> TableCredit {
     let episodes: Vec<&Episode> = episodes.iter().map(Borrow::borrow).collect();
     let returns: Vec<Vec<f32>> = episodes
         .iter()
@@ -102,7 +112,8 @@ pub fn return_to_go_advantages(
         entry.0 += g as f64;
         entry.1 += 1;
     }
-    keys.iter()
+    let advantages = keys
+        .iter()
         .zip(&returns)
         .map(|(keys, returns)| {
             keys.iter()
@@ -113,7 +124,11 @@ pub fn return_to_go_advantages(
                 })
                 .collect()
         })
-        .collect()
+        .collect();
+    TableCredit {
+        returns,
+        advantages,
+    }
 }
 
 #[cfg(test)]
@@ -145,7 +160,7 @@ mod tests {
         // cells); from there one progresses to 1, the other stays put.
         let progressed = ended(1, 1, &[0.2, 0.2, 0.6, 1.0], false);
         let stalled = ended(2, 1, &[0.2, 0.2, 0.2, 0.2], false);
-        let a = return_to_go_advantages(&[progressed, stalled], 4, 0.9);
+        let a = return_to_go_advantages(&[progressed, stalled], 4, 0.9).advantages;
         // The shared cells split the credit by what followed, equal and opposite.
         for t in 0..3 {
             assert!(a[0][t] > 0.0 && (a[0][t] + a[1][t]).abs() < 1e-5, "{a:?}");
@@ -165,7 +180,7 @@ mod tests {
             &[0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5],
             false,
         );
-        let a = return_to_go_advantages(&[early], 10, 1.0);
+        let a = return_to_go_advantages(&[early], 10, 1.0).advantages;
         assert!(a[0].iter().all(|&x| x == 0.0), "{a:?}");
     }
 }
