@@ -711,6 +711,58 @@ fn finetune_every_method_and_paired_eval() {
         episodes_before += 4;
     }
 
+    // --successful-only fine-tunes from the replay's successful episodes (it says how
+    // many) and still learns from every rollout it collects.
+    let mixed = path(&dir.path().join("mixed"));
+    let output = imago(&[
+        "collect",
+        "--episodes",
+        "8",
+        "--mistake-rate",
+        "0.5",
+        "--out",
+        &mixed,
+    ]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let (out, report) = (dir.path().join("successful"), dir.path().join("s.json"));
+    let output = imago(&[
+        "--device",
+        "cpu",
+        "train",
+        "--what",
+        "finetune",
+        "--replay",
+        &mixed,
+        "--out",
+        &path(&out),
+        "--init",
+        &bc,
+        "--world-model",
+        &wm,
+        "--method",
+        "ppo-returns",
+        "--rounds",
+        "1",
+        "--config",
+        &path(&config),
+        "--report",
+        &path(&report),
+        "--successful-only",
+    ]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let kept: u64 = stderr(&output)
+        .split("using the ")
+        .nth(1)
+        .and_then(|rest| {
+            rest.split_once(" episodes of 8 that ended in success (--successful-only)")
+        })
+        .and_then(|(kept, _)| kept.parse().ok())
+        .unwrap_or_else(|| panic!("{}", stderr(&output)));
+    assert!((1..8).contains(&kept), "{}", stderr(&output));
+    let json: serde_json::Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+    assert_eq!(json["episodes_before"], kept, "{json}");
+    assert_eq!(json["rounds"][0]["episodes"], 4, "{json}");
+
     let report = dir.path().join("paired.json");
     let output = imago(&[
         "--device",

@@ -51,8 +51,9 @@ pub struct TrainArgs {
     /// with a warning).
     #[arg(long)]
     strict: bool,
-    /// Behaviour cloning: train on the episodes that ended in success only (a
-    /// demonstrator's failures are left out, not imitated).
+    /// Use only the replay's episodes that ended in success (a demonstrator's
+    /// failures are left out, not imitated). Fine-tuning still learns from every
+    /// rollout it collects itself.
     #[arg(long)]
     successful_only: bool,
     /// Continue from this checkpoint, or from a LeRobot policy directory (ACT,
@@ -206,7 +207,7 @@ impl TrainArgs {
     fn check_flags_apply(&self) -> anyhow::Result<()> {
         use TrainTarget::{Bc, Finetune, Worldmodel};
         let given: [(&str, bool, &[TrainTarget]); 17] = [
-            ("--successful-only", self.successful_only, &[Bc]),
+            ("--successful-only", self.successful_only, &[Bc, Finetune]),
             ("--family", self.family.is_some(), &[Worldmodel]),
             ("--horizon", self.horizon.is_some(), &[Worldmodel]),
             ("--supervision", self.supervision.is_some(), &[Worldmodel]),
