@@ -184,9 +184,8 @@ impl DemoPlan {
             // the near misses too ("Where it fails"). In this demo, over seeds 0-2 and
             // 1,000 scenes each, it lowers the clone (71.4% -> 69.6%, -1.8 +- 1.7
             // pooled; with other fine-tuning seeds -3.1 +- 1.9; gym-pusht +1.8 +- 3.7;
-            // "The plan since 2026-12-06"). DAgger,
-            // which the demo ran before (the noiseless expert coaching), stays a
-            // method of its own.
+            // "The plan since 2026-12-06"). DAgger, which the demo ran before (the
+            // noiseless expert coaching), stays a method of its own.
             finetune: pusht_ppo_recipe(scale(2, 3)),
             eval_episodes: scale(50, 200),
             // Executing the chunk of 4 whole raised three clones of the committed expert
