@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use clap::Args;
 use imago_robots::bounds::in_range;
+use imago_runtime::act::loaded_policy::ExecutedSteps;
 use imago_runtime::bridge::LinkConfig;
 use imago_runtime::device::{DeviceSpec, ResolvedDevice, resolve};
 use imago_runtime::engine::daemon::{DaemonConfig, DaemonOptions};
@@ -124,6 +125,12 @@ pub fn flag_in_range<T: PartialOrd + std::fmt::Debug>(
     range: std::ops::RangeInclusive<T>,
 ) -> anyhow::Result<()> {
     in_range(flag, value, range).map_err(anyhow::Error::from)
+}
+
+/// `steps` actions per plan, or an error naming `flag` and the range.
+pub fn executed_steps(flag: &str, steps: usize) -> anyhow::Result<ExecutedSteps> {
+    flag_in_range(flag, steps, 1..=ExecutedSteps::MAX)?;
+    Ok(ExecutedSteps::new(steps).expect("checked against the same range"))
 }
 
 /// Longest run `--duration` accepts: ten years, in seconds.

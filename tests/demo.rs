@@ -133,9 +133,22 @@ fn quick_demo_fine_tunes_a_policy_that_follows_image_and_instruction() {
     assert!(run_dir.join("finetuned-policy").join("meta.json").exists());
     assert!(run_dir.join("world-model").join("meta.json").exists());
 
-    // The promotion test, offline: the fine-tuned policy is certified better than the
-    // cloned one, and a challenger with (nearly) fresh weights is certified worse,
-    // each long before the budget a fixed-size test would spend.
+    // The demo's own promotion test, on held-out seeds: the fine-tuned policy is
+    // certified better than the cloned one long before the budget a fixed-size test
+    // would spend, and the table says the robot would run it.
+    let promoted = &json["promotion"];
+    assert_eq!(promoted["decision"], "promote", "{promoted}");
+    assert!(promoted["evidence_better"].as_f64().unwrap() >= 20.0);
+    assert!(promoted["episodes"].as_u64().unwrap() < 400, "{promoted}");
+    assert_eq!(promoted["first_seed"], 7_000_000);
+    assert!(
+        table.contains("promote: the robot would run the fine-tuned policy"),
+        "{table}"
+    );
+    assert!(json["phases"]["promotion_test"].as_f64().unwrap() > 0.0);
+
+    // The promotion test, offline: a challenger with (nearly) fresh weights is
+    // certified worse, both sides acting as asked (here: sampled whole chunks).
     let gate = |champion: &std::path::Path, challenger: &std::path::Path| {
         let report = dir.path().join("gate.json");
         let output = imago(&[
@@ -146,19 +159,16 @@ fn quick_demo_fine_tunes_a_policy_that_follows_image_and_instruction() {
             champion.to_str().unwrap(),
             "--challenger",
             challenger.to_str().unwrap(),
+            "--execute",
+            "2",
+            "--sampling-noise",
+            "1",
             "--report",
             report.to_str().unwrap(),
         ]);
         assert!(output.status.success(), "{}", stderr(&output));
         serde_json::from_slice::<serde_json::Value>(&std::fs::read(&report).unwrap()).unwrap()
     };
-    let promoted = gate(
-        &run_dir.join("bc-policy"),
-        &run_dir.join("finetuned-policy"),
-    );
-    assert_eq!(promoted["decision"], "promote", "{promoted}");
-    assert!(promoted["evidence_better"].as_f64().unwrap() >= 20.0);
-    assert!(promoted["episodes"].as_u64().unwrap() < 400, "{promoted}");
     let fresh = dir.path().join("fresh");
     let output = imago(&[
         "--device",
@@ -176,6 +186,10 @@ fn quick_demo_fine_tunes_a_policy_that_follows_image_and_instruction() {
     assert!(output.status.success(), "{}", stderr(&output));
     let rejected = gate(&run_dir.join("finetuned-policy"), &fresh);
     assert_eq!(rejected["decision"], "reject_worse", "{rejected}");
+    assert_eq!(
+        (&rejected["executed_per_plan"], &rejected["sampling_noise"]),
+        (&serde_json::json!(2), &serde_json::json!(1.0))
+    );
     let paired = &rejected["paired"];
     assert_eq!(
         paired["only_candidate"].as_u64().unwrap()

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 use imago_runtime::act::collect::MAX_EPISODES;
-use imago_runtime::act::loaded_policy::{ExecutedSteps, evaluate_checkpoint};
+use imago_runtime::act::loaded_policy::evaluate_checkpoint;
 use imago_runtime::act::planned::{ChunkPlanner, WorldModelPlanner};
 use imago_runtime::act::sampling::NOISE_SCALES;
 use imago_runtime::act::simulated_planning::SimulatorPlanner;
@@ -17,7 +17,7 @@ use imago_runtime::telemetry::{TelemetryConfig, TelemetryEvent};
 use imago_runtime::toml_file::read_toml;
 use imago_worldmodel::PlannerConfig;
 
-use crate::args::{RerunArgs, RobotArgs, flag_in_range, write_json};
+use crate::args::{RerunArgs, RobotArgs, executed_steps, flag_in_range, write_json};
 
 /// `--plan-with`'s name for the robot's own simulator (a directory of that name, where
 /// there is one, is a world model checkpoint as any other: `./simulator`).
@@ -90,12 +90,6 @@ pub struct EvalArgs {
     remote: Option<PathBuf>,
     #[command(flatten)]
     rerun: RerunArgs,
-}
-
-/// `steps` actions per plan, or an error naming `flag` and the range.
-fn executed_steps(flag: &str, steps: usize) -> anyhow::Result<ExecutedSteps> {
-    flag_in_range(flag, steps, 1..=ExecutedSteps::MAX)?;
-    Ok(ExecutedSteps::new(steps).expect("checked against the same range"))
 }
 
 /// Evaluates the checkpoint (paired with a baseline) on the robot and prints the table.

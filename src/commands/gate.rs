@@ -3,13 +3,14 @@
 use std::path::PathBuf;
 
 use clap::Args;
+use imago_runtime::act::sampling::NOISE_SCALES;
 use imago_runtime::device::{DeviceSpec, resolve};
 use imago_runtime::jobs::demo::EVAL_SEED_BASE;
 use imago_runtime::jobs::gate::{GateOptions, run_gate};
 use imago_runtime::promotion::{PromotionMetric, PromotionTestConfig, Verdict};
 use imago_runtime::store::outputs::{Input, check_file_output};
 
-use crate::args::{RobotArgs, write_json};
+use crate::args::{RobotArgs, executed_steps, flag_in_range, write_json};
 
 /// Flags of `imago gate`.
 #[derive(Debug, Args)]
@@ -37,6 +38,19 @@ pub struct GateArgs {
     /// Seed of the first paired episode.
     #[arg(long, default_value_t = EVAL_SEED_BASE)]
     seed: u64,
+    /// Actions of each planned chunk an imago policy executes before it plans again
+    /// (1 re-plans every tick), at most its chunk length: both sides act alike, as
+    /// `imago eval --execute` (and a daemon's `[actor.chunking]`) acts. A LeRobot
+    /// policy keeps its own `n_action_steps`.
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    execute: usize,
+    /// Act on actions sampled from an imago policy, its noise scaled by S relative
+    /// to its own spread (1: the policy as trained, as a daemon's default `[actor]
+    /// exploration` acts), in [0, 10]; 0 acts on each chunk's mean. Both sides draw
+    /// the same noise in a paired episode. A LeRobot policy samples as its config
+    /// says.
+    #[arg(long, default_value_t = 0.0, value_name = "S")]
+    sampling_noise: f32,
     /// Also write the decision and its figures as JSON here.
     #[arg(long)]
     report: Option<PathBuf>,
@@ -55,6 +69,8 @@ pub fn run(args: GateArgs, device: DeviceSpec) -> anyhow::Result<()> {
     };
     test.validate()
         .map_err(|e| anyhow::anyhow!("--{}", e.to_string().replace('_', "-")))?;
+    let executed = executed_steps("--execute", args.execute)?;
+    flag_in_range("--sampling-noise", args.sampling_noise, NOISE_SCALES)?;
     if let Some(report) = &args.report {
         let inputs = [
             Input {
@@ -77,6 +93,8 @@ pub fn run(args: GateArgs, device: DeviceSpec) -> anyhow::Result<()> {
             robot: &robot,
             test,
             first_seed: args.seed,
+            executed,
+            sampling_noise: args.sampling_noise,
         },
         &device,
     )?;

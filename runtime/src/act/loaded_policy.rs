@@ -160,6 +160,11 @@ impl ExecutedSteps {
     pub fn new(steps: usize) -> Option<Self> {
         (1..=Self::MAX).contains(&steps).then_some(Self(steps))
     }
+
+    /// Actions per plan.
+    pub fn steps(self) -> usize {
+        self.0
+    }
 }
 
 /// Evaluates the policy of `dir` (a checkpoint or a LeRobot directory) on `robot` on

@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 
 use super::ActorStart;
 use super::challenger::EpisodeAssignment;
-use super::chunking::{ChunkingConfig, CommandSettings};
+use super::chunking::{ActorActing, ChunkingConfig, CommandSettings};
 use super::clock::DeadlineClock;
 use super::commands::CommandSource;
 use super::driven::DrivenRobot;
@@ -76,6 +76,11 @@ impl ActorConfig<toml::Table> {
 }
 
 impl ActorConfig {
+    /// How this actor acts with a policy (what the promotion test repeats).
+    pub fn acting(&self) -> ActorActing {
+        ActorActing::new(&self.chunking, self.exploration)
+    }
+
     /// Checks every value against its documented range; the error names the key.
     pub fn validate(&self) -> Result<(), ConfigError> {
         self.robot.validate().map_err(|e| e.within("robot"))?;
@@ -468,6 +473,49 @@ mod tests {
     use imago_policies::PolicyConfig;
 
     use super::*;
+    use crate::act::evaluate::Controller;
+    use crate::engine::chunking::ChunkMode;
+
+    /// The promotion test in simulation must certify what the robot runs: each
+    /// chunk whole where the actor executes it whole, sampled with the actor's
+    /// exploration (until 2026-12-06 it tested the mean, re-planned every tick).
+    #[test]
+    fn the_promotion_test_acts_as_the_actor_does() {
+        let device = DispatchDevice::NdArray(NdArrayDevice::Cpu);
+        let base: ActorConfig = ActorConfig::default();
+        let policy_config =
+            PolicyConfig::for_robot(imago_policies::Architecture::Vla, &base.robot.spec()).unwrap();
+        assert!(policy_config.chunk_len() > 1);
+        let snapshot =
+            PolicySnapshot::new(1, policy_config.init::<Dispatch>(&device), &policy_config);
+        for (mode, exploration, executed) in [
+            (ChunkMode::EveryTick, 1.0, 1),
+            (ChunkMode::EveryTick, 0.0, 1),
+            (ChunkMode::Synchronous, 0.5, policy_config.chunk_len()),
+            (ChunkMode::Realtime, 1.0, policy_config.chunk_len()),
+        ] {
+            let config = ActorConfig {
+                exploration,
+                chunking: ChunkingConfig {
+                    mode,
+                    ..ChunkingConfig::default()
+                },
+                ..base.clone()
+            };
+            match snapshot.controller(&device, config.acting()) {
+                Controller::Policy {
+                    execute_steps,
+                    sampling_noise,
+                    ..
+                } => assert_eq!(
+                    (execute_steps, sampling_noise),
+                    (executed, exploration),
+                    "{mode:?}"
+                ),
+                _ => panic!("an imago snapshot acts as an imago policy"),
+            }
+        }
+    }
 
     #[test]
     fn an_episode_that_lost_a_record_to_a_full_queue_is_never_sent_whole() {

@@ -17,6 +17,8 @@ use burn::Dispatch;
 use imago_robots::bounds::{ConfigError, in_range};
 use serde::{Deserialize, Serialize};
 
+use super::actor::ActorConfig;
+use super::chunking::ActorActing;
 use super::snapshot::PolicySnapshot;
 use crate::act::promotion_run::run_promotion_test;
 use crate::device::ResolvedDevice;
@@ -141,6 +143,8 @@ pub struct ChampionGate {
     telemetry: Telemetry,
     config: PromotionConfig,
     robot: RobotConfig,
+    /// How the actor acts, which the test in simulation repeats.
+    acting: ActorActing,
     champion: Arc<PolicySnapshot>,
     summary: PromotionSummary,
     next_seed: u64,
@@ -192,17 +196,19 @@ struct Watch {
 const FIRST_TEST_SEED: u64 = 7_000_000;
 
 impl ChampionGate {
-    /// A gate whose champion is `champion`, tested on `robot`.
+    /// A gate whose champion is `champion`, tested on `actor`'s robot, acting as
+    /// `actor` does.
     pub fn new(
         config: &PromotionConfig,
-        robot: &RobotConfig,
+        actor: &ActorConfig,
         champion: Arc<PolicySnapshot>,
     ) -> Self {
         let version = champion.version;
         Self {
             telemetry: Telemetry::off(),
             config: config.clone(),
-            robot: robot.clone(),
+            robot: actor.robot.clone(),
+            acting: actor.acting(),
             champion,
             summary: PromotionSummary {
                 champion_version: version,
@@ -246,8 +252,8 @@ impl ChampionGate {
         }
         let run = run_promotion_test::<Dispatch>(
             (
-                &self.champion.controller(&device.inference),
-                &challenger.controller(&device.inference),
+                &self.champion.controller(&device.inference, self.acting),
+                &challenger.controller(&device.inference, self.acting),
             ),
             &self.robot,
             &self.config.test(),

@@ -59,6 +59,31 @@ impl ChunkingConfig {
     }
 }
 
+/// How the actor acts with a policy: what a promotion test in simulation repeats, so
+/// that it certifies the behaviour the robot will run (a policy that gains on sampled
+/// whole chunks may lose on the mean re-planned every tick, and the other way round;
+/// on pusht the two differ by 30 points, docs/pusht.md).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ActorActing {
+    /// Each chunk executed whole before the next is planned (`synchronous`, and
+    /// `realtime`, whose just-in-time plans execute most of each chunk), rather than
+    /// the first action re-planned at every tick (`every_tick`).
+    pub whole_chunks: bool,
+    /// The noise the actions are sampled with, relative to the policy's spread
+    /// (`[actor] exploration`; 0: the mean).
+    pub sampling_noise: f32,
+}
+
+impl ActorActing {
+    /// Acting as `[actor.chunking]` and `[actor] exploration` say.
+    pub fn new(chunking: &ChunkingConfig, exploration: f32) -> Self {
+        Self {
+            whole_chunks: chunking.mode != ChunkMode::EveryTick,
+            sampling_noise: exploration,
+        }
+    }
+}
+
 /// One tick's command, in normalised units.
 pub(crate) struct Command {
     /// What the robot executes now.

@@ -208,7 +208,7 @@ pub(crate) fn start_gate<L: LoopLearner>(
     } else {
         learners
     };
-    let gate = ChampionGate::new(&config.promotion, &config.actor.robot, acting)
+    let gate = ChampionGate::new(&config.promotion, &config.actor, acting)
         .with_telemetry(options.telemetry.clone());
     champion.save(&gate)?;
     Ok(Some(gate))

@@ -8,6 +8,7 @@ use imago_policies::{HostPolicy, Policy, PolicyConfig};
 
 use crate::act::evaluate::Controller;
 use crate::act::lerobot_driver::LeRobotDriver;
+use crate::engine::chunking::ActorActing;
 
 /// A policy ready for inference, and the version it is.
 #[derive(Debug)]
@@ -54,11 +55,14 @@ impl PolicySnapshot {
     }
 
     /// The policy as an evaluation's controller (the promotion test's), on `device`
-    /// (the inference device it is on): an imago policy acting on the mean of its
-    /// chunks, re-planning every tick; a LeRobot policy through its own queues.
+    /// (the inference device it is on), acting as the actor does: an imago policy
+    /// executing each chunk whole or its first action every tick, sampled with
+    /// `acting`'s noise; a LeRobot policy through its own queues, as it acts on the
+    /// robot.
     pub fn controller<'a>(
         &'a self,
         device: &'a burn::tensor::Device<Dispatch>,
+        acting: ActorActing,
     ) -> Controller<'a, Dispatch> {
         match &self.policy {
             SnapshotPolicy::Imago { policy, config, .. } => Controller::Policy {
@@ -66,8 +70,12 @@ impl PolicySnapshot {
                 config,
                 device,
                 wrong_instruction: false,
-                execute_steps: 1,
-                sampling_noise: 0.0,
+                execute_steps: if acting.whole_chunks {
+                    config.chunk_len()
+                } else {
+                    1
+                },
+                sampling_noise: acting.sampling_noise,
             },
             SnapshotPolicy::LeRobot(driver) => Controller::LeRobot(driver),
         }

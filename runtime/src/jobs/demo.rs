@@ -18,9 +18,10 @@ use imago_worldmodel::{LossWeights, TransitionFamily, WorldModelConfig};
 use crate::act::collect::{CollectConfig, CollectSummary, collect_demonstrations};
 use crate::act::evaluate::{Controller, EvalOutcome, evaluate, measure_latency};
 use crate::act::paired::{PairedCounts, coverage_difference};
+use crate::act::promotion_run::run_promotion_test;
 use crate::act::rollout::RolloutConfig;
 use crate::device::{DeviceSpec, ResolvedDevice, resolve};
-use crate::jobs::report::{ControllerRow, DemoReport};
+use crate::jobs::report::{ControllerRow, DemoPromotion, DemoReport};
 use crate::jobs::train_world_model::{TrainedWorldModel, train_and_save_world_model};
 use crate::learn::bc::{BcConfig, ImitationDataset, train_bc};
 use crate::learn::finetune::{
@@ -30,6 +31,7 @@ use crate::learn::world_model::{
     PhysicalQuantities, WorldModelEvalReport, WorldModelTrainConfig, evaluate_world_model,
     log_imagined_windows, log_world_model_losses, split_episodes,
 };
+use crate::promotion::PromotionTestConfig;
 use crate::robot::RobotConfig;
 use crate::store::atomic;
 use crate::store::checkpoint::{CheckpointMeta, save_policy};
@@ -42,6 +44,11 @@ use crate::telemetry::{Telemetry, TelemetryEvent, log_replay_episodes};
 
 /// Seeds of evaluation episodes start here, far from the demonstrations' seeds.
 pub const EVAL_SEED_BASE: u64 = 1_000_000;
+
+/// Seeds of the promotion test's paired episodes start here (plus ten million per
+/// demo seed, as every phase's seeds): as the daemon's gate's, none shared with
+/// a demonstration or an evaluation.
+pub const PROMOTION_SEED_BASE: u64 = 7_000_000;
 
 /// The demo's demonstrator: the scripted expert with action noise, making the robot's
 /// deliberate mistake in 35% of episodes (reacher2d: going to a wrong target, as an
@@ -86,6 +93,10 @@ pub struct DemoPlan {
     pub policy_reads_camera: bool,
     /// Batch-1 inferences timed for the latency figures.
     pub latency_repeats: usize,
+    /// The promotion test the fine-tuned policy must pass against the cloned one
+    /// before the robot would run it (the daemon's gate, docs/promotion.md), on
+    /// held-out seeds, both acting as evaluated.
+    pub promotion: PromotionTestConfig,
 }
 
 impl DemoPlan {
@@ -116,6 +127,7 @@ impl DemoPlan {
             sampling_noise: 0.0,
             policy_reads_camera: true,
             latency_repeats: 100,
+            promotion: PromotionTestConfig::default(),
         }
     }
 
@@ -204,6 +216,12 @@ impl DemoPlan {
             // (docs/pusht.md, "Sampling the policy's actions"). The vision setting has
             // only the frame.
             policy_reads_camera: !robot.state_in_proprioception(),
+            // The daemon's test (400 paired episodes at most), fewer in the quick demo:
+            // a pusht episode runs up to 300 ticks.
+            promotion: PromotionTestConfig {
+                max_episodes: scale(160, 400) as u32,
+                ..plan.promotion
+            },
             ..plan
         }
     }
@@ -240,6 +258,7 @@ impl DemoPlan {
             sampling_noise: 0.0,
             policy_reads_camera: true,
             latency_repeats: 200,
+            promotion: PromotionTestConfig::default(),
         }
     }
 }
@@ -365,6 +384,9 @@ fn run_demo_in(
     let outcomes = run.timed("evaluate", |run| {
         run.evaluate([&bc_policy, &finetuned.policy], &policy_config)
     })?;
+    let promotion = run.timed("promotion_test", |run| {
+        run.promotion_test([&bc_policy, &finetuned.policy], &policy_config)
+    })?;
     let rows = outcomes.rows();
     for &(name, _, outcome) in &rows {
         options.telemetry.send(TelemetryEvent::EvalSuccess {
@@ -423,6 +445,7 @@ fn run_demo_in(
             .map(Into::into),
         finetune_method: run.plan.finetune.method.to_string(),
         finetune_rounds: finetuned.rounds,
+        promotion: Some(promotion),
         controllers: rows
             .iter()
             .map(|&(_, row, outcome)| ControllerRow::new(row, outcome))
@@ -714,6 +737,59 @@ impl DemoRun<'_> {
         Ok(finetuned)
     }
 
+    /// The policy as an evaluation's controller, acting as the plan evaluates policies.
+    fn controller<'a>(
+        &'a self,
+        policy: &'a Policy<Dispatch>,
+        policy_config: &'a PolicyConfig,
+        wrong_instruction: bool,
+    ) -> Controller<'a, Dispatch> {
+        Controller::Policy {
+            policy,
+            config: policy_config,
+            device: &self.device.inference,
+            wrong_instruction,
+            execute_steps: self.plan.executed_per_plan(policy_config),
+            sampling_noise: self.plan.sampling_noise,
+        }
+    }
+
+    /// The daemon's promotion test of the fine-tuned policy (challenger) against the
+    /// cloned one (champion), on seeds no evaluation or demonstration uses: whether
+    /// the robot would run the fine-tuned policy, decided on other scenes than the
+    /// figures it is shown beside.
+    fn promotion_test(
+        &self,
+        [bc, finetuned]: [&Policy<Dispatch>; 2],
+        policy_config: &PolicyConfig,
+    ) -> anyhow::Result<DemoPromotion> {
+        let test = &self.plan.promotion;
+        let first_seed =
+            PROMOTION_SEED_BASE.wrapping_add(self.options.seed.wrapping_mul(10_000_000));
+        eprintln!(
+            "promotion test: the fine-tuned policy against the cloned one, up to {} paired episodes from seed {first_seed}",
+            test.max_episodes
+        );
+        let run = run_promotion_test(
+            (
+                &self.controller(bc, policy_config, false),
+                &self.controller(finetuned, policy_config, false),
+            ),
+            &self.options.robot,
+            test,
+            first_seed,
+        )?;
+        Ok(DemoPromotion {
+            decision: run.decision,
+            episodes: run.episodes,
+            first_seed,
+            paired: run.paired.into(),
+            evidence_better: run.evidence_better,
+            evidence_worse: run.evidence_worse,
+            threshold: run.threshold,
+        })
+    }
+
     /// Evaluates the cloned and the fine-tuned policy (also with the wrong
     /// instruction, where the robot has another), random actions and the demonstrator
     /// on the same seeds.
@@ -732,14 +808,7 @@ impl DemoRun<'_> {
             })
             .collect();
         let policy = |policy, wrong_instruction, label| {
-            let controller = Controller::Policy {
-                policy,
-                config: policy_config,
-                device: &self.device.inference,
-                wrong_instruction,
-                execute_steps: self.plan.executed_per_plan(policy_config),
-                sampling_noise: self.plan.sampling_noise,
-            };
+            let controller = self.controller(policy, policy_config, wrong_instruction);
             evaluate(&controller, robot, &seeds, label)
         };
         let bc_outcome = policy(bc, false, "eval bc")?;

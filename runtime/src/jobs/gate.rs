@@ -1,13 +1,14 @@
 //! `imago gate`: the champion-challenger promotion test offline, on two checkpoints
 //! (imago's or LeRobot policy directories, either side either kind), in simulation
-//! ([`run_promotion_test`]).
+//! ([`run_promotion_test`]), both acting alike (chunks executed per plan, sampling
+//! noise) as the robot will run them.
 
 use std::path::Path;
 use std::time::Instant;
 
 use serde::Serialize;
 
-use crate::act::loaded_policy::LoadedPolicy;
+use crate::act::loaded_policy::{ExecutedSteps, LoadedPolicy};
 use crate::act::promotion_run::{PromotionRun, run_promotion_test};
 use crate::device::ResolvedDevice;
 use crate::promotion::PromotionTestConfig;
@@ -26,6 +27,11 @@ pub struct GateOptions<'a> {
     pub test: PromotionTestConfig,
     /// Seed of the first paired episode.
     pub first_seed: u64,
+    /// Actions of each chunk an imago policy executes per plan (both sides).
+    pub executed: ExecutedSteps,
+    /// The noise an imago policy samples its actions with, relative to its spread (0:
+    /// the mean; both sides).
+    pub sampling_noise: f32,
 }
 
 /// What a gate run decided, and what it cost.
@@ -40,6 +46,10 @@ pub struct GateReport {
     pub episodes_saved: u32,
     /// The test's settings.
     pub test: PromotionTestConfig,
+    /// Actions of each chunk an imago policy executed per plan.
+    pub executed_per_plan: usize,
+    /// The noise imago policies sampled their actions with (0: the mean).
+    pub sampling_noise: f32,
     /// Wall-clock seconds.
     pub seconds: f64,
 }
@@ -55,8 +65,16 @@ pub fn run_gate(options: &GateOptions<'_>, device: &ResolvedDevice) -> anyhow::R
     let challenger = LoadedPolicy::load(options.challenger, options.robot, &device.inference)?;
     let run = run_promotion_test(
         (
-            &champion.controller(&device.inference),
-            &challenger.controller(&device.inference),
+            &champion.controller_executing(
+                &device.inference,
+                options.executed,
+                options.sampling_noise,
+            )?,
+            &challenger.controller_executing(
+                &device.inference,
+                options.executed,
+                options.sampling_noise,
+            )?,
         ),
         options.robot,
         &options.test,
@@ -67,6 +85,8 @@ pub fn run_gate(options: &GateOptions<'_>, device: &ResolvedDevice) -> anyhow::R
         episodes_saved: options.test.max_episodes - run.episodes,
         run,
         test: options.test,
+        executed_per_plan: options.executed.steps(),
+        sampling_noise: options.sampling_noise,
         seconds: started.elapsed().as_secs_f64(),
     })
 }

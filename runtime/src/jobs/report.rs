@@ -10,6 +10,7 @@ use crate::learn::finetune::RoundReport;
 use crate::learn::world_model::{
     ContactSplitReport, DecodedReport, ReadoutKind, WorldModelEvalReport,
 };
+use crate::promotion::Verdict;
 use crate::stats::MeanInterval;
 
 /// One evaluated controller.
@@ -133,8 +134,46 @@ pub struct DemoReport {
     pub finetune_method: String,
     /// Every fine-tuning round.
     pub finetune_rounds: Vec<RoundReport>,
+    /// Whether the robot would run the fine-tuned policy: the promotion test against
+    /// the cloned one on held-out seeds (absent from reports before 2026-12-06).
+    #[serde(default)]
+    pub promotion: Option<DemoPromotion>,
     /// Where the replay and checkpoint were written.
     pub run_dir: String,
+}
+
+/// The daemon's promotion test (docs/promotion.md) of the fine-tuned policy
+/// (challenger) against the behaviour-cloned one (champion), on held-out seeds.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct DemoPromotion {
+    /// What the test decided: `promote` (the robot would run the fine-tuned policy),
+    /// `reject_worse` or `reject_unproven` (it keeps the cloned one).
+    pub decision: Verdict,
+    /// Paired episodes the test used to decide.
+    pub episodes: u32,
+    /// Seed of the first of them.
+    pub first_seed: u64,
+    /// Their outcomes.
+    pub paired: DemoPairedCounts,
+    /// E-value of "the fine-tuned policy is better" at the decision.
+    pub evidence_better: f64,
+    /// E-value of "the fine-tuned policy is worse" at the decision.
+    pub evidence_worse: f64,
+    /// The threshold both are compared with, `1 / (1 - confidence)`.
+    pub threshold: f64,
+}
+
+impl DemoPromotion {
+    /// The decision as the robot would act on it.
+    fn description(&self) -> &'static str {
+        match self.decision {
+            Verdict::Promote => "promote: the robot would run the fine-tuned policy",
+            Verdict::RejectWorse => "keep the cloned policy: the fine-tuned one is certified worse",
+            Verdict::RejectUnproven | Verdict::Undecided => {
+                "keep the cloned policy: the fine-tuned one was not proven better"
+            }
+        }
+    }
 }
 
 /// Paired outcomes of the behaviour-cloned and the fine-tuned policy.
@@ -245,6 +284,19 @@ impl DemoReport {
             out.push_str(&format!(
                 "fine-tuned vs behaviour-cloned mean max coverage, paired: {:+.3} [{:+.3}, {:+.3}]\n",
                 c.difference, c.interval[0], c.interval[1]
+            ));
+        }
+        if let Some(p) = &self.promotion {
+            out.push_str(&format!(
+                "promotion test (the daemon's gate) on {} held-out paired episodes from seed {}: {}; only fine-tuned {}, only bc {}; evidence better {:.3}, worse {:.3}, threshold {:.0}\n",
+                p.episodes,
+                p.first_seed,
+                p.description(),
+                p.paired.only_finetuned,
+                p.paired.only_bc,
+                p.evidence_better,
+                p.evidence_worse,
+                p.threshold
             ));
         }
         out.push_str(&format!(
