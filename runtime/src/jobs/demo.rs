@@ -1,8 +1,9 @@
 //! `imago demo`: collect imperfect demonstrations, clone them into a VLA policy,
 //! train a world model on them and score it on held-out episodes, fine-tune the policy
 //! on its own rollouts' reward (reacher2d: advantage weights from imagination; pusht:
-//! PPO on real returns), and evaluate both policies against a wrong instruction and a
-//! random policy on paired seeds.
+//! PPO on real returns), evaluate both policies against a wrong instruction and a
+//! random policy on paired seeds, and run the daemon's promotion test of the
+//! fine-tuned policy against the clone on other seeds.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
