@@ -4,7 +4,7 @@
 //! runs it on checkpoints; the daemon's learner on each new version.
 
 use burn::prelude::Backend;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::act::evaluate::{Controller, EvalOutcome, evaluate};
 use crate::act::paired::PairedCounts;
@@ -15,12 +15,14 @@ use crate::robot::RobotConfig;
 pub const PROMOTION_BATCH: usize = 16;
 
 /// What a promotion test run decided, and what it cost.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PromotionRun {
     /// The verdict.
     pub decision: Verdict,
     /// Paired episodes the test used to decide.
     pub episodes: u32,
+    /// Seed of the first of them; the others follow it.
+    pub first_seed: u64,
     /// Paired episodes simulated (the test looks after each batch of
     /// [`PROMOTION_BATCH`], so up to a batch more than it used).
     pub episodes_simulated: usize,
@@ -88,6 +90,7 @@ where
     Ok(PromotionRun {
         decision: sequential.verdict(),
         episodes: sequential.episodes(),
+        first_seed,
         episodes_simulated: simulated,
         paired: PairedCounts::count(&used, &used_challenger)?,
         evidence_better,

@@ -19,10 +19,10 @@ use imago_worldmodel::{LossWeights, TransitionFamily, WorldModelConfig};
 use crate::act::collect::{CollectConfig, CollectSummary, collect_demonstrations};
 use crate::act::evaluate::{Controller, EvalOutcome, evaluate, measure_latency};
 use crate::act::paired::{PairedCounts, coverage_difference};
-use crate::act::promotion_run::run_promotion_test;
+use crate::act::promotion_run::{PromotionRun, run_promotion_test};
 use crate::act::rollout::RolloutConfig;
 use crate::device::{DeviceSpec, ResolvedDevice, resolve};
-use crate::jobs::report::{ControllerRow, DemoPromotion, DemoReport};
+use crate::jobs::report::{ControllerRow, DemoReport};
 use crate::jobs::train_world_model::{TrainedWorldModel, train_and_save_world_model};
 use crate::learn::bc::{BcConfig, ImitationDataset, train_bc};
 use crate::learn::finetune::{
@@ -769,7 +769,7 @@ impl DemoRun<'_> {
         &self,
         [bc, finetuned]: [&Policy<Dispatch>; 2],
         policy_config: &PolicyConfig,
-    ) -> anyhow::Result<DemoPromotion> {
+    ) -> anyhow::Result<PromotionRun> {
         let test = &self.plan.promotion;
         let first_seed =
             PROMOTION_SEED_BASE.wrapping_add(self.options.seed.wrapping_mul(10_000_000));
@@ -777,7 +777,7 @@ impl DemoRun<'_> {
             "promotion test: the fine-tuned policy against the cloned one, up to {} paired episodes from seed {first_seed}",
             test.max_episodes
         );
-        let run = run_promotion_test(
+        run_promotion_test(
             (
                 &self.controller(bc, policy_config, false),
                 &self.controller(finetuned, policy_config, false),
@@ -785,16 +785,7 @@ impl DemoRun<'_> {
             &self.options.robot,
             test,
             first_seed,
-        )?;
-        Ok(DemoPromotion {
-            decision: run.decision,
-            episodes: run.episodes,
-            first_seed,
-            paired: run.paired.into(),
-            evidence_better: run.evidence_better,
-            evidence_worse: run.evidence_worse,
-            threshold: run.threshold,
-        })
+        )
     }
 
     /// Evaluates the cloned and the fine-tuned policy (also with the wrong

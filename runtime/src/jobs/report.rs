@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::act::evaluate::{EvalOutcome, Latency};
 use crate::act::paired::{PairedCounts, coverage_difference};
+use crate::act::promotion_run::PromotionRun;
 use crate::learn::finetune::RoundReport;
 use crate::learn::world_model::{
     ContactSplitReport, DecodedReport, ReadoutKind, WorldModelEvalReport,
@@ -134,46 +135,14 @@ pub struct DemoReport {
     pub finetune_method: String,
     /// Every fine-tuning round.
     pub finetune_rounds: Vec<RoundReport>,
-    /// Whether the robot would run the fine-tuned policy: the promotion test against
-    /// the cloned one on held-out seeds (absent from reports before 2026-12-06).
+    /// Whether the robot would run the fine-tuned policy: the daemon's promotion test
+    /// (docs/promotion.md) of it (the challenger; `paired`'s candidate) against the
+    /// cloned one (the champion; the baseline) on held-out seeds (absent from reports
+    /// before 2026-12-06).
     #[serde(default)]
-    pub promotion: Option<DemoPromotion>,
+    pub promotion: Option<PromotionRun>,
     /// Where the replay and checkpoint were written.
     pub run_dir: String,
-}
-
-/// The daemon's promotion test (docs/promotion.md) of the fine-tuned policy
-/// (challenger) against the behaviour-cloned one (champion), on held-out seeds.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct DemoPromotion {
-    /// What the test decided: `promote` (the robot would run the fine-tuned policy),
-    /// `reject_worse` or `reject_unproven` (it keeps the cloned one).
-    pub decision: Verdict,
-    /// Paired episodes the test used to decide.
-    pub episodes: u32,
-    /// Seed of the first of them.
-    pub first_seed: u64,
-    /// Their outcomes.
-    pub paired: DemoPairedCounts,
-    /// E-value of "the fine-tuned policy is better" at the decision.
-    pub evidence_better: f64,
-    /// E-value of "the fine-tuned policy is worse" at the decision.
-    pub evidence_worse: f64,
-    /// The threshold both are compared with, `1 / (1 - confidence)`.
-    pub threshold: f64,
-}
-
-impl DemoPromotion {
-    /// The decision as the robot would act on it.
-    fn description(&self) -> &'static str {
-        match self.decision {
-            Verdict::Promote => "promote: the robot would run the fine-tuned policy",
-            Verdict::RejectWorse => "keep the cloned policy: the fine-tuned one is certified worse",
-            Verdict::RejectUnproven | Verdict::Undecided => {
-                "keep the cloned policy: the fine-tuned one was not proven better"
-            }
-        }
-    }
 }
 
 /// Paired outcomes of the behaviour-cloned and the fine-tuned policy.
@@ -287,13 +256,21 @@ impl DemoReport {
             ));
         }
         if let Some(p) = &self.promotion {
+            let decision = match p.decision {
+                Verdict::Promote => "promote: the robot would run the fine-tuned policy",
+                Verdict::RejectWorse => {
+                    "keep the cloned policy: the fine-tuned one is certified worse"
+                }
+                Verdict::RejectUnproven | Verdict::Undecided => {
+                    "keep the cloned policy: the fine-tuned one was not proven better"
+                }
+            };
             out.push_str(&format!(
-                "promotion test (the daemon's gate) on {} held-out paired episodes from seed {}: {}; only fine-tuned {}, only bc {}; evidence better {:.3}, worse {:.3}, threshold {:.0}\n",
+                "promotion test (the daemon's gate) on {} held-out paired episodes from seed {}: {decision}; only fine-tuned {}, only bc {}; evidence better {:.3}, worse {:.3}, threshold {:.0}\n",
                 p.episodes,
                 p.first_seed,
-                p.description(),
-                p.paired.only_finetuned,
-                p.paired.only_bc,
+                p.paired.only_candidate,
+                p.paired.only_baseline,
                 p.evidence_better,
                 p.evidence_worse,
                 p.threshold
