@@ -271,6 +271,34 @@ fn collect_train_eval_round_trip_and_bad_inputs() {
     let output = run(bc_args(&blind_continued, &["--init", &path(&blind)]));
     assert!(output.status.success(), "{}", stderr(&output));
     continue_from(&path(&narrow), &["--no-camera"], "a camera it reads");
+    // What a new VLA's pixel stem reads: kept when training continues and refused
+    // where it cannot change.
+    assert_eq!(meta["config"]["stem_inputs"], "colour");
+    let coord = dir.path().join("coord");
+    let output = run(bc_args(
+        &path(&coord),
+        &[
+            "--batch-size",
+            "4",
+            "--stem-inputs",
+            "neighbourhood-and-position",
+        ],
+    ));
+    assert!(output.status.success(), "{}", stderr(&output));
+    let coord_meta: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(coord.join("meta.json")).unwrap()).unwrap();
+    assert_eq!(
+        coord_meta["config"]["stem_inputs"],
+        "neighbourhood-and-position"
+    );
+    let coord_continued = path(&dir.path().join("coord-continued"));
+    let output = run(bc_args(&coord_continued, &["--init", &path(&coord)]));
+    assert!(output.status.success(), "{}", stderr(&output));
+    continue_from(
+        &path(&coord),
+        &["--stem-inputs", "colour"],
+        "a pixel stem that reads neighbourhood-and-position",
+    );
     let fresh = path(&dir.path().join("fresh"));
     for (flags, must_mention) in [
         (&["--width", "30"][..], "a multiple of 4"),
@@ -291,6 +319,10 @@ fn collect_train_eval_round_trip_and_bad_inputs() {
             &["--what", "worldmodel", "--no-camera"][..],
             "--no-camera applies to --what bc, not --what worldmodel",
         ),
+        (
+            &["--policy", "linear", "--stem-inputs", "neighbourhood"][..],
+            "reads no pixels",
+        ),
     ] {
         let args = bc_args(&fresh, flags);
         assert_one_line_error(
@@ -298,6 +330,15 @@ fn collect_train_eval_round_trip_and_bad_inputs() {
             must_mention,
         );
     }
+    // A misspelt stem names the choices (clap's error, not one line).
+    let output = run(bc_args(&fresh, &["--stem-inputs", "neighborhood"]));
+    assert!(!output.status.success());
+    assert!(
+        stderr(&output)
+            .contains("use colour, colour-and-position, neighbourhood, neighbourhood-and-position"),
+        "{}",
+        stderr(&output)
+    );
     // A size out of range is named before any replay is read.
     let missing = path(&dir.path().join("no-such-replay"));
     assert_one_line_error(

@@ -23,7 +23,7 @@ use crate::input::PolicyBatch;
 use crate::model::{VlaPolicy, patch_coordinate_values};
 use crate::precision::Precision;
 use crate::readback::values;
-use crate::vision::pixel_coordinates;
+use crate::vision::{StemInputs, pixel_coordinates};
 
 /// burn's `LayerNormConfig` default, which every norm of the policy uses.
 const LAYER_NORM_EPSILON: f32 = 1e-5;
@@ -328,7 +328,10 @@ impl HostPolicy {
 
         // The per-pixel stem, FiLM-modulated by the instruction.
         let features = sized(&mut scratch.features, pixels * channels);
-        self.stem.forward(pixels, input.images, features);
+        let stem_inputs = StemInputs::of_rows(self.stem.inputs())
+            .expect("a stem reads the inputs of a StemInputs")
+            .rows(input.images, self.image_size);
+        self.stem.forward(pixels, &stem_inputs, features);
         self.stem_activation.apply_in_place(features);
         self.film.forward(1, instruction, film);
         let (gamma, beta) = film.split_at(channels);
@@ -554,10 +557,11 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn the_host_forward_matches_burns_with_a_gelu_stem_and_three_layers() {
+    fn the_host_forward_matches_burns_with_a_gelu_neighbourhood_stem_and_three_layers() {
         let config = VlaPolicyConfig::for_robot(Reacher2d::default().spec())
             .unwrap()
             .with_stem_activation(StemActivation::Gelu)
+            .with_stem_inputs(StemInputs::NeighbourhoodAndPosition)
             .with_n_layers(3);
         let policy = config.init::<B>(&Default::default());
         let gap = largest_gap(&policy, &config, &reacher_observations());

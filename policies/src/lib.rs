@@ -74,7 +74,7 @@ pub use precision::Precision;
 pub use resnet::{ChannelNorm, FrozenBatchNorm, ResNet18, ResNet18Config, ResNetNorm};
 pub use rows::{linear_rows, on_rows};
 pub use tokenizer::{TokenizerError, VOCABULARY, WordTokenizer};
-pub use vision::{ComputePath, StemReading, spatial_softmax};
+pub use vision::{ComputePath, StemInputs, StemReading, spatial_softmax};
 
 /// Held by every test that runs burn's autodiff backward pass on `Autodiff<Flex>`.
 /// Run concurrently (cargo's test threads), a long training loop in one test and a

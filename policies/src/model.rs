@@ -21,7 +21,7 @@ use crate::input_spec::{
 };
 use crate::precision::{Precision, cast_parameters, cast_to};
 use crate::tokenizer::VOCABULARY;
-use crate::vision::{ComputePath, StemReading};
+use crate::vision::{ComputePath, StemInputs, StemReading};
 
 /// Shape and size of a [`VlaPolicy`].
 #[derive(Config, Debug, PartialEq)]
@@ -54,6 +54,11 @@ pub struct VlaPolicyConfig {
     /// The nonlinearity after the stem.
     #[config(default = "StemActivation::Relu")]
     pub stem_activation: StemActivation,
+    /// What the stem reads at each pixel: the colour, or the colour and the pixel's
+    /// position, which lets the keypoints find how an object is turned
+    /// ([`StemInputs`]).
+    #[config(default = "StemInputs::Colour")]
+    pub stem_inputs: StemInputs,
     /// Number of instruction words (shorter instructions are padded).
     #[config(default = 6)]
     pub max_words: usize,
@@ -159,14 +164,14 @@ impl VlaPolicyConfig {
     /// Gives a stored config (a checkpoint's JSON) the keys added since checkpoints were
     /// first written, with the value that means what such a checkpoint did: `frame_pool`
     /// 1 (frames read as they are), `action_origin` null (absolute actions),
-    /// `stem_activation` `gelu` (the stem's activation before ReLU) and `reads_camera`
-    /// true. Keys it
-    /// has are left alone, and anything that is not a JSON object is left to fail to
-    /// parse.
+    /// `stem_activation` `gelu` (the stem's activation before ReLU), `stem_inputs`
+    /// `colour` and `reads_camera` true. Keys it has are left alone, and anything that
+    /// is not a JSON object is left to fail to parse.
     pub fn fill_later_keys(stored: &mut serde_json::Value) {
         if let Some(fields) = stored.as_object_mut() {
             fields.entry("frame_pool").or_insert(1.into());
             fields.entry("stem_activation").or_insert("gelu".into());
+            fields.entry("stem_inputs").or_insert("colour".into());
             fields.entry("reads_camera").or_insert(true.into());
             fields
                 .entry("action_origin")
@@ -227,7 +232,7 @@ impl VlaPolicyConfig {
         let linear = |i: usize, o: usize| i * o + o;
         let layer = 4 * linear(d, d) + linear(d, ff) + linear(ff, d) + 4 * d;
         let head = self.head_shape().parameter_count();
-        linear(3, c)
+        linear(self.stem_inputs.count(), c)
             + linear(2 * c, d)
             + c
             + linear(d, 2 * c)
@@ -306,7 +311,7 @@ impl VlaPolicyConfig {
             std: 0.02,
         };
         VlaPolicy {
-            stem: LinearConfig::new(3, self.stem_channels).init(device),
+            stem: LinearConfig::new(self.stem_inputs.count(), self.stem_channels).init(device),
             keypoint_embed: LinearConfig::new(2 * self.stem_channels, d).init(device),
             keypoint_sharpness: Param::from_tensor(Tensor::full(
                 [self.stem_channels],
@@ -777,14 +782,22 @@ mod tests {
         assert!(fields.remove("action_origin").is_some());
         assert!(fields.remove("frame_pool").is_some());
         assert!(fields.remove("stem_activation").is_some());
+        assert!(fields.remove("stem_inputs").is_some());
         VlaPolicyConfig::fill_later_keys(&mut json);
         let old: VlaPolicyConfig = serde_json::from_value(json).unwrap();
         assert_eq!((old.action_origin, old.frame_pool), (None, 1));
         assert_eq!(old.stem_activation, StemActivation::Gelu);
+        assert_eq!(old.stem_inputs, StemInputs::Colour);
         // Keys a config has are kept.
-        let mut new = serde_json::to_value(config().with_frame_pool(2)).unwrap();
+        let mut new = serde_json::to_value(
+            config()
+                .with_frame_pool(2)
+                .with_stem_inputs(StemInputs::ColourAndPosition),
+        )
+        .unwrap();
         VlaPolicyConfig::fill_later_keys(&mut new);
         assert_eq!(new["frame_pool"], 2);
+        assert_eq!(new["stem_inputs"], "colour-and-position");
     }
 
     #[test]

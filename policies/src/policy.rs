@@ -26,7 +26,7 @@ use crate::linear::{LinearPolicy, LinearPolicyConfig};
 use crate::model::{VlaPolicy, VlaPolicyConfig};
 use crate::normalizer::{NormalizationMode, Normalizer};
 use crate::precision::Precision;
-use crate::vision::ComputePath;
+use crate::vision::{ComputePath, StemInputs};
 
 /// The policy architectures, as `imago train --policy` names them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -267,6 +267,24 @@ impl PolicyConfig {
         }
     }
 
+    /// What the VLA's stem reads at each pixel; `None` for the linear policy, which
+    /// reads no pixels.
+    pub fn stem_inputs(&self) -> Option<StemInputs> {
+        match self {
+            Self::Vla(c) => Some(c.stem_inputs),
+            Self::Linear(_) => None,
+        }
+    }
+
+    /// The same VLA with a stem that reads `inputs` at each pixel; a linear policy,
+    /// which reads no pixels, is returned unchanged.
+    pub fn with_stem_inputs(self, inputs: StemInputs) -> Self {
+        match self {
+            Self::Vla(c) => Self::Vla(c.with_stem_inputs(inputs)),
+            linear => linear,
+        }
+    }
+
     /// The same VLA with `layers` transformer layers (checked by `validate`); a linear
     /// policy, which has no layers, is returned unchanged.
     pub fn with_layers(self, layers: usize) -> Self {
@@ -295,13 +313,14 @@ impl PolicyConfig {
     /// This config with the choices a trained policy keeps from `stored` (its
     /// architecture's config when it was first trained): the head, its flow width
     /// and steps, the chunk length, the width, the linear policy's state statistics and
-    /// the VLA's layers, feed-forward width, stem activation and camera. What is left must
+    /// the VLA's layers, feed-forward width, stem activation and inputs and camera. What is left must
     /// equal `stored` for training to continue from it. Of another architecture,
     /// `self` is returned unchanged (and differs from `stored`).
     pub fn keeping_choices_of(self, stored: &Self) -> Self {
         match (self, stored) {
             (Self::Vla(c), Self::Vla(s)) => Self::Vla(
                 c.with_stem_activation(s.stem_activation)
+                    .with_stem_inputs(s.stem_inputs)
                     .with_d_model(s.d_model)
                     .with_d_ff(s.d_ff)
                     .with_n_layers(s.n_layers)
@@ -575,13 +594,24 @@ mod tests {
                 assert_eq!(config.parameter_count(), policy.num_params(), "{head:?}");
             }
         }
+        for inputs in StemInputs::ALL {
+            let config = vla.clone().with_stem_inputs(inputs);
+            let policy = config.init::<Flex>(&Default::default());
+            assert_eq!(config.parameter_count(), policy.num_params(), "{inputs:?}");
+        }
         // A continued policy keeps its own choices, but not another architecture's.
         let kept = linear
             .clone()
             .keeping_choices_of(&linear.clone().with_chunk_len(9));
         assert_eq!(kept.chunk_len(), 9);
-        let wide = vla.clone().with_width(128).with_layers(3);
+        let wide = vla
+            .clone()
+            .with_width(128)
+            .with_layers(3)
+            .with_stem_inputs(StemInputs::Neighbourhood);
         assert_eq!((wide.width(), wide.layers()), (128, Some(3)));
+        assert_eq!(wide.stem_inputs(), Some(StemInputs::Neighbourhood));
+        assert_eq!(linear.stem_inputs(), None);
         assert_eq!(vla.clone().keeping_choices_of(&wide), wide);
         let PolicyConfig::Vla(wide_vla) = &wide else {
             unreachable!("with_width keeps the architecture")

@@ -8,22 +8,22 @@
 //! policy's cloning step (docs/performance.md). Here each frame is read once, the
 //! keypoints, the patch means and their derivatives with respect to every parameter
 //! of the pipeline come out of two loops over its pixels, and the frames of a batch
-//! run in parallel. The parameters are few (the stem's 3 weights and bias per channel,
-//! one scale per frame and channel), so the derivatives are small dense Jacobians,
+//! run in parallel. The parameters are few (the stem's 3 to 29 weights and bias per
+//! channel, one scale per frame and channel), so the derivatives are small dense Jacobians,
 //! which `crate::vision` turns into gradients through burn's autodiff.
 
 use rayon::prelude::*;
 
 use crate::activation::StemActivation;
 use crate::host_math::exp_nonpositive;
+use crate::vision::StemInputs;
 
-/// Shared parameters per channel whose derivatives are returned: the stem's three
-/// colour weights and its bias.
-pub(crate) const SHARED: usize = 4;
-
-/// The stem of one model, on the host: `activation(rgb W + b)` per pixel.
+/// The stem of one model, on the host: `activation(x W + b)` per pixel, where `x` is
+/// what the [`StemInputs`] of the weight's rows read there (its colour, its
+/// neighbourhood's colours, and its position or not).
 pub(crate) struct HostStem<'a> {
-    /// `[3, C]` row-major, as burn stores a linear layer's weight.
+    /// `[I, C]` row-major, as burn stores a linear layer's weight, for the `I` inputs
+    /// of [`StemInputs`].
     pub weight: &'a [f32],
     /// `[C]`.
     pub bias: &'a [f32],
@@ -46,16 +46,16 @@ pub(crate) struct HostReadings {
     pub jacobians: Option<Jacobians>,
 }
 
-/// Derivatives of [`HostReadings`] with respect to the stem's shared parameters
-/// (index `i` of [`SHARED`]: weight rows 0-2, then the bias) and the per-frame,
-/// per-channel scale of the softmax's input.
+/// Derivatives of [`HostReadings`] with respect to the stem's `S` shared parameters
+/// per channel ([`HostStem::shared`]: index `i` is weight row `i`, then the bias) and
+/// the per-frame, per-channel scale of the softmax's input.
 #[derive(Debug, Default)]
 pub(crate) struct Jacobians {
-    /// `[B, 2, SHARED, C]`: d keypoint (axis, channel) / d shared parameter (i, channel).
+    /// `[B, 2, S, C]`: d keypoint (axis, channel) / d shared parameter (i, channel).
     pub keypoints_shared: Vec<f32>,
     /// `[B, 2, C]`: d keypoint (axis, channel) / d scale (channel).
     pub keypoints_scale: Vec<f32>,
-    /// `[B, N, SHARED, C]`: d patch mean (patch, channel) / d shared parameter.
+    /// `[B, N, S, C]`: d patch mean (patch, channel) / d shared parameter.
     pub patch_means_shared: Vec<f32>,
 }
 
@@ -73,13 +73,29 @@ impl HostStem<'_> {
         self.bias.len()
     }
 
+    /// What the stem reads at each pixel, from its weight's rows.
+    fn inputs(&self) -> StemInputs {
+        StemInputs::of_rows(self.weight.len() / self.channels())
+            .expect("a stem's weight has a row per input of StemInputs")
+    }
+
+    /// Shared parameters per channel whose derivatives are returned: a weight per
+    /// input, then the bias.
+    pub(crate) fn shared(&self) -> usize {
+        self.inputs().count() + 1
+    }
+
     /// Reads `frames` `[B, size * size, 3]` (row-major pixels, RGB) with the softmax's
     /// input scaled by `scale` `[B, C]`; with `jacobians`, also the derivatives.
     pub fn read(&self, frames: &[f32], scale: &[f32], jacobians: bool) -> HostReadings {
         let pixels = self.size * self.size;
         let channels = self.channels();
         let batch = scale.len() / channels;
-        assert_eq!(self.weight.len(), 3 * channels, "stem weight is [3, C]");
+        assert_eq!(
+            self.weight.len(),
+            self.inputs().count() * channels,
+            "stem weight is [inputs, C]"
+        );
         assert_eq!(
             frames.len(),
             batch * pixels * 3,
@@ -116,9 +132,11 @@ impl HostStem<'_> {
         let (size, channels) = (self.size, self.channels());
         let pixels = size * size;
         let (grid, patch) = self.patch.map_or((0, size), |patch| (size / patch, patch));
-        let (w, bias) = (self.weight, self.bias);
-        let (w0, rest) = w.split_at(channels);
-        let (w1, w2) = rest.split_at(channels);
+        let shared = self.shared();
+        let inputs = self.inputs();
+        let frame = inputs.rows(frame, size);
+        let frame = frame.as_ref();
+        let bias = self.bias;
         let mut stem = vec![0.0f32; pixels * channels];
         let mut slope = vec![0.0f32; if jacobians { pixels * channels } else { 0 }];
         let mut max = vec![f32::NEG_INFINITY; channels];
@@ -126,16 +144,17 @@ impl HostStem<'_> {
         let mut patch_means_shared = vec![
             0.0f32;
             if jacobians {
-                grid * grid * SHARED * channels
+                grid * grid * shared * channels
             } else {
                 0
             }
         ];
         let mut pre = vec![0.0f32; channels];
-        for (pixel, rgb) in frame.chunks_exact(3).enumerate() {
+        for (pixel, x) in frame.chunks_exact(inputs.count()).enumerate() {
             let at = pixel * channels..(pixel + 1) * channels;
-            for (c, p) in pre.iter_mut().enumerate() {
-                *p = rgb[0] * w0[c] + rgb[1] * w1[c] + rgb[2] * w2[c] + bias[c];
+            pre.copy_from_slice(bias);
+            for (x, w) in x.iter().zip(self.weight.chunks_exact(channels)) {
+                add_scaled(&mut pre, *x, w);
             }
             let h = &mut stem[at.clone()];
             if jacobians {
@@ -152,11 +171,11 @@ impl HostStem<'_> {
                 add_scaled(&mut patch_means[n * channels..(n + 1) * channels], 1.0, h);
                 if jacobians {
                     let dh = &slope[at];
-                    let shared =
-                        &mut patch_means_shared[n * SHARED * channels..(n + 1) * SHARED * channels];
-                    for (row, x) in shared
+                    let rows =
+                        &mut patch_means_shared[n * shared * channels..(n + 1) * shared * channels];
+                    for (row, x) in rows
                         .chunks_exact_mut(channels)
-                        .zip([rgb[0], rgb[1], rgb[2], 1.0])
+                        .zip(x.iter().copied().chain([1.0]))
                     {
                         add_scaled(row, x, dh);
                     }
@@ -180,10 +199,10 @@ impl HostStem<'_> {
         // Rows of `channels` sums: S, S_x, S_y; with derivatives also sum e h,
         // sum e h g_x, sum e h g_y, then per shared parameter i sum q x_i,
         // sum q x_i g_x, sum q x_i g_y with q = e scale slope.
-        let rows = if jacobians { 6 + 3 * SHARED } else { 3 };
+        let rows = if jacobians { 6 + 3 * shared } else { 3 };
         let mut sums = vec![0.0f32; rows * channels];
         let mut weighted = vec![0.0f32; channels];
-        for (pixel, rgb) in frame.chunks_exact(3).enumerate() {
+        for (pixel, x) in frame.chunks_exact(inputs.count()).enumerate() {
             let (row, col) = (pixel / size, pixel % size);
             let gx = -1.0 + (2 * col + 1) as f32 / size as f32;
             let gy = 1.0 - (2 * row + 1) as f32 / size as f32;
@@ -204,7 +223,7 @@ impl HostStem<'_> {
                 for (((v, e), s), dh) in weighted.iter_mut().zip(e).zip(scale).zip(&slope[at]) {
                     *v = e * s * dh;
                 }
-                for x in [rgb[0], rgb[1], rgb[2], 1.0] {
+                for x in x.iter().copied().chain([1.0]) {
                     add_scaled(next(), x, &weighted);
                     add_scaled(next(), x * gx, &weighted);
                     add_scaled(next(), x * gy, &weighted);
@@ -213,7 +232,7 @@ impl HostStem<'_> {
         }
         let sum = |term: usize, c: usize| sums[term * channels + c];
         let mut keypoints = vec![0.0f32; 2 * channels];
-        let mut keypoints_shared = vec![0.0f32; if jacobians { 2 * SHARED * channels } else { 0 }];
+        let mut keypoints_shared = vec![0.0f32; if jacobians { 2 * shared * channels } else { 0 }];
         let mut keypoints_scale = vec![0.0f32; if jacobians { 2 * channels } else { 0 }];
         for c in 0..channels {
             let total = sum(0, c);
@@ -225,10 +244,10 @@ impl HostStem<'_> {
                     // scale * slope * input_i in place of h.
                     keypoints_scale[axis * channels + c] =
                         (sum(4 + axis, c) - k * sum(3, c)) / total;
-                    for i in 0..SHARED {
+                    for i in 0..shared {
                         let plain = sum(6 + 3 * i, c);
                         let along = sum(6 + 3 * i + 1 + axis, c);
-                        keypoints_shared[(axis * SHARED + i) * channels + c] =
+                        keypoints_shared[(axis * shared + i) * channels + c] =
                             (along - k * plain) / total;
                     }
                 }

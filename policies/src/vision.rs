@@ -7,7 +7,7 @@ use burn::tensor::activation::softmax;
 use crate::activation::StemActivation;
 use crate::readback::values;
 use crate::rows::linear_rows;
-use crate::stem_host::{HostStem, SHARED};
+use crate::stem_host::HostStem;
 
 /// Expected image coordinates of each channel of `features` `[B, size * size, C]` under
 /// a softmax over its pixels: `[B, 2C]` as `(x_1..x_C, y_1..y_C)` in `[-1, 1]`, y up.
@@ -31,10 +31,196 @@ pub fn spatial_softmax<B: Backend>(
 /// The coordinates of every pixel of a `size x size` frame (row-major) in `[-1, 1]`,
 /// y up: every pixel's x, then every pixel's y (`2 * size * size` values).
 pub(crate) fn pixel_coordinates(size: usize) -> Vec<f32> {
-    let xs = (0..size).flat_map(|_| (0..size).map(|col| -1.0 + (2 * col + 1) as f32 / size as f32));
-    let ys =
-        (0..size).flat_map(|row| (0..size).map(move |_| 1.0 - (2 * row + 1) as f32 / size as f32));
+    let positions: Vec<(f32, f32)> = (0..size * size)
+        .map(|pixel| pixel_position(pixel, size))
+        .collect();
+    let xs = positions.iter().map(|p| p.0);
+    let ys = positions.iter().map(|p| p.1);
     xs.chain(ys).collect()
+}
+
+/// What the per-pixel stem reads at each pixel: its colour or the colours of its 3x3
+/// neighbourhood, each with or without the pixel's position.
+///
+/// A stem that reads only the colour gives the same feature to every pixel of a
+/// colour, so a spatial softmax over it finds where a coloured object is (its
+/// centroid) but not how it is turned. One that also reads the pixel's position (as
+/// CoordConv does) can rank an object's pixels along a learned direction, so that its
+/// keypoints become the object's extreme points in those directions. One that reads
+/// the neighbourhood (a 3x3 convolution) sees edges and corners and their
+/// orientation, which a spatial softmax then locates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum StemInputs {
+    /// Red, green, blue.
+    Colour,
+    /// Red, green, blue, then the pixel's x and y in `[-1, 1]` (y up, as the
+    /// keypoints).
+    ColourAndPosition,
+    /// The red, green and blue of the 3x3 pixels around it, row-major from the top
+    /// left (the frame's edge pixels repeated beyond it).
+    Neighbourhood,
+    /// The neighbourhood's colours, then the pixel's x and y.
+    NeighbourhoodAndPosition,
+}
+
+impl StemInputs {
+    /// Every kind.
+    pub const ALL: [Self; 4] = [
+        Self::Colour,
+        Self::ColourAndPosition,
+        Self::Neighbourhood,
+        Self::NeighbourhoodAndPosition,
+    ];
+
+    /// The name configs and `imago train --stem-inputs` use.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Colour => "colour",
+            Self::ColourAndPosition => "colour-and-position",
+            Self::Neighbourhood => "neighbourhood",
+            Self::NeighbourhoodAndPosition => "neighbourhood-and-position",
+        }
+    }
+
+    /// Side of the square of pixels whose colours are read.
+    fn window(self) -> usize {
+        match self {
+            Self::Colour | Self::ColourAndPosition => 1,
+            Self::Neighbourhood | Self::NeighbourhoodAndPosition => 3,
+        }
+    }
+
+    /// Whether the pixel's position is read.
+    fn reads_position(self) -> bool {
+        matches!(
+            self,
+            Self::ColourAndPosition | Self::NeighbourhoodAndPosition
+        )
+    }
+
+    /// Inputs per pixel: the rows of the stem's weight.
+    pub fn count(self) -> usize {
+        3 * self.window().pow(2) + if self.reads_position() { 2 } else { 0 }
+    }
+
+    /// The inputs a stem with `rows` weight rows reads, if any.
+    pub fn of_rows(rows: usize) -> Option<Self> {
+        Self::ALL.into_iter().find(|inputs| inputs.count() == rows)
+    }
+
+    /// The inputs of a stem's linear layer.
+    ///
+    /// # Panics
+    /// If its weight has a row count no [`StemInputs`] has (stems are built from a
+    /// validated config).
+    pub fn of_stem<B: Backend>(stem: &Linear<B>) -> Self {
+        Self::of_rows(stem.weight.dims()[0]).expect("a stem reads the inputs of a StemInputs")
+    }
+
+    /// For each pixel of a `size x size` frame (row-major), the pixels whose colours
+    /// it reads, in order: itself, or its neighbourhood clamped to the frame.
+    fn sources(self, size: usize) -> impl Iterator<Item = usize> {
+        let reach = (self.window() / 2) as isize;
+        let last = size as isize - 1;
+        (0..size * size).flat_map(move |pixel| {
+            let (row, col) = ((pixel / size) as isize, (pixel % size) as isize);
+            (-reach..=reach).flat_map(move |dr| {
+                (-reach..=reach).map(move |dc| {
+                    let r = (row + dr).clamp(0, last) as usize;
+                    let c = (col + dc).clamp(0, last) as usize;
+                    r * size + c
+                })
+            })
+        })
+    }
+
+    /// A frame's rows of stem inputs: `frame` `[size * size, 3]` (row-major pixels, RGB)
+    /// as it is, or each pixel's [`Self::count`] inputs.
+    pub(crate) fn rows(self, frame: &[f32], size: usize) -> std::borrow::Cow<'_, [f32]> {
+        if self == Self::Colour {
+            return frame.into();
+        }
+        let per_pixel = self.window().pow(2);
+        let mut sources = self.sources(size);
+        let mut rows = Vec::with_capacity(size * size * self.count());
+        for pixel in 0..size * size {
+            for source in sources.by_ref().take(per_pixel) {
+                rows.extend_from_slice(&frame[3 * source..3 * source + 3]);
+            }
+            if self.reads_position() {
+                let (x, y) = pixel_position(pixel, size);
+                rows.extend([x, y]);
+            }
+        }
+        rows.into()
+    }
+
+    /// `pixels` `[B, size * size, 3]` as the stem reads them: `[B, size * size,
+    /// count]`, as [`Self::rows`] builds them.
+    fn tensor<B: Backend>(self, pixels: Tensor<B, 3>, size: usize) -> Tensor<B, 3> {
+        if self == Self::Colour {
+            return pixels;
+        }
+        let [batch, count, _] = pixels.dims();
+        let device = pixels.device();
+        let per_pixel = self.window().pow(2);
+        let sources: Vec<i64> = self.sources(size).map(|s| s as i64).collect();
+        let colours = pixels
+            .select(
+                1,
+                Tensor::<B, 1, Int>::from_data(
+                    TensorData::new(sources, [count * per_pixel]),
+                    &device,
+                ),
+            )
+            .reshape([batch, count, 3 * per_pixel]);
+        if !self.reads_position() {
+            return colours;
+        }
+        let positions: Vec<f32> = (0..count)
+            .flat_map(|pixel| {
+                let (x, y) = pixel_position(pixel, size);
+                [x, y]
+            })
+            .collect();
+        let positions = Tensor::<B, 3>::from_data(
+            TensorData::new(positions, [1, count, 2]),
+            (&device, colours.dtype()),
+        )
+        .repeat_dim(0, batch);
+        Tensor::cat(vec![colours, positions], 2)
+    }
+}
+
+impl std::fmt::Display for StemInputs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for StemInputs {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::ALL
+            .into_iter()
+            .find(|k| k.name() == s)
+            .ok_or_else(|| {
+                let names: Vec<&str> = Self::ALL.iter().map(|k| k.name()).collect();
+                format!("unknown stem inputs `{s}`; use {}", names.join(", "))
+            })
+    }
+}
+
+/// Where pixel `pixel` (row-major) of a `size x size` frame is: its centre's x and y
+/// in `[-1, 1]`, y up.
+fn pixel_position(pixel: usize, size: usize) -> (f32, f32) {
+    let (row, col) = (pixel / size, pixel % size);
+    (
+        -1.0 + (2 * col + 1) as f32 / size as f32,
+        1.0 - (2 * row + 1) as f32 / size as f32,
+    )
 }
 
 /// Where the per-pixel stem and its readings are computed.
@@ -66,13 +252,13 @@ impl ComputePath {
     }
 }
 
-/// A per-pixel stem (a 1x1 convolution of the colours, then `activation`) applied to
-/// `pixels` `[B, size * size, 3]`, and the scale `[B, 1, C]` of each frame's channels
+/// A per-pixel stem (a 1x1 convolution of what [`StemInputs`] its weight reads, then
+/// `activation`) applied to `pixels` `[B, size * size, 3]`, and the scale `[B, 1, C]` of each frame's channels
 /// before their spatial softmax: the part of a model that reads every pixel.
 pub struct StemReading<'a, B: Backend> {
     /// Frames, row-major pixels, RGB.
     pub pixels: Tensor<B, 3>,
-    /// The stem, `3 -> C`.
+    /// The stem, `I -> C` for the `I` inputs of [`StemInputs`].
     pub stem: &'a Linear<B>,
     /// Its activation.
     pub activation: StemActivation,
@@ -107,7 +293,8 @@ impl<B: Backend> StemReading<'_, B> {
         if self.path.on_host::<B>(&device) {
             return self.read_on_host(patch);
         }
-        let stem = self.activation.apply(linear_rows(self.stem, self.pixels));
+        let inputs = StemInputs::of_stem(self.stem).tensor(self.pixels, self.size);
+        let stem = self.activation.apply(linear_rows(self.stem, inputs));
         let keypoints = spatial_softmax(stem.clone() * self.scale, self.size, &device);
         (
             keypoints,
@@ -135,14 +322,15 @@ impl<B: Backend> StemReading<'_, B> {
             .as_ref()
             .map_or_else(|| vec![0.0; channels], |b| values(b.clone()));
         let host_weight = values(weight.clone());
-        let readings = HostStem {
+        let host_stem = HostStem {
             weight: &host_weight,
             bias: &host_bias,
             activation: self.activation,
             size: self.size,
             patch,
-        }
-        .read(&values(self.pixels), &values(scale.clone()), tracked);
+        };
+        let shared = host_stem.shared();
+        let readings = host_stem.read(&values(self.pixels), &values(scale.clone()), tracked);
         let tensor = |values: Vec<f32>, shape: [usize; 4]| {
             Tensor::<B, 4>::from_data(TensorData::new(values, shape), (&device, dtype))
         };
@@ -155,21 +343,21 @@ impl<B: Backend> StemReading<'_, B> {
                 || Tensor::zeros([1, channels], (&device, dtype)),
                 |b| shared_delta(b.reshape([1, channels])),
             );
-            // [1, 1, SHARED, C]: the weight's three rows, then the bias.
-            let shared = Tensor::cat(vec![shared_delta(weight), bias_delta], 0)
-                .reshape([1, 1, SHARED, channels]);
+            // [1, 1, S, C]: the weight's rows, then the bias.
+            let shared_params = Tensor::cat(vec![shared_delta(weight), bias_delta], 0)
+                .reshape([1, 1, shared, channels]);
             let scale_delta = (scale.clone() - scale.detach()).reshape([batch, 1, 1, channels]);
             keypoints = keypoints
-                + (tensor(jacobians.keypoints_shared, [batch, 2, SHARED, channels])
-                    * shared.clone())
+                + (tensor(jacobians.keypoints_shared, [batch, 2, shared, channels])
+                    * shared_params.clone())
                 .sum_dim(2)
                 + tensor(jacobians.keypoints_scale, [batch, 2, 1, channels]) * scale_delta;
             if patches > 0 {
                 means = means
                     + (tensor(
                         jacobians.patch_means_shared,
-                        [batch, patches, SHARED, channels],
-                    ) * shared)
+                        [batch, patches, shared, channels],
+                    ) * shared_params)
                         .sum_dim(2);
             }
         }
@@ -258,9 +446,13 @@ mod tests {
     }
 
     /// Values and gradients of a scalar made of the keypoints and patch means of a
-    /// random 8x8 batch, through `path`: `(keypoints, means, d weight, d bias,
-    /// d scale)`.
-    fn readings_and_gradients(path: ComputePath, activation: StemActivation) -> [Vec<f32>; 5] {
+    /// random 8x8 batch read by a stem of `inputs`, through `path`: `(keypoints,
+    /// means, d weight, d bias, d scale)`.
+    fn readings_and_gradients(
+        path: ComputePath,
+        activation: StemActivation,
+        inputs: StemInputs,
+    ) -> [Vec<f32>; 5] {
         let _serial = crate::AUTODIFF_TESTS
             .lock()
             .unwrap_or_else(|p| p.into_inner());
@@ -268,7 +460,7 @@ mod tests {
         let device = Default::default();
         <A as Backend>::seed(&device, 7);
         let (batch, size, channels) = (3, 8, 4);
-        let stem = LinearConfig::new(3, channels).init::<A>(&device);
+        let stem = LinearConfig::new(inputs.count(), channels).init::<A>(&device);
         let pixels =
             Tensor::<A, 3>::random([batch, size * size, 3], Distribution::Default, &device);
         let scale = Tensor::<A, 3>::random(
@@ -326,14 +518,127 @@ mod tests {
     #[test]
     fn host_stem_matches_the_tensor_path_in_value_and_gradient() {
         let names = ["keypoints", "patch means", "d weight", "d bias", "d scale"];
-        let host = readings_and_gradients(ComputePath::Host, StemActivation::Relu);
-        let tensors = readings_and_gradients(ComputePath::Tensors, StemActivation::Relu);
-        for ((name, h), t) in names.iter().zip(&host).zip(&tensors) {
-            assert_close(name, h, t, 1e-5);
+        for inputs in StemInputs::ALL {
+            let host = readings_and_gradients(ComputePath::Host, StemActivation::Relu, inputs);
+            let tensors =
+                readings_and_gradients(ComputePath::Tensors, StemActivation::Relu, inputs);
+            for ((name, h), t) in names.iter().zip(&host).zip(&tensors) {
+                assert_close(&format!("{inputs:?}: {name}"), h, t, 1e-5);
+            }
+            // A weight row per input: the position's rows are read too.
+            assert_eq!(host[2].len(), inputs.count() * 4, "{inputs:?}");
+            // The gradients are not all zero: the comparison means something.
+            assert!(host[2].iter().any(|g| g.abs() > 1e-3), "{:?}", host[2]);
+            assert!(host[4].iter().any(|g| g.abs() > 1e-3), "{:?}", host[4]);
         }
-        // The gradients are not all zero: the comparison means something.
-        assert!(host[2].iter().any(|g| g.abs() > 1e-3), "{:?}", host[2]);
-        assert!(host[4].iter().any(|g| g.abs() > 1e-3), "{:?}", host[4]);
+    }
+
+    /// The x keypoint of a one-channel stem over a 16x16 white frame holding a grey
+    /// bar (rows 4-5, columns 3-11), through `path`. The stem is 5 on grey and
+    /// negative on white, less 10 times the colour sum; with `inputs` reading the
+    /// position it also adds 4 x.
+    fn bar_keypoint_x(inputs: StemInputs, path: ComputePath) -> f32 {
+        let device = Default::default();
+        let size = 16;
+        let frame: Vec<f32> = (0..size * size)
+            .flat_map(|pixel| {
+                let (row, col) = (pixel / size, pixel % size);
+                let grey = (4..6).contains(&row) && (3..12).contains(&col);
+                [if grey { 0.5 } else { 1.0 }; 3]
+            })
+            .collect();
+        let mut weight = vec![-10.0, -10.0, -10.0];
+        if inputs == StemInputs::ColourAndPosition {
+            weight.extend([4.0, 0.0]);
+        }
+        let rows = weight.len();
+        let stem = Linear::<NdArray> {
+            weight: burn::module::Param::from_tensor(Tensor::from_data(
+                TensorData::new(weight, [rows, 1]),
+                &device,
+            )),
+            bias: Some(burn::module::Param::from_tensor(Tensor::from_data(
+                TensorData::new(vec![20.0f32], [1]),
+                &device,
+            ))),
+        };
+        let keypoints = StemReading {
+            pixels: Tensor::from_data(TensorData::new(frame, [1, size * size, 3]), &device),
+            stem: &stem,
+            activation: StemActivation::Relu,
+            scale: Tensor::full([1, 1, 1], 20.0, &device),
+            size,
+            path,
+        }
+        .keypoints();
+        keypoints.into_data().to_vec::<f32>().unwrap()[0]
+    }
+
+    #[test]
+    fn a_stem_that_reads_the_position_finds_an_objects_extreme_point() {
+        // Column centres: x = -1 + (2 col + 1) / 16. The bar's centroid is column 7
+        // (-0.0625), its rightmost column 11 (0.4375).
+        for path in [ComputePath::Host, ComputePath::Tensors] {
+            let colour = bar_keypoint_x(StemInputs::Colour, path);
+            assert!(
+                (colour + 0.0625).abs() < 1e-3,
+                "{path:?}: colour only: {colour}"
+            );
+            let position = bar_keypoint_x(StemInputs::ColourAndPosition, path);
+            assert!(
+                (position - 0.4375).abs() < 2e-3,
+                "{path:?}: with position: {position}"
+            );
+        }
+    }
+
+    #[test]
+    fn stem_inputs_append_each_pixels_position() {
+        let frame = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.1, 1.2];
+        assert_eq!(StemInputs::Colour.rows(&frame, 2).as_ref(), &frame);
+        let rows = StemInputs::ColourAndPosition.rows(&frame, 2);
+        // Pixels (row, col) (0,0), (0,1), (1,0), (1,1): x -0.5, 0.5; y 0.5 (top), -0.5.
+        let expected = [
+            0.1, 0.2, 0.3, -0.5, 0.5, 0.4, 0.5, 0.6, 0.5, 0.5, 0.7, 0.8, 0.9, -0.5, -0.5, 1.0, 1.1,
+            1.2, 0.5, -0.5,
+        ];
+        assert_eq!(rows.as_ref(), &expected);
+        assert_eq!(StemInputs::of_rows(5), Some(StemInputs::ColourAndPosition));
+        assert_eq!(StemInputs::of_rows(4), None);
+    }
+
+    #[test]
+    fn a_neighbourhood_stem_reads_the_3x3_pixels_around_each_clamped_to_the_frame() {
+        // A 3x3 frame whose pixel p has colour (p, 10 p, 100 p).
+        let frame: Vec<f32> = (0..9)
+            .flat_map(|p| [p as f32, 10.0 * p as f32, 100.0 * p as f32])
+            .collect();
+        let rows = StemInputs::NeighbourhoodAndPosition.rows(&frame, 3);
+        assert_eq!(rows.len(), 9 * 29);
+        let reds =
+            |pixel: usize| -> Vec<f32> { (0..9).map(|n| rows[pixel * 29 + 3 * n]).collect() };
+        // The centre reads the whole frame; the top-left corner repeats its edges.
+        assert_eq!(reds(4), [0., 1., 2., 3., 4., 5., 6., 7., 8.]);
+        assert_eq!(reds(0), [0., 0., 1., 0., 0., 1., 3., 3., 4.]);
+        // Each neighbour's three colours, then the position (centre pixel: 0, 0).
+        assert_eq!(&rows[4 * 29 + 3..4 * 29 + 6], &[1.0, 10.0, 100.0]);
+        assert_eq!(&rows[4 * 29 + 27..4 * 29 + 29], &[0.0, 0.0]);
+        assert_eq!(
+            StemInputs::Neighbourhood.rows(&frame, 3).as_ref(),
+            rows.chunks_exact(29)
+                .flat_map(|r| r[..27].iter().copied())
+                .collect::<Vec<_>>()
+        );
+        assert_eq!(
+            "neighbourhood".parse::<StemInputs>(),
+            Ok(StemInputs::Neighbourhood)
+        );
+        assert!(
+            "neighborhood"
+                .parse::<StemInputs>()
+                .unwrap_err()
+                .contains("colour-and-position")
+        );
     }
 
     #[test]
@@ -341,8 +646,16 @@ mod tests {
         // Values agree to float rounding. burn's GELU backward is the derivative of
         // GELU's tanh approximation, which differs from the exact derivative the host
         // path uses by up to about 1e-3 of the gradient.
-        let host = readings_and_gradients(ComputePath::Host, StemActivation::Gelu);
-        let tensors = readings_and_gradients(ComputePath::Tensors, StemActivation::Gelu);
+        let host = readings_and_gradients(
+            ComputePath::Host,
+            StemActivation::Gelu,
+            StemInputs::NeighbourhoodAndPosition,
+        );
+        let tensors = readings_and_gradients(
+            ComputePath::Tensors,
+            StemActivation::Gelu,
+            StemInputs::NeighbourhoodAndPosition,
+        );
         assert_close("keypoints", &host[0], &tensors[0], 1e-5);
         assert_close("patch means", &host[1], &tensors[1], 1e-5);
         for (name, i) in [("d weight", 2), ("d bias", 3), ("d scale", 4)] {

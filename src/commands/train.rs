@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use clap::{Args, ValueEnum};
 use imago_policies::lora::LoraConfig;
-use imago_policies::{ActionHeadKind, Architecture};
+use imago_policies::{ActionHeadKind, Architecture, StemInputs};
 use imago_runtime::device::{DeviceSpec, resolve};
 use imago_runtime::jobs::finetune::finetune_offline;
 use imago_runtime::jobs::train::{PolicyShape, train_bc_offline};
@@ -111,6 +111,14 @@ pub struct TrainArgs {
     /// camera; with --init, the checkpoint's].
     #[arg(long)]
     no_camera: bool,
+    /// Policy: what a new VLA's per-pixel stem reads at each pixel: `colour`,
+    /// `colour-and-position` (keypoints that can find how an object is turned),
+    /// `neighbourhood` (the 3x3 pixels around it: a 3x3 convolution that sees edges)
+    /// or `neighbourhood-and-position` [default: colour; with --init, the
+    /// checkpoint's]. For pusht's vision-only setting, where the block's pose is seen
+    /// only in the frame.
+    #[arg(long, value_name = "INPUTS")]
+    stem_inputs: Option<StemInputs>,
     /// Behaviour cloning: write the exponential moving average of the weights over
     /// the steps (decay warming up as Diffusion Policy's, to 0.9999) instead of the
     /// last step's [default: the last step's; a new `--policy diffusion` always
@@ -206,7 +214,7 @@ impl TrainArgs {
     /// error naming the flag and the trainers it applies to.
     fn check_flags_apply(&self) -> anyhow::Result<()> {
         use TrainTarget::{Bc, Finetune, Worldmodel};
-        let given: [(&str, bool, &[TrainTarget]); 17] = [
+        let given: [(&str, bool, &[TrainTarget]); 18] = [
             ("--successful-only", self.successful_only, &[Bc, Finetune]),
             ("--family", self.family.is_some(), &[Worldmodel]),
             ("--horizon", self.horizon.is_some(), &[Worldmodel]),
@@ -217,6 +225,7 @@ impl TrainArgs {
             ("--width", self.width.is_some(), &[Bc]),
             ("--layers", self.layers.is_some(), &[Bc]),
             ("--no-camera", self.no_camera, &[Bc]),
+            ("--stem-inputs", self.stem_inputs.is_some(), &[Bc]),
             ("--ema", self.ema, &[Bc]),
             ("--world-model", self.world_model.is_some(), &[Finetune]),
             ("--method", self.method.is_some(), &[Finetune]),
@@ -330,6 +339,7 @@ fn train_bc(
             width: args.width,
             layers: args.layers,
             no_camera: args.no_camera,
+            stem_inputs: args.stem_inputs,
         },
         &bc,
         device,
@@ -471,6 +481,11 @@ fn train_new_diffusion(
             args.no_camera,
             "a new Diffusion Policy reads the robot's state and the block's keypoints, no camera",
         ),
+        (
+            "--stem-inputs",
+            args.stem_inputs.is_some(),
+            "a new Diffusion Policy reads the robot's state and the block's keypoints, no camera",
+        ),
     ];
     if let Some((flag, _, why)) = refused.iter().find(|(_, given, _)| *given) {
         anyhow::bail!("{flag} does not apply to --policy diffusion: {why}");
@@ -508,6 +523,7 @@ fn train_lerobot_bc(
         ("--width", args.width.is_some()),
         ("--layers", args.layers.is_some()),
         ("--no-camera", args.no_camera),
+        ("--stem-inputs", args.stem_inputs.is_some()),
     ];
     if let Some((flag, _)) = shaping.iter().find(|(_, given)| *given) {
         anyhow::bail!(

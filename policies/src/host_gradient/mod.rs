@@ -26,7 +26,7 @@ use crate::host::{HostPolicy, token_kind};
 use crate::input::{BatchRow, PolicyInput};
 use crate::model::VlaPolicy;
 use crate::readback::values;
-use crate::stem_host::{HostStem, SHARED};
+use crate::stem_host::HostStem;
 
 use gradient::{PolicyGradient, surrogate};
 use layers::LayerTape;
@@ -101,14 +101,15 @@ impl HostPolicy {
             .collect();
 
         // The stem's readings and their Jacobians.
-        let readings = HostStem {
+        let stem = HostStem {
             weight: self.stem.weight(),
             bias: self.stem.bias(),
             activation: self.stem_activation,
             size: self.image_size,
             patch: Some(self.patch_size),
-        }
-        .read(input.images, &scale, true);
+        };
+        let shared = stem.shared();
+        let readings = stem.read(input.images, &scale, true);
         let jacobians = readings
             .jacobians
             .expect("the stem's Jacobians are read when asked for");
@@ -238,25 +239,25 @@ impl HostPolicy {
         // pooled = means * gain + shift; the stem through its Jacobians.
         let mut d_film = vec![0.0; 2 * channels];
         let (d_gain, d_shift) = d_film.split_at_mut(channels);
-        let mut d_shared = vec![0.0; SHARED * channels];
+        let mut d_shared = vec![0.0; shared * channels];
         for n in 0..patches {
             for c in 0..channels {
                 let d_p = d_pooled[n * channels + c];
                 d_gain[c] += d_p * means[n * channels + c];
                 d_shift[c] += d_p;
                 let d_mean = d_p * gain[c];
-                for i in 0..SHARED {
+                for i in 0..shared {
                     d_shared[i * channels + c] +=
-                        d_mean * jacobians.patch_means_shared[(n * SHARED + i) * channels + c];
+                        d_mean * jacobians.patch_means_shared[(n * shared + i) * channels + c];
                 }
             }
         }
         for axis in 0..2 {
             for c in 0..channels {
                 let d_k = d_keypoints[axis * channels + c];
-                for i in 0..SHARED {
+                for i in 0..shared {
                     d_shared[i * channels + c] +=
-                        d_k * jacobians.keypoints_shared[(axis * SHARED + i) * channels + c];
+                        d_k * jacobians.keypoints_shared[(axis * shared + i) * channels + c];
                 }
                 // scale = gain * sharpness.
                 let d_scale = d_k * jacobians.keypoints_scale[axis * channels + c];
@@ -264,7 +265,7 @@ impl HostPolicy {
                 g.keypoint_sharpness[c] += d_scale * gain[c];
             }
         }
-        let (d_weight, d_bias) = d_shared.split_at(3 * channels);
+        let (d_weight, d_bias) = d_shared.split_at((shared - 1) * channels);
         g.stem
             .weight
             .iter_mut()
@@ -379,6 +380,7 @@ mod tests {
     use crate::loss::{ImitationTargets, tensor_imitation_loss};
     use crate::model::VlaPolicyConfig;
     use crate::policy::Policy;
+    use crate::vision::StemInputs;
 
     type A = Autodiff<Flex>;
 
@@ -487,10 +489,11 @@ mod tests {
     }
 
     #[test]
-    fn host_gradients_match_burns_with_weights_a_gelu_stem_and_three_layers() {
+    fn host_gradients_match_burns_with_weights_a_gelu_neighbourhood_stem_and_three_layers() {
         let config = VlaPolicyConfig::for_robot(Reacher2d::default().spec())
             .unwrap()
             .with_stem_activation(StemActivation::Gelu)
+            .with_stem_inputs(StemInputs::NeighbourhoodAndPosition)
             .with_n_layers(3);
         let observations = reacher_observations();
         // Episodes ending inside two chunks, and advantage weights.

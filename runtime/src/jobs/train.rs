@@ -6,7 +6,7 @@ use std::path::Path;
 use burn::Dispatch;
 use burn::module::AutodiffModule;
 use burn::prelude::Backend;
-use imago_policies::{ActionHeadKind, Architecture, MAX_CHUNK_LEN, PolicyConfig};
+use imago_policies::{ActionHeadKind, Architecture, MAX_CHUNK_LEN, PolicyConfig, StemInputs};
 use serde::{Deserialize, Serialize};
 
 use crate::device::ResolvedDevice;
@@ -58,6 +58,9 @@ pub struct PolicyShape {
     /// A new VLA given a blank frame instead of the camera's
     /// ([`PolicyConfig::without_camera`]); with `init`, the checkpoint must be one.
     pub no_camera: bool,
+    /// What a new VLA's pixel stem reads ([`StemInputs`]); with `init`, the
+    /// checkpoint's, which this must equal when given.
+    pub stem_inputs: Option<StemInputs>,
 }
 
 /// The widths `--width` accepts.
@@ -131,6 +134,14 @@ impl PolicyShape {
             );
             expected = expected.without_camera();
         }
+        if let Some(inputs) = self.stem_inputs {
+            anyhow::ensure!(
+                expected.stem_inputs().is_some(),
+                "--stem-inputs {inputs}: the {} policy reads no pixels (leave --stem-inputs out)",
+                expected.architecture()
+            );
+            expected = expected.with_stem_inputs(inputs);
+        }
         expected
             .validate()
             .map_err(|e| anyhow::anyhow!("the policy's shape (--width, --layers): {e}"))?;
@@ -177,6 +188,19 @@ impl PolicyShape {
                 }
                 .to_string(),
                 "a camera it reads".to_string(),
+            ),
+            (
+                "--stem-inputs",
+                self.stem_inputs.map(|i| i.to_string()),
+                stored
+                    .stem_inputs()
+                    .map_or("none".to_string(), |i| i.to_string()),
+                format!(
+                    "a pixel stem that reads {}",
+                    stored
+                        .stem_inputs()
+                        .map_or("no pixels".to_string(), |i| i.to_string())
+                ),
             ),
         ];
         choices.into_iter().find_map(|(flag, asked, held, holds)| {
