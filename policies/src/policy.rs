@@ -313,9 +313,9 @@ impl PolicyConfig {
     /// This config with the choices a trained policy keeps from `stored` (its
     /// architecture's config when it was first trained): the head, its flow width
     /// and steps, the chunk length, the width, the linear policy's state statistics and
-    /// the VLA's layers, feed-forward width, stem activation and inputs and camera. What is left must
-    /// equal `stored` for training to continue from it. Of another architecture,
-    /// `self` is returned unchanged (and differs from `stored`).
+    /// the VLA's layers, feed-forward width, stem activation and inputs and camera.
+    /// What is left must equal `stored` for training to continue from it. Of another
+    /// architecture, `self` is returned unchanged (and differs from `stored`).
     pub fn keeping_choices_of(self, stored: &Self) -> Self {
         match (self, stored) {
             (Self::Vla(c), Self::Vla(s)) => Self::Vla(

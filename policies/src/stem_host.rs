@@ -16,7 +16,7 @@ use rayon::prelude::*;
 
 use crate::activation::StemActivation;
 use crate::host_math::exp_nonpositive;
-use crate::vision::StemInputs;
+use crate::vision::{StemInputs, pixel_position};
 
 /// The stem of one model, on the host: `activation(x W + b)` per pixel, where `x` is
 /// what the [`StemInputs`] of the weight's rows read there (its colour, its
@@ -203,9 +203,7 @@ impl HostStem<'_> {
         let mut sums = vec![0.0f32; rows * channels];
         let mut weighted = vec![0.0f32; channels];
         for (pixel, x) in frame.chunks_exact(inputs.count()).enumerate() {
-            let (row, col) = (pixel / size, pixel % size);
-            let gx = -1.0 + (2 * col + 1) as f32 / size as f32;
-            let gy = 1.0 - (2 * row + 1) as f32 / size as f32;
+            let (gx, gy) = pixel_position(pixel, size);
             let at = pixel * channels..(pixel + 1) * channels;
             let e = &exps[at.clone()];
             let mut rows = sums.chunks_exact_mut(channels);

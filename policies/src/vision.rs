@@ -215,7 +215,7 @@ impl std::str::FromStr for StemInputs {
 
 /// Where pixel `pixel` (row-major) of a `size x size` frame is: its centre's x and y
 /// in `[-1, 1]`, y up.
-fn pixel_position(pixel: usize, size: usize) -> (f32, f32) {
+pub(crate) fn pixel_position(pixel: usize, size: usize) -> (f32, f32) {
     let (row, col) = (pixel / size, pixel % size);
     (
         -1.0 + (2 * col + 1) as f32 / size as f32,
@@ -253,8 +253,9 @@ impl ComputePath {
 }
 
 /// A per-pixel stem (a 1x1 convolution of what [`StemInputs`] its weight reads, then
-/// `activation`) applied to `pixels` `[B, size * size, 3]`, and the scale `[B, 1, C]` of each frame's channels
-/// before their spatial softmax: the part of a model that reads every pixel.
+/// `activation`) applied to `pixels` `[B, size * size, 3]`, and the scale `[B, 1, C]`
+/// of each frame's channels before their spatial softmax: the part of a model that
+/// reads every pixel.
 pub struct StemReading<'a, B: Backend> {
     /// Frames, row-major pixels, RGB.
     pub pixels: Tensor<B, 3>,
