@@ -67,7 +67,8 @@ fn collect_train_eval_round_trip_and_bad_inputs() {
             "8",
         ]);
         if let Some(init) = init {
-            args.extend(["--init", init]);
+            // Continuing a copy of --out replaces --out: only with --force.
+            args.extend(["--init", init, "--force"]);
         }
         imago(&args)
     };
@@ -99,9 +100,15 @@ fn collect_train_eval_round_trip_and_bad_inputs() {
         assert!(output.status.success(), "{}", stderr(&output));
         safetensors_by_name(&std::fs::read(out.join("model.safetensors")).unwrap())
     };
-    let (last, averaged) = (dir.path().join("last"), dir.path().join("averaged"));
-    assert_eq!(clone(&last, "1", false), clone(&averaged, "1", true));
-    assert_ne!(clone(&last, "5", false), clone(&averaged, "5", true));
+    let at = |name: &str| dir.path().join(name);
+    assert_eq!(
+        clone(&at("last-1"), "1", false),
+        clone(&at("averaged-1"), "1", true)
+    );
+    assert_ne!(
+        clone(&at("last-5"), "5", false),
+        clone(&at("averaged-5"), "5", true)
+    );
 
     // --successful-only clones the episodes that ended in success, and says how many;
     // a replay without one is a one-line error.
@@ -121,6 +128,7 @@ fn collect_train_eval_round_trip_and_bad_inputs() {
             "--batch-size",
             "4",
             "--successful-only",
+            "--force",
         ];
         args.map(String::from)
     };
@@ -140,7 +148,8 @@ fn collect_train_eval_round_trip_and_bad_inputs() {
         "{}",
         String::from_utf8_lossy(&output.stdout)
     );
-    // The refused run leaves the checkpoint --out already holds as it was.
+    // The refused run leaves the checkpoint --out already holds as it was, even under
+    // --force.
     let written = std::fs::read(successful.join("meta.json")).unwrap();
     let failed = dir.path().join("failed");
     let output = imago(&[
@@ -215,8 +224,10 @@ fn collect_train_eval_round_trip_and_bad_inputs() {
     let flow = path(&dir.path().join("flow"));
     let output = run(bc_args(&flow, &["--batch-size", "4", "--head", "flow"]));
     assert!(output.status.success(), "{}", stderr(&output));
+    // Each refused, so nothing is written at --out.
+    let refused_out = path(&dir.path().join("refused"));
     let continue_from = |init: &str, extra: &[&str], must_mention: &str| {
-        let mut args = bc_args(&ckpt_arg, &["--init", init]);
+        let mut args = bc_args(&refused_out, &["--init", init]);
         args.extend(extra.iter().map(|a| a.to_string()));
         assert_one_line_error(
             &args.iter().map(String::as_str).collect::<Vec<_>>(),
@@ -274,6 +285,7 @@ fn collect_train_eval_round_trip_and_bad_inputs() {
     // What a new VLA's pixel stem reads: kept when training continues and refused
     // where it cannot change.
     assert_eq!(meta["config"]["stem_inputs"], "colour");
+    // So is the side it reads the camera at (reacher2d's 48x48 frames read at 24x24).
     let coord = dir.path().join("coord");
     let output = run(bc_args(
         &path(&coord),
@@ -282,6 +294,8 @@ fn collect_train_eval_round_trip_and_bad_inputs() {
             "4",
             "--stem-inputs",
             "neighbourhood-and-position",
+            "--frame-side",
+            "24",
         ],
     ));
     assert!(output.status.success(), "{}", stderr(&output));
@@ -291,6 +305,13 @@ fn collect_train_eval_round_trip_and_bad_inputs() {
         coord_meta["config"]["stem_inputs"],
         "neighbourhood-and-position"
     );
+    assert_eq!(
+        (
+            &coord_meta["config"]["image_size"],
+            &coord_meta["config"]["frame_pool"]
+        ),
+        (&24.into(), &2.into())
+    );
     let coord_continued = path(&dir.path().join("coord-continued"));
     let output = run(bc_args(&coord_continued, &["--init", &path(&coord)]));
     assert!(output.status.success(), "{}", stderr(&output));
@@ -298,6 +319,11 @@ fn collect_train_eval_round_trip_and_bad_inputs() {
         &path(&coord),
         &["--stem-inputs", "colour"],
         "a pixel stem that reads neighbourhood-and-position",
+    );
+    continue_from(
+        &path(&coord),
+        &["--frame-side", "48"],
+        "a camera read at 24x24",
     );
     let fresh = path(&dir.path().join("fresh"));
     for (flags, must_mention) in [
@@ -322,6 +348,22 @@ fn collect_train_eval_round_trip_and_bad_inputs() {
         (
             &["--policy", "linear", "--stem-inputs", "neighbourhood"][..],
             "reads no pixels",
+        ),
+        (
+            &["--frame-side", "40"][..],
+            "--frame-side 40: must be one of 8, 16, 24, 48",
+        ),
+        (
+            &["--frame-side", "24", "--no-camera"][..],
+            "reads no camera",
+        ),
+        (
+            &["--policy", "linear", "--frame-side", "24"][..],
+            "reads no pixels",
+        ),
+        (
+            &["--policy", "diffusion", "--frame-side", "24"][..],
+            "--frame-side does not apply to --policy diffusion",
         ),
     ] {
         let args = bc_args(&fresh, flags);
@@ -422,13 +464,14 @@ fn train_tiny_world_model(
 fn world_model_train_and_wm_eval_round_trip() {
     let dir = tempfile::tempdir().unwrap();
     let replay = dir.path().join("replay");
-    let ckpt = dir.path().join("wm");
+    let ckpt_of = |family: &str| dir.path().join(format!("wm-{family}"));
     let report = dir.path().join("wm.json");
     let path = |p: &std::path::Path| p.to_str().unwrap().to_string();
     let output = imago(&["collect", "--episodes", "10", "--out", &path(&replay)]);
     assert!(output.status.success(), "{}", stderr(&output));
 
     for family in ["residual-mlp", "salt", "action-prefix"] {
+        let ckpt = ckpt_of(family);
         let output = train_tiny_world_model(&replay, &ckpt, family);
         assert!(output.status.success(), "{}", stderr(&output));
         let stdout = String::from_utf8_lossy(&output.stdout);
@@ -475,6 +518,8 @@ fn world_model_train_and_wm_eval_round_trip() {
         assert_eq!(json["episodes"], 2, "episodes 4 and 9 are held out");
         assert_eq!(json["salt_error_split"].is_object(), family == "salt");
     }
+
+    let ckpt = ckpt_of("salt");
 
     // Training settings from a file, flags winning; a misspelt key or a value out of
     // range is one line naming it, and nothing is written.
@@ -861,7 +906,9 @@ fn finetune_every_method_and_paired_eval() {
         ],
         "--init",
     );
-    // Fine-tuning `bc` into `out` with `extra` flags fails in one line naming `needle`.
+    // Fine-tuning `bc` into `out` with `extra` flags fails in one line naming `needle`
+    // (and writes nothing at `out`).
+    let refused = path(&dir.path().join("refused"));
     let finetune_refused = |out: &str, extra: &[&str], needle: &str| {
         let mut args = vec![
             "--device", "cpu", "train", "--what", "finetune", "--replay", &replay, "--out", out,
@@ -873,7 +920,7 @@ fn finetune_every_method_and_paired_eval() {
     let config_path = path(&config);
     std::fs::write(&config, "betta = 2.0\n").unwrap();
     finetune_refused(
-        &bc,
+        &refused,
         &["--world-model", &wm, "--config", &config_path],
         "betta",
     );
@@ -926,7 +973,7 @@ fn finetune_every_method_and_paired_eval() {
     )
     .unwrap();
     finetune_refused(
-        &bc,
+        &refused,
         &["--world-model", &wm, "--config", &config_path],
         "return-to-go",
     );
@@ -937,10 +984,11 @@ fn finetune_every_method_and_paired_eval() {
     )
     .unwrap();
     finetune_refused(
-        &bc,
+        &refused,
         &["--world-model", &wm, "--config", &config_path],
         "rollout.exploration",
     );
+    assert!(!std::path::Path::new(&refused).exists());
     let flow_ppo = path(&dir.path().join("flow-ppo"));
     std::fs::write(&config, "episodes_per_round = 4\npolicy_steps = 3\n").unwrap();
     let args = [
@@ -1189,6 +1237,11 @@ fn outputs_never_destroy_inputs_or_other_things() {
             &["--init", &path(&policy)][..],
             "pass --force",
         ),
+        (
+            policy.clone(),
+            &[][..],
+            "already holds a `vla-policy` checkpoint",
+        ),
     ] {
         let args = train_into(&out, extra);
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
@@ -1236,6 +1289,12 @@ fn outputs_never_destroy_inputs_or_other_things() {
     let output = imago(&args);
     assert!(output.status.success(), "{}", stderr(&output));
     assert!(String::from_utf8_lossy(&output.stdout).contains("checkpoint version 2"));
+    // And replaces a checkpoint it does not continue only with --force, saying so.
+    let args = train_into(&policy, &["--force"]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let output = imago(&args);
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert!(stderr(&output).contains("replaced a `vla-policy` checkpoint (version 2)"));
 }
 
 #[test]

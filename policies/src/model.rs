@@ -116,6 +116,8 @@ pub const MAX_READ_SIDE: usize = 64;
 /// batch 32 took 222 ms at 48x48, 119 ms at 32x32 and 66 ms at 24x24 on the 2-core
 /// development machine (`imago bench --what policy`), and on PushT, whose state is in
 /// the proprioception, more steps bought far more than more pixels (docs/policy.md).
+/// A new policy can be asked to read another side
+/// ([`VlaPolicyConfig::reading_frame_at`], `imago train --frame-side`).
 pub const LARGE_FRAME_READ_SIDE: usize = 24;
 
 /// The whole factor a `side`-pixel frame is averaged down by before the policy reads
@@ -176,6 +178,52 @@ impl VlaPolicyConfig {
             fields
                 .entry("action_origin")
                 .or_insert(serde_json::Value::Null);
+        }
+    }
+
+    /// The sides, in pixels, at which this policy can read its camera: the camera's
+    /// side (`image_size * frame_pool`) divided by a whole factor, keeping a multiple
+    /// of the patch side, smallest first.
+    pub fn frame_sides(&self) -> Vec<usize> {
+        let camera = self.image_size * self.frame_pool;
+        let patch = self.patch_size.max(1);
+        (1..=camera)
+            .filter(|&side| camera.is_multiple_of(side) && side.is_multiple_of(patch))
+            .collect()
+    }
+
+    /// The same policy reading its camera at `side` pixels: each frame averaged down
+    /// by `camera side / side` ([`Self::frame_sides`] lists the sides it can). Finer
+    /// frames resolve thinner parts (pusht's T is about 1.4 pixels a bar at 24x24) at
+    /// a cost that grows with the pixels and patches read.
+    pub fn reading_frame_at(self, side: usize) -> Result<Self, ConfigError> {
+        let sides = self.frame_sides();
+        if !sides.contains(&side) {
+            let camera = self.image_size * self.frame_pool;
+            let listed: Vec<String> = sides.iter().map(ToString::to_string).collect();
+            return Err(ConfigError::new(
+                "frame_side",
+                side,
+                format!(
+                    "must be one of {} (whole divisors of the {camera}-pixel camera side that are multiples of the {}-pixel patch)",
+                    listed.join(", "),
+                    self.patch_size
+                ),
+            ));
+        }
+        let camera = self.image_size * self.frame_pool;
+        Ok(self.with_image_size(side).with_frame_pool(camera / side))
+    }
+
+    /// This config reading its camera at `stored`'s side, when both read a camera of
+    /// the same side (else unchanged, so that the difference shows).
+    pub(crate) fn keeping_frame_of(self, stored: &Self) -> Self {
+        let camera = |c: &Self| c.image_size * c.frame_pool;
+        if camera(&self) == camera(stored) {
+            self.with_image_size(stored.image_size)
+                .with_frame_pool(stored.frame_pool)
+        } else {
+            self
         }
     }
 

@@ -285,6 +285,26 @@ impl PolicyConfig {
         }
     }
 
+    /// The side, in pixels, at which the VLA reads its camera; `None` for the linear
+    /// policy, which reads no pixels.
+    pub fn frame_side(&self) -> Option<usize> {
+        match self {
+            Self::Vla(c) => Some(c.image_size),
+            Self::Linear(_) => None,
+        }
+    }
+
+    /// The same VLA reading its camera at `side` pixels
+    /// ([`VlaPolicyConfig::reading_frame_at`]: a side it cannot read at is an error
+    /// listing those it can); a linear policy, which reads no pixels, is returned
+    /// unchanged.
+    pub fn reading_frame_at(self, side: usize) -> Result<Self, ConfigError> {
+        match self {
+            Self::Vla(c) => c.reading_frame_at(side).map(Self::Vla),
+            linear => Ok(linear),
+        }
+    }
+
     /// The same VLA with `layers` transformer layers (checked by `validate`); a linear
     /// policy, which has no layers, is returned unchanged.
     pub fn with_layers(self, layers: usize) -> Self {
@@ -313,13 +333,15 @@ impl PolicyConfig {
     /// This config with the choices a trained policy keeps from `stored` (its
     /// architecture's config when it was first trained): the head, its flow width
     /// and steps, the chunk length, the width, the linear policy's state statistics and
-    /// the VLA's layers, feed-forward width, stem activation and inputs and camera.
+    /// the VLA's layers, feed-forward width, stem activation and inputs, camera and the
+    /// side it reads the camera at (when both read a camera of the same side).
     /// What is left must equal `stored` for training to continue from it. Of another
     /// architecture, `self` is returned unchanged (and differs from `stored`).
     pub fn keeping_choices_of(self, stored: &Self) -> Self {
         match (self, stored) {
             (Self::Vla(c), Self::Vla(s)) => Self::Vla(
-                c.with_stem_activation(s.stem_activation)
+                c.keeping_frame_of(s)
+                    .with_stem_activation(s.stem_activation)
                     .with_stem_inputs(s.stem_inputs)
                     .with_d_model(s.d_model)
                     .with_d_ff(s.d_ff)
@@ -620,6 +642,19 @@ mod tests {
         assert_eq!(linear.clone().with_layers(3), linear, "no layers to set");
         assert_eq!(linear.clone().with_width(96).width(), 96);
         assert_eq!(vla.clone().keeping_choices_of(&linear), vla);
+        // reacher2d's 48x48 camera, read whole or averaged down by a whole factor.
+        assert_eq!(vla.frame_side(), Some(48));
+        assert_eq!(linear.frame_side(), None);
+        let coarse = vla.clone().reading_frame_at(24).unwrap();
+        let camera = &coarse.input_spec().cameras[0];
+        assert_eq!((camera.side, camera.pool), (24, 2));
+        let policy = coarse.init::<Flex>(&Default::default());
+        assert_eq!(coarse.parameter_count(), policy.num_params());
+        assert_eq!(vla.clone().keeping_choices_of(&coarse), coarse);
+        assert_eq!(coarse.clone().reading_frame_at(48).unwrap(), vla);
+        let refused = vla.clone().reading_frame_at(40).unwrap_err().to_string();
+        assert!(refused.contains("one of 8, 16, 24, 48"), "{refused}");
+        assert_eq!(linear.clone().reading_frame_at(40), Ok(linear.clone()));
     }
 
     /// The linear policy trained through the seam's imitation loss with burn's

@@ -159,7 +159,8 @@ pub fn run_export(command: ExportCommand) -> anyhow::Result<()> {
                 path: &args.out,
                 force: args.force,
             };
-            let export = export_lerobot_policy(&args.policy, &out)?;
+            let export =
+                out.announcing_replacement(|| export_lerobot_policy(&args.policy, &out))?;
             println!(
                 "exported the {} policy of {} to {} as a LeRobot pretrained_model directory ({} tensors)",
                 export.kind,

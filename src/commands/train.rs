@@ -21,7 +21,7 @@ use imago_runtime::learn::world_model::WorldModelTrainConfig;
 use imago_runtime::learn::{MAX_BATCH, MAX_STEPS};
 use imago_runtime::store::checkpoint::WORLD_MODEL_KIND;
 use imago_runtime::store::lerobot_policy::names_lerobot_policy;
-use imago_runtime::store::outputs::{Input, OutputKind, OutputPath};
+use imago_runtime::store::outputs::{Input, OutputKind, OutputPath, check_output};
 use imago_runtime::store::replay::{EpisodeSelection, ReplaySource};
 use imago_runtime::telemetry::{Telemetry, TelemetryConfig};
 use imago_runtime::toml_file::read_toml;
@@ -38,12 +38,12 @@ pub struct TrainArgs {
     /// What to train.
     #[arg(long, value_enum, default_value_t = TrainTarget::Bc)]
     what: TrainTarget,
-    /// Checkpoint directory to write (a checkpoint of the same kind there is
-    /// replaced atomically; anything else is refused, see --force).
+    /// Checkpoint directory to write (new or empty; anything already there is
+    /// refused, see --force).
     #[arg(long)]
     out: PathBuf,
-    /// Replace what --out holds even when it is another kind of thing, or update
-    /// the --init checkpoint in place (the old one is kept until the new one is
+    /// Replace what --out holds (a checkpoint or anything else), or update the
+    /// --init checkpoint in place (the old one is kept until the new one is
     /// complete).
     #[arg(long)]
     force: bool,
@@ -119,6 +119,13 @@ pub struct TrainArgs {
     /// only in the frame.
     #[arg(long, value_name = "INPUTS")]
     stem_inputs: Option<StemInputs>,
+    /// Policy: the side, in pixels, at which a new VLA reads the camera: the frame
+    /// averaged down by a whole factor (pusht's 96x96 frames: 8, 16, 24, 32, 48 or 96)
+    /// [default: the frame as it is up to 64 pixels, else averaged to at most 24; with
+    /// --init, the checkpoint's]. Finer frames resolve thinner parts at a cost that
+    /// grows with the pixels read.
+    #[arg(long, value_name = "PIXELS")]
+    frame_side: Option<usize>,
     /// Behaviour cloning: write the exponential moving average of the weights over
     /// the steps (decay warming up as Diffusion Policy's, to 0.9999) instead of the
     /// last step's [default: the last step's; a new `--policy diffusion` always
@@ -214,7 +221,7 @@ impl TrainArgs {
     /// error naming the flag and the trainers it applies to.
     fn check_flags_apply(&self) -> anyhow::Result<()> {
         use TrainTarget::{Bc, Finetune, Worldmodel};
-        let given: [(&str, bool, &[TrainTarget]); 18] = [
+        let given: [(&str, bool, &[TrainTarget]); 19] = [
             ("--successful-only", self.successful_only, &[Bc, Finetune]),
             ("--family", self.family.is_some(), &[Worldmodel]),
             ("--horizon", self.horizon.is_some(), &[Worldmodel]),
@@ -226,6 +233,7 @@ impl TrainArgs {
             ("--layers", self.layers.is_some(), &[Bc]),
             ("--no-camera", self.no_camera, &[Bc]),
             ("--stem-inputs", self.stem_inputs.is_some(), &[Bc]),
+            ("--frame-side", self.frame_side.is_some(), &[Bc]),
             ("--ema", self.ema, &[Bc]),
             ("--world-model", self.world_model.is_some(), &[Finetune]),
             ("--method", self.method.is_some(), &[Finetune]),
@@ -277,11 +285,11 @@ pub fn run(args: TrainArgs, device: DeviceSpec) -> anyhow::Result<()> {
     let device = resolve(device)?;
     let session = args.rerun.start(&TelemetryConfig::default())?;
     let telemetry = session.handle();
-    match args.what {
-        TrainTarget::Bc => train_bc(&args, &device, &telemetry)?,
-        TrainTarget::Worldmodel => train_world_model(&args, &device, &telemetry)?,
-        TrainTarget::Finetune => train_finetune(&args, &device, &telemetry)?,
-    }
+    output(&args).announcing_replacement(|| match args.what {
+        TrainTarget::Bc => train_bc(&args, &device, &telemetry),
+        TrainTarget::Worldmodel => train_world_model(&args, &device, &telemetry),
+        TrainTarget::Finetune => train_finetune(&args, &device, &telemetry),
+    })?;
     args.rerun.finish(session)
 }
 
@@ -340,6 +348,7 @@ fn train_bc(
             layers: args.layers,
             no_camera: args.no_camera,
             stem_inputs: args.stem_inputs,
+            frame_side: args.frame_side,
         },
         &bc,
         device,
@@ -369,7 +378,15 @@ fn train_world_model(
                 flag: "--config",
                 path,
             };
-            output(args).check(OutputKind::Checkpoint(WORLD_MODEL_KIND), &[config_file])?;
+            // Before the file is read, that --out spares it; the rest of the output's
+            // check (what --out holds already) is the trainer's.
+            check_output(
+                "--out",
+                &args.out,
+                OutputKind::Checkpoint(WORLD_MODEL_KIND),
+                &[config_file],
+                args.force,
+            )?;
             read_toml::<WorldModelTrainConfig>(path)?
         }
         None => WorldModelTrainConfig::default(),
@@ -486,6 +503,11 @@ fn train_new_diffusion(
             args.stem_inputs.is_some(),
             "a new Diffusion Policy reads the robot's state and the block's keypoints, no camera",
         ),
+        (
+            "--frame-side",
+            args.frame_side.is_some(),
+            "a new Diffusion Policy reads the robot's state and the block's keypoints, no camera",
+        ),
     ];
     if let Some((flag, _, why)) = refused.iter().find(|(_, given, _)| *given) {
         anyhow::bail!("{flag} does not apply to --policy diffusion: {why}");
@@ -524,6 +546,7 @@ fn train_lerobot_bc(
         ("--layers", args.layers.is_some()),
         ("--no-camera", args.no_camera),
         ("--stem-inputs", args.stem_inputs.is_some()),
+        ("--frame-side", args.frame_side.is_some()),
     ];
     if let Some((flag, _)) = shaping.iter().find(|(_, given)| *given) {
         anyhow::bail!(
@@ -572,7 +595,8 @@ fn train_finetune(
             } else {
                 OutputKind::PolicyCheckpoint
             };
-            output(args).check(kind, &[config_file])?;
+            // As for the world model's settings above.
+            check_output("--out", &args.out, kind, &[config_file], args.force)?;
             read_toml::<FinetuneConfig>(path)?
         }
         None => FinetuneConfig::default(),

@@ -61,6 +61,10 @@ pub struct PolicyShape {
     /// What a new VLA's pixel stem reads ([`StemInputs`]); with `init`, the
     /// checkpoint's, which this must equal when given.
     pub stem_inputs: Option<StemInputs>,
+    /// The side, in pixels, at which a new VLA reads the camera
+    /// ([`PolicyConfig::reading_frame_at`]); with `init`, the checkpoint's, which this
+    /// must equal when given.
+    pub frame_side: Option<usize>,
 }
 
 /// The widths `--width` accepts.
@@ -142,6 +146,20 @@ impl PolicyShape {
             );
             expected = expected.with_stem_inputs(inputs);
         }
+        if let Some(side) = self.frame_side {
+            anyhow::ensure!(
+                expected.frame_side().is_some(),
+                "--frame-side {side}: the {} policy reads no pixels (leave --frame-side out)",
+                expected.architecture()
+            );
+            anyhow::ensure!(
+                !self.no_camera,
+                "--frame-side {side} with --no-camera: a policy given a blank frame reads no camera (leave one out)"
+            );
+            expected = expected
+                .reading_frame_at(side)
+                .map_err(|e| anyhow::anyhow!("--frame-side {side}: {}", e.expected))?;
+        }
         expected
             .validate()
             .map_err(|e| anyhow::anyhow!("the policy's shape (--width, --layers): {e}"))?;
@@ -201,6 +219,16 @@ impl PolicyShape {
                         .stem_inputs()
                         .map_or("no pixels".to_string(), |i| i.to_string())
                 ),
+            ),
+            (
+                "--frame-side",
+                self.frame_side.map(|s| s.to_string()),
+                stored
+                    .frame_side()
+                    .map_or("none".to_string(), |s| s.to_string()),
+                stored.frame_side().map_or("no camera".to_string(), |s| {
+                    format!("a camera read at {s}x{s}")
+                }),
             ),
         ];
         choices.into_iter().find_map(|(flag, asked, held, holds)| {

@@ -12,8 +12,11 @@
 //!   directory of other files) is refused unless `--force` is given; even then nothing
 //!   is deleted before the new output is complete (write beside, then swap);
 //! - an output that holds what the command writes is continued (a replay gets more
-//!   episodes) or replaced whole (a checkpoint of the same kind, a previous demo run),
-//!   and the command says so.
+//!   episodes) or replaced whole (a previous demo run), and the command says so;
+//! - a `--out` that already holds a checkpoint of the kind a command writes
+//!   ([`OutputPath::check`]: train, fine-tune, export policy) is refused unless
+//!   `--force` is given, as LeRobot refuses an existing output directory: a second
+//!   run into the same path is more often a slip than a wish to discard the first.
 
 use std::path::{Component, Path, PathBuf};
 
@@ -188,9 +191,33 @@ impl<'a> OutputPath<'a> {
         Self { path, force: false }
     }
 
-    /// Checks this output (given as `--out`) against `inputs`; see [`check_output`].
+    /// Checks this output (given as `--out`) against `inputs` (see [`check_output`]);
+    /// an output that already holds what the command writes is replaced only under
+    /// `--force` ([`Self::announcing_replacement`] says so once it is).
     pub fn check(&self, kind: OutputKind, inputs: &[Input<'_>]) -> anyhow::Result<OutputPlan> {
-        check_output("--out", self.path, kind, inputs, self.force)
+        let plan = check_output("--out", self.path, kind, inputs, self.force)?;
+        anyhow::ensure!(
+            !plan.continues() || self.force,
+            "--out {} already holds {}; choose another --out, or pass --force to replace it (it is kept until the new one is complete)",
+            self.path.display(),
+            plan.holding
+        );
+        Ok(plan)
+    }
+
+    /// Runs `write`, the command that writes this output, and once it has succeeded
+    /// says on stderr what it replaced there (under `--force`); a command that fails
+    /// says nothing of it, having replaced nothing.
+    pub fn announcing_replacement<T>(
+        &self,
+        write: impl FnOnce() -> anyhow::Result<T>,
+    ) -> anyhow::Result<T> {
+        let before = holding(self.path);
+        let written = write()?;
+        if !matches!(before, Holding::Nothing | Holding::EmptyDirectory) {
+            eprintln!("--out {}: replaced {before}", self.path.display());
+        }
+        Ok(written)
     }
 }
 
@@ -418,6 +445,14 @@ mod tests {
         let plan = check_output("--out", &file, policy_out, &inputs, true).unwrap();
         assert!(plan.forced);
         assert_eq!(std::fs::read_to_string(&file).unwrap(), "keep me");
+        // The same kind at --out, not an input: only with --force.
+        let out = OutputPath::new(&world_model);
+        let kind = OutputKind::Checkpoint("world-model");
+        let message = out.check(kind, &[]).unwrap_err().to_string();
+        assert!(message.contains("already holds a `world-model` checkpoint (version 3)"));
+        assert!(message.contains("pass --force"));
+        let plan = OutputPath { force: true, ..out }.check(kind, &[]).unwrap();
+        assert!(plan.continues() && !plan.forced);
         // New paths, including ones spelled with `..`, are fine unless they resolve
         // into an input.
         let fresh = root.path().join("new/ckpt");
