@@ -181,11 +181,15 @@ impl VlaPolicyConfig {
         }
     }
 
+    /// The camera frame's side, in pixels, before it is averaged down.
+    fn camera_side(&self) -> usize {
+        self.image_size * self.frame_pool
+    }
+
     /// The sides, in pixels, at which this policy can read its camera: the camera's
-    /// side (`image_size * frame_pool`) divided by a whole factor, keeping a multiple
-    /// of the patch side, smallest first.
+    /// side divided by a whole factor, a multiple of the patch side, smallest first.
     pub fn frame_sides(&self) -> Vec<usize> {
-        let camera = self.image_size * self.frame_pool;
+        let camera = self.camera_side();
         let patch = self.patch_size.max(1);
         (1..=camera)
             .filter(|&side| camera.is_multiple_of(side) && side.is_multiple_of(patch))
@@ -198,8 +202,8 @@ impl VlaPolicyConfig {
     /// a cost that grows with the pixels and patches read.
     pub fn reading_frame_at(self, side: usize) -> Result<Self, ConfigError> {
         let sides = self.frame_sides();
+        let camera = self.camera_side();
         if !sides.contains(&side) {
-            let camera = self.image_size * self.frame_pool;
             let listed: Vec<String> = sides.iter().map(ToString::to_string).collect();
             return Err(ConfigError::new(
                 "frame_side",
@@ -211,15 +215,13 @@ impl VlaPolicyConfig {
                 ),
             ));
         }
-        let camera = self.image_size * self.frame_pool;
         Ok(self.with_image_size(side).with_frame_pool(camera / side))
     }
 
     /// This config reading its camera at `stored`'s side, when both read a camera of
     /// the same side (else unchanged, so that the difference shows).
     pub(crate) fn keeping_frame_of(self, stored: &Self) -> Self {
-        let camera = |c: &Self| c.image_size * c.frame_pool;
-        if camera(&self) == camera(stored) {
+        if self.camera_side() == stored.camera_side() {
             self.with_image_size(stored.image_size)
                 .with_frame_pool(stored.frame_pool)
         } else {

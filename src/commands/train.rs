@@ -461,6 +461,13 @@ fn lerobot_imitation(args: &TrainArgs, lora: Option<LoraConfig>) -> LeRobotImita
     }
 }
 
+/// Why a new Diffusion Policy refuses the VLA's camera flags.
+const READS_NO_CAMERA: &str =
+    "a new Diffusion Policy reads the robot's state and the block's keypoints, no camera";
+
+/// Why a new Diffusion Policy refuses the size flags.
+const SIZED_FOR_A_CPU: &str = "a new Diffusion Policy's U-Net is sized for a CPU (docs/pusht.md)";
+
 /// `--what bc --policy diffusion`: a new LeRobot Diffusion Policy trained on the replay.
 fn train_new_diffusion(
     args: &TrainArgs,
@@ -483,31 +490,11 @@ fn train_new_diffusion(
             args.chunk_len.is_some(),
             "a new Diffusion Policy denoises 16 actions and executes 8",
         ),
-        (
-            "--width",
-            args.width.is_some(),
-            "a new Diffusion Policy's U-Net is sized for a CPU (docs/pusht.md)",
-        ),
-        (
-            "--layers",
-            args.layers.is_some(),
-            "a new Diffusion Policy's U-Net is sized for a CPU (docs/pusht.md)",
-        ),
-        (
-            "--no-camera",
-            args.no_camera,
-            "a new Diffusion Policy reads the robot's state and the block's keypoints, no camera",
-        ),
-        (
-            "--stem-inputs",
-            args.stem_inputs.is_some(),
-            "a new Diffusion Policy reads the robot's state and the block's keypoints, no camera",
-        ),
-        (
-            "--frame-side",
-            args.frame_side.is_some(),
-            "a new Diffusion Policy reads the robot's state and the block's keypoints, no camera",
-        ),
+        ("--width", args.width.is_some(), SIZED_FOR_A_CPU),
+        ("--layers", args.layers.is_some(), SIZED_FOR_A_CPU),
+        ("--no-camera", args.no_camera, READS_NO_CAMERA),
+        ("--stem-inputs", args.stem_inputs.is_some(), READS_NO_CAMERA),
+        ("--frame-side", args.frame_side.is_some(), READS_NO_CAMERA),
     ];
     if let Some((flag, _, why)) = refused.iter().find(|(_, given, _)| *given) {
         anyhow::bail!("{flag} does not apply to --policy diffusion: {why}");
