@@ -296,6 +296,10 @@ fn collect_train_eval_round_trip_and_bad_inputs() {
             "neighbourhood-and-position",
             "--frame-side",
             "24",
+            "--frame-shift",
+            "2",
+            "--stem-channels",
+            "24",
         ],
     ));
     assert!(output.status.success(), "{}", stderr(&output));
@@ -312,6 +316,7 @@ fn collect_train_eval_round_trip_and_bad_inputs() {
         ),
         (&24.into(), &2.into())
     );
+    assert_eq!(coord_meta["config"]["stem_channels"], 24);
     let coord_continued = path(&dir.path().join("coord-continued"));
     let output = run(bc_args(&coord_continued, &["--init", &path(&coord)]));
     assert!(output.status.success(), "{}", stderr(&output));
@@ -324,6 +329,11 @@ fn collect_train_eval_round_trip_and_bad_inputs() {
         &path(&coord),
         &["--frame-side", "48"],
         "a camera read at 24x24",
+    );
+    continue_from(
+        &path(&coord),
+        &["--stem-channels", "16"],
+        "24 stem channels",
     );
     let fresh = path(&dir.path().join("fresh"));
     for (flags, must_mention) in [
@@ -364,6 +374,42 @@ fn collect_train_eval_round_trip_and_bad_inputs() {
         (
             &["--policy", "diffusion", "--frame-side", "24"][..],
             "--frame-side does not apply to --policy diffusion",
+        ),
+        (
+            &["--stem-channels", "0"][..],
+            "--stem-channels 0: must be in [1, 256]",
+        ),
+        (
+            &["--stem-channels", "32", "--no-camera"][..],
+            "reads no camera",
+        ),
+        (
+            &["--policy", "linear", "--stem-channels", "32"][..],
+            "the linear policy reads no pixels",
+        ),
+        (
+            &["--policy", "diffusion", "--stem-channels", "32"][..],
+            "--stem-channels does not apply to --policy diffusion",
+        ),
+        (
+            &["--frame-shift", "33"][..],
+            "--frame-shift 33: must be in [0, 32] camera pixels",
+        ),
+        (
+            &["--frame-shift", "2", "--no-camera"][..],
+            "the camera-less VLA policy reads no camera",
+        ),
+        (
+            &["--policy", "linear", "--frame-shift", "2"][..],
+            "the linear policy reads no camera",
+        ),
+        (
+            &["--policy", "diffusion", "--frame-shift", "2"][..],
+            "--frame-shift does not apply to --policy diffusion",
+        ),
+        (
+            &["--what", "worldmodel", "--frame-shift", "2"][..],
+            "--frame-shift applies to --what bc, not --what worldmodel",
         ),
     ] {
         let args = bc_args(&fresh, flags);

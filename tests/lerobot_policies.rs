@@ -471,6 +471,19 @@ fn lerobot_policies_fine_tune_and_imitate_on_pusht_into_lerobot_directories() {
         &[
             "--what",
             "bc",
+            "--init",
+            path(&act),
+            "--out",
+            path(&dir.path().join("head")),
+            "--frame-shift",
+            "4",
+        ],
+        "image augmentation is its config.json's",
+    );
+    refused(
+        &[
+            "--what",
+            "bc",
             "--out",
             path(&dir.path().join("lora")),
             "--lora-rank",

@@ -285,6 +285,24 @@ impl PolicyConfig {
         }
     }
 
+    /// Channels of the VLA's per-pixel stem (each one keypoint and one feature of
+    /// every patch token); `None` for the linear policy, which reads no pixels.
+    pub fn stem_channels(&self) -> Option<usize> {
+        match self {
+            Self::Vla(c) => Some(c.stem_channels),
+            Self::Linear(_) => None,
+        }
+    }
+
+    /// The same VLA with `channels` stem channels; a linear policy, which reads no
+    /// pixels, is returned unchanged.
+    pub fn with_stem_channels(self, channels: usize) -> Self {
+        match self {
+            Self::Vla(c) => Self::Vla(c.with_stem_channels(channels)),
+            linear => linear,
+        }
+    }
+
     /// The side, in pixels, at which the VLA reads its camera; `None` for the linear
     /// policy, which reads no pixels.
     pub fn frame_side(&self) -> Option<usize> {
@@ -343,6 +361,7 @@ impl PolicyConfig {
                 c.keeping_frame_of(s)
                     .with_stem_activation(s.stem_activation)
                     .with_stem_inputs(s.stem_inputs)
+                    .with_stem_channels(s.stem_channels)
                     .with_d_model(s.d_model)
                     .with_d_ff(s.d_ff)
                     .with_n_layers(s.n_layers)
@@ -630,8 +649,22 @@ mod tests {
             .clone()
             .with_width(128)
             .with_layers(3)
-            .with_stem_inputs(StemInputs::Neighbourhood);
+            .with_stem_inputs(StemInputs::Neighbourhood)
+            .with_stem_channels(48);
         assert_eq!((wide.width(), wide.layers()), (128, Some(3)));
+        assert_eq!(
+            (
+                wide.stem_channels(),
+                vla.stem_channels(),
+                linear.stem_channels()
+            ),
+            (Some(48), Some(16), None)
+        );
+        assert_eq!(
+            linear.clone().with_stem_channels(48),
+            linear,
+            "no stem to set"
+        );
         assert_eq!(wide.stem_inputs(), Some(StemInputs::Neighbourhood));
         assert_eq!(linear.stem_inputs(), None);
         assert_eq!(vla.clone().keeping_choices_of(&wide), wide);

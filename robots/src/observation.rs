@@ -32,6 +32,27 @@ impl Image {
         let i = ((y * self.width + x) * 3) as usize;
         [self.rgb[i], self.rgb[i + 1], self.rgb[i + 2]]
     }
+
+    /// The frame moved `dx` pixels right and `dy` down, the edge rows and columns
+    /// repeated into the uncovered border (as DrQ's random shift pads by replication):
+    /// pixel `(x, y)` of the result is pixel `(x - dx, y - dy)` clamped to the frame.
+    pub fn shifted(&self, dx: i32, dy: i32) -> Self {
+        let (w, h) = (self.width as i64, self.height as i64);
+        let mut rgb = Vec::with_capacity(self.rgb.len());
+        for y in 0..h {
+            let from_y = (y - dy as i64).clamp(0, h - 1);
+            for x in 0..w {
+                let from_x = (x - dx as i64).clamp(0, w - 1);
+                let i = ((from_y * w + from_x) * 3) as usize;
+                rgb.extend_from_slice(&self.rgb[i..i + 3]);
+            }
+        }
+        Self {
+            width: self.width,
+            height: self.height,
+            rgb,
+        }
+    }
 }
 
 /// Everything a policy may see at one control tick.
@@ -80,4 +101,39 @@ pub struct Step {
     pub success: bool,
     /// Diagnostics.
     pub info: StepInfo,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A 4x3 frame whose pixel `(x, y)` is `[x, y, 7]`.
+    fn coordinates() -> Image {
+        let rgb = (0..3u8)
+            .flat_map(|y| (0..4u8).flat_map(move |x| [x, y, 7]))
+            .collect();
+        Image {
+            width: 4,
+            height: 3,
+            rgb,
+        }
+    }
+
+    #[test]
+    fn a_shifted_frame_moves_its_pixels_and_repeats_the_edge() {
+        let frame = coordinates();
+        assert_eq!(frame.shifted(0, 0), frame);
+        let moved = frame.shifted(1, -1);
+        assert_eq!((moved.width, moved.height), (4, 3));
+        // What was at (0, 1) is now at (1, 0).
+        assert_eq!(moved.pixel(1, 0), [0, 1, 7]);
+        assert_eq!(moved.pixel(3, 1), [2, 2, 7]);
+        // The uncovered left column repeats the old edge; the bottom row repeats the last.
+        assert_eq!(moved.pixel(0, 0), [0, 1, 7]);
+        assert_eq!(moved.pixel(0, 2), [0, 2, 7]);
+        assert_eq!(moved.pixel(2, 2), [1, 2, 7]);
+        // A shift past the frame leaves the edge everywhere.
+        let far = frame.shifted(-10, 0);
+        assert!((0..3).all(|y| (0..4).all(|x| far.pixel(x, y) == [3, y as u8, 7])));
+    }
 }

@@ -126,6 +126,16 @@ pub struct TrainArgs {
     /// grows with the pixels read.
     #[arg(long, value_name = "PIXELS")]
     frame_side: Option<usize>,
+    /// Policy: channels of a new VLA's per-pixel stem, in [1, 256]: its keypoints
+    /// (where in the frame each channel's features peak) and the features of each patch
+    /// token [default: 16; with --init, the checkpoint's].
+    #[arg(long, value_name = "N")]
+    stem_channels: Option<usize>,
+    /// Behaviour cloning: move each training frame by a random shift of up to this
+    /// many camera pixels in x and y, the edges repeated (random-shift augmentation;
+    /// acting reads the frame unshifted), in [0, 32] [default: 0, frames as recorded].
+    #[arg(long, value_name = "PIXELS")]
+    frame_shift: Option<u32>,
     /// Behaviour cloning: write the exponential moving average of the weights over
     /// the steps (decay warming up as Diffusion Policy's, to 0.9999) instead of the
     /// last step's [default: the last step's; a new `--policy diffusion` always
@@ -221,7 +231,7 @@ impl TrainArgs {
     /// error naming the flag and the trainers it applies to.
     fn check_flags_apply(&self) -> anyhow::Result<()> {
         use TrainTarget::{Bc, Finetune, Worldmodel};
-        let given: [(&str, bool, &[TrainTarget]); 19] = [
+        let given: [(&str, bool, &[TrainTarget]); 21] = [
             ("--successful-only", self.successful_only, &[Bc, Finetune]),
             ("--family", self.family.is_some(), &[Worldmodel]),
             ("--horizon", self.horizon.is_some(), &[Worldmodel]),
@@ -234,6 +244,8 @@ impl TrainArgs {
             ("--no-camera", self.no_camera, &[Bc]),
             ("--stem-inputs", self.stem_inputs.is_some(), &[Bc]),
             ("--frame-side", self.frame_side.is_some(), &[Bc]),
+            ("--stem-channels", self.stem_channels.is_some(), &[Bc]),
+            ("--frame-shift", self.frame_shift.is_some(), &[Bc]),
             ("--ema", self.ema, &[Bc]),
             ("--world-model", self.world_model.is_some(), &[Finetune]),
             ("--method", self.method.is_some(), &[Finetune]),
@@ -334,6 +346,7 @@ fn train_bc(
         seed: args.seed,
         warmup_steps: defaults.warmup_steps.min(steps / 2),
         average: args.ema.then(WeightAverageConfig::default),
+        frame_shift: args.frame_shift.unwrap_or(defaults.frame_shift),
         ..defaults
     };
     let summary = train_bc_offline(
@@ -349,6 +362,7 @@ fn train_bc(
             no_camera: args.no_camera,
             stem_inputs: args.stem_inputs,
             frame_side: args.frame_side,
+            stem_channels: args.stem_channels,
         },
         &bc,
         device,
@@ -495,6 +509,12 @@ fn train_new_diffusion(
         ("--no-camera", args.no_camera, READS_NO_CAMERA),
         ("--stem-inputs", args.stem_inputs.is_some(), READS_NO_CAMERA),
         ("--frame-side", args.frame_side.is_some(), READS_NO_CAMERA),
+        (
+            "--stem-channels",
+            args.stem_channels.is_some(),
+            READS_NO_CAMERA,
+        ),
+        ("--frame-shift", args.frame_shift.is_some(), READS_NO_CAMERA),
     ];
     if let Some((flag, _, why)) = refused.iter().find(|(_, given, _)| *given) {
         anyhow::bail!("{flag} does not apply to --policy diffusion: {why}");
@@ -534,6 +554,7 @@ fn train_lerobot_bc(
         ("--no-camera", args.no_camera),
         ("--stem-inputs", args.stem_inputs.is_some()),
         ("--frame-side", args.frame_side.is_some()),
+        ("--stem-channels", args.stem_channels.is_some()),
     ];
     if let Some((flag, _)) = shaping.iter().find(|(_, given)| *given) {
         anyhow::bail!(
@@ -541,6 +562,11 @@ fn train_lerobot_bc(
             init.display()
         );
     }
+    anyhow::ensure!(
+        args.frame_shift.is_none(),
+        "--frame-shift: {} is a LeRobot policy, whose image augmentation is its config.json's (Diffusion Policy's `crop_shape` and `crop_is_random`); leave --frame-shift out",
+        init.display()
+    );
     let summary = train_lerobot_offline(
         source(args),
         output(args),

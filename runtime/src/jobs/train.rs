@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::device::ResolvedDevice;
 use crate::learn::bc::{BcConfig, ImitationDataset, train_bc};
+use crate::learn::frame_shift::MAX_FRAME_SHIFT;
 use crate::store::checkpoint::{
     CheckpointMeta, ensure_trained_for, load_policy_to_continue, read_meta, save_policy,
     stored_architecture,
@@ -65,6 +66,10 @@ pub struct PolicyShape {
     /// ([`PolicyConfig::reading_frame_at`]); with `init`, the checkpoint's, which this
     /// must equal when given.
     pub frame_side: Option<usize>,
+    /// Channels of a new VLA's per-pixel stem ([`PolicyConfig::with_stem_channels`]):
+    /// its keypoints, and the features of each patch token. Range: [`STEM_CHANNELS`];
+    /// with `init`, the checkpoint's, which this must equal when given.
+    pub stem_channels: Option<usize>,
 }
 
 /// The widths `--width` accepts.
@@ -72,6 +77,9 @@ pub const WIDTHS: std::ops::RangeInclusive<usize> = 8..=1024;
 
 /// The layer counts `--layers` accepts.
 pub const LAYERS: std::ops::RangeInclusive<usize> = 1..=12;
+
+/// The stem channel counts `--stem-channels` accepts.
+pub const STEM_CHANNELS: std::ops::RangeInclusive<usize> = 1..=256;
 
 impl PolicyShape {
     /// Checks each given value against its range, before anything is read: the error
@@ -97,6 +105,14 @@ impl PolicyShape {
                 "--layers {layers}: must be in [{}, {}] (transformer layers)",
                 LAYERS.start(),
                 LAYERS.end()
+            );
+        }
+        if let Some(channels) = self.stem_channels {
+            anyhow::ensure!(
+                STEM_CHANNELS.contains(&channels),
+                "--stem-channels {channels}: must be in [{}, {}]",
+                STEM_CHANNELS.start(),
+                STEM_CHANNELS.end()
             );
         }
         Ok(())
@@ -145,6 +161,18 @@ impl PolicyShape {
                 expected.architecture()
             );
             expected = expected.with_stem_inputs(inputs);
+        }
+        if let Some(channels) = self.stem_channels {
+            anyhow::ensure!(
+                expected.stem_channels().is_some(),
+                "--stem-channels {channels}: the {} policy reads no pixels (leave --stem-channels out)",
+                expected.architecture()
+            );
+            anyhow::ensure!(
+                !self.no_camera,
+                "--stem-channels {channels} with --no-camera: a policy given a blank frame reads no camera (leave one out)"
+            );
+            expected = expected.with_stem_channels(channels);
         }
         if let Some(side) = self.frame_side {
             anyhow::ensure!(
@@ -221,6 +249,18 @@ impl PolicyShape {
                 ),
             ),
             (
+                "--stem-channels",
+                self.stem_channels.map(|c| c.to_string()),
+                stored
+                    .stem_channels()
+                    .map_or("none".to_string(), |c| c.to_string()),
+                stored
+                    .stem_channels()
+                    .map_or("no pixel stem".to_string(), |c| {
+                        format!("{c} stem channels")
+                    }),
+            ),
+            (
                 "--frame-side",
                 self.frame_side.map(|s| s.to_string()),
                 stored
@@ -257,6 +297,11 @@ pub fn train_bc_offline(
     telemetry: &Telemetry,
 ) -> anyhow::Result<BcRunSummary> {
     shape.check_ranges()?;
+    anyhow::ensure!(
+        bc.frame_shift <= MAX_FRAME_SHIFT,
+        "--frame-shift {}: must be in [0, {MAX_FRAME_SHIFT}] camera pixels",
+        bc.frame_shift
+    );
     replay.ensure_exists()?;
     out.check(OutputKind::PolicyCheckpoint, &replay.inputs_with(init))?;
     let read = read_training_replay(replay)?;
@@ -306,6 +351,16 @@ pub fn train_bc_offline(
             (config.init(&device.training), config, 1, None)
         }
     };
+    anyhow::ensure!(
+        bc.frame_shift == 0 || config.reads_camera(),
+        "--frame-shift {}: the {} policy reads no camera (a shift of its frames would change nothing; leave --frame-shift out)",
+        bc.frame_shift,
+        if config.frame_side().is_some() {
+            "camera-less VLA"
+        } else {
+            "linear"
+        }
+    );
     let dataset = ImitationDataset::new(&contents.episodes, &config);
     let (policy, losses) = train_bc::<Dispatch>(policy, &config, &dataset, bc, &device.training)?;
     telemetry.send(TelemetryEvent::LossCurve {

@@ -1,5 +1,7 @@
 //! Behaviour cloning of a VLA policy from recorded episodes.
 
+use std::borrow::Cow;
+
 use burn::optim::{AdamConfig, GradientsParams, Optimizer};
 use burn::prelude::*;
 use burn::tensor::backend::AutodiffBackend;
@@ -8,6 +10,7 @@ use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 use serde::{Deserialize, Serialize};
 
+use crate::learn::frame_shift::FrameShifter;
 use crate::learn::schedule::warmup_cosine;
 use crate::learn::weight_average::{WeightAverage, WeightAverageConfig};
 use crate::progress;
@@ -32,6 +35,10 @@ pub struct BcConfig {
     /// Write the exponential moving average of the weights over the steps
     /// (`learn::weight_average`) instead of the last step's; `None`: the last step's.
     pub average: Option<WeightAverageConfig>,
+    /// Largest random shift, in camera pixels, of each training frame
+    /// ([`FrameShifter`]); 0: frames as recorded. Range: [0,
+    /// [`crate::learn::frame_shift::MAX_FRAME_SHIFT`]].
+    pub frame_shift: u32,
 }
 
 impl Default for BcConfig {
@@ -44,6 +51,7 @@ impl Default for BcConfig {
             grad_clip: 1.0,
             seed: 0,
             average: None,
+            frame_shift: 0,
         }
     }
 }
@@ -109,16 +117,18 @@ impl<'a> ImitationDataset<'a> {
         self.episodes
     }
 
-    /// Fills `batch` with the observations of `indices` and returns their action-chunk
-    /// targets on `device`, each transition weighted by `weights` if given.
+    /// Fills `batch` with the observations of `indices` (their frames shifted by
+    /// `frames` if given) and returns their action-chunk targets on `device`, each
+    /// transition weighted by `weights` if given.
     pub fn targets<B: Backend>(
         &self,
         indices: &[usize],
         weights: Option<Vec<f32>>,
+        frames: Option<&mut FrameShifter>,
         batch: &mut PolicyBatch,
         device: &B::Device,
     ) -> anyhow::Result<ImitationTargets<B>> {
-        let (actions, mask) = self.fill(indices, batch)?;
+        let (actions, mask) = self.fill(indices, frames, batch)?;
         let (n, k, a) = (indices.len(), self.chunk_len, self.action_limit.len());
         Ok(ImitationTargets {
             actions: Tensor::from_data(TensorData::new(actions, [n, k, a]), device),
@@ -132,6 +142,7 @@ impl<'a> ImitationDataset<'a> {
     fn fill(
         &self,
         indices: &[usize],
+        mut frames: Option<&mut FrameShifter>,
         batch: &mut PolicyBatch,
     ) -> anyhow::Result<(Vec<f32>, Vec<f32>)> {
         batch.clear();
@@ -141,7 +152,11 @@ impl<'a> ImitationDataset<'a> {
         for &i in indices {
             let (e, t) = self.samples[i];
             let episode = &self.episodes[e].transitions;
-            batch.push(&episode[t].observation).map_err(|err| {
+            let observation = match frames.as_deref_mut() {
+                Some(shifter) => shifter.shift(&episode[t].observation),
+                None => Cow::Borrowed(&episode[t].observation),
+            };
+            batch.push(&observation).map_err(|err| {
                 anyhow::anyhow!("episode {} step {t}: {err}", self.episodes[e].start.episode)
             })?;
             let mut chunk = chunk_from(episode, t);
@@ -197,12 +212,14 @@ pub fn train_bc<B: AutodiffBackend>(
     let mut batch = PolicyBatch::new(&policy_config.input_spec());
     let mut losses = Vec::with_capacity(config.steps);
     let mut averaged = config.average.map(WeightAverage::new);
+    let mut frames =
+        (config.frame_shift > 0).then(|| FrameShifter::new(config.frame_shift, config.seed));
     let bar = progress::bar("train bc", config.steps as u64);
     for step in 0..config.steps {
         let indices: Vec<usize> = (0..config.batch_size)
             .map(|_| rng.random_range(0..data.len()))
             .collect();
-        let targets = data.targets::<B>(&indices, None, &mut batch, device)?;
+        let targets = data.targets::<B>(&indices, None, frames.as_mut(), &mut batch, device)?;
         let loss = imitation_loss(&policy, batch.to_input(device), &targets, None);
         let value: f32 = loss.clone().into_scalar().elem();
         anyhow::ensure!(
@@ -228,9 +245,10 @@ pub fn train_bc<B: AutodiffBackend>(
 mod tests {
     use super::*;
 
+    use imago_robots::{Action, Observation};
+
     /// Transition `step` of episode `episode`, commanded by the expert if `intervention`.
     fn transition(episode: u64, step: usize, intervention: bool) -> Transition {
-        use imago_robots::{Action, Observation};
         Transition {
             episode,
             step: step as u32,
@@ -289,6 +307,84 @@ mod tests {
             ImitationDataset::new(&episodes, &config)
                 .of_episodes(|_| false)
                 .is_empty()
+        );
+    }
+
+    #[test]
+    fn shifted_frames_change_the_batchs_pixels_not_its_targets() {
+        use burn::backend::ndarray::NdArrayDevice;
+        use burn::{Dispatch, DispatchDevice};
+        use imago_robots::Image;
+
+        use crate::store::replay::{EpisodeEnd, EpisodeStart};
+        let spec = crate::robot::reacher2d_with("image_size = 32").spec();
+        let config = PolicyConfig::for_robot(imago_policies::Architecture::Vla, &spec).unwrap();
+        // A frame with a vertical edge (left half dark, right half light) at each step.
+        let frame = |step: usize| {
+            let mut image = Image::filled(32, 32, [20, 20, 20]);
+            for y in 0..32 {
+                for x in 16..32 {
+                    let i = (y * 32 + x) * 3;
+                    image.rgb[i..i + 3].copy_from_slice(&[200, 180, 160 + step as u8]);
+                }
+            }
+            image
+        };
+        let transitions = (0..6)
+            .map(|t| {
+                let mut transition = transition(0, t, false);
+                transition.observation.image = Some(frame(t));
+                transition.observation.proprio = vec![0.1; spec.proprio_dim()];
+                transition.observation.instruction = "reach the target".into();
+                transition.action = Action(vec![0.01 * t as f32; spec.action_dim()]);
+                transition
+            })
+            .collect();
+        let episodes = [Episode {
+            start: EpisodeStart {
+                episode: 0,
+                robot: "reacher2d".into(),
+                seed: 0,
+                instruction: String::new(),
+            },
+            transitions,
+            end: EpisodeEnd {
+                episode: 0,
+                steps: 6,
+                success: false,
+                final_observation: transition(0, 6, false).observation,
+            },
+        }];
+        let data = ImitationDataset::new(&episodes, &config);
+        let device = DispatchDevice::NdArray(NdArrayDevice::Cpu);
+        let indices = [0, 1, 2, 3, 4, 5, 0, 1];
+        let read = |frames: Option<&mut FrameShifter>| {
+            let mut batch = PolicyBatch::new(&config.input_spec());
+            let targets = data
+                .targets::<Dispatch>(&indices, None, frames, &mut batch, &device)
+                .unwrap();
+            let pixels: Vec<f32> = batch
+                .to_input::<Dispatch>(&device)
+                .frames()
+                .into_data()
+                .to_vec()
+                .unwrap();
+            let actions: Vec<f32> = targets.actions.into_data().to_vec().unwrap();
+            (pixels, actions)
+        };
+        let (plain, plain_actions) = read(None);
+        let (shifted, shifted_actions) = read(Some(&mut FrameShifter::new(4, 3)));
+        let (again, _) = read(Some(&mut FrameShifter::new(4, 3)));
+        assert_eq!(shifted_actions, plain_actions);
+        assert_eq!(shifted.len(), plain.len());
+        assert_ne!(shifted, plain, "a shift of up to 4 pixels moved no edge");
+        assert_eq!(shifted, again, "the same seed shifts the same way");
+        // The edge moved, no colour was made up: every pixel is one of the frame's.
+        let dark = 20.0 / 255.0;
+        assert!(
+            shifted
+                .iter()
+                .all(|&v| (v - dark).abs() < 1e-6 || v > 150.0 / 255.0)
         );
     }
 

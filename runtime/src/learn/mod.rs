@@ -4,6 +4,7 @@
 
 pub mod bc;
 pub mod finetune;
+pub mod frame_shift;
 pub mod lerobot_batches;
 pub mod lerobot_update;
 pub mod schedule;

@@ -144,7 +144,7 @@ impl FilledRows {
         batch: &mut PolicyBatch,
         device: &DispatchDevice,
     ) -> anyhow::Result<Self> {
-        let targets = data.targets::<Dispatch>(indices, None, batch, device)?;
+        let targets = data.targets::<Dispatch>(indices, None, None, batch, device)?;
         let read = |t: Tensor<Dispatch, 2>| -> anyhow::Result<Vec<f32>> {
             t.into_data()
                 .convert::<f32>()

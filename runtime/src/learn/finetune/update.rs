@@ -114,7 +114,7 @@ pub fn update_policy(
             }
             (ActionHead::Gaussian(_), None) => {
                 let mut targets =
-                    data.targets::<Dispatch>(&indices, None, &mut batch, &device.training)?;
+                    data.targets::<Dispatch>(&indices, None, None, &mut batch, &device.training)?;
                 let importance = importance_weights(
                     &policy,
                     (&batch, &targets),
@@ -140,8 +140,13 @@ pub fn update_policy(
                 imitation_loss(&policy, batch.to_input(&device.training), &targets, None)
             }
             (ActionHead::Flow(_), None) => {
-                let targets =
-                    data.targets::<Dispatch>(&indices, Some(awr), &mut batch, &device.training)?;
+                let targets = data.targets::<Dispatch>(
+                    &indices,
+                    Some(awr),
+                    None,
+                    &mut batch,
+                    &device.training,
+                )?;
                 ess.push(1.0);
                 imitation_loss(&policy, batch.to_input(&device.training), &targets, anchor)
             }
