@@ -163,27 +163,11 @@ impl PolicyShape {
             expected = expected.with_stem_inputs(inputs);
         }
         if let Some(channels) = self.stem_channels {
-            anyhow::ensure!(
-                expected.stem_channels().is_some(),
-                "--stem-channels {channels}: the {} policy reads no pixels (leave --stem-channels out)",
-                expected.architecture()
-            );
-            anyhow::ensure!(
-                !self.no_camera,
-                "--stem-channels {channels} with --no-camera: a policy given a blank frame reads no camera (leave one out)"
-            );
+            self.ensure_camera_read(&expected, "--stem-channels", channels)?;
             expected = expected.with_stem_channels(channels);
         }
         if let Some(side) = self.frame_side {
-            anyhow::ensure!(
-                expected.frame_side().is_some(),
-                "--frame-side {side}: the {} policy reads no pixels (leave --frame-side out)",
-                expected.architecture()
-            );
-            anyhow::ensure!(
-                !self.no_camera,
-                "--frame-side {side} with --no-camera: a policy given a blank frame reads no camera (leave one out)"
-            );
+            self.ensure_camera_read(&expected, "--frame-side", side)?;
             expected = expected
                 .reading_frame_at(side)
                 .map_err(|e| anyhow::anyhow!("--frame-side {side}: {}", e.expected))?;
@@ -192,6 +176,26 @@ impl PolicyShape {
             .validate()
             .map_err(|e| anyhow::anyhow!("the policy's shape (--width, --layers): {e}"))?;
         Ok(expected)
+    }
+
+    /// Refuses `flag value`, a choice of how a VLA reads its camera, for a policy that
+    /// reads no pixels (the linear one) or is given a blank frame (`--no-camera`).
+    fn ensure_camera_read(
+        &self,
+        expected: &PolicyConfig,
+        flag: &str,
+        value: usize,
+    ) -> anyhow::Result<()> {
+        anyhow::ensure!(
+            expected.frame_side().is_some(),
+            "{flag} {value}: the {} policy reads no pixels (leave {flag} out)",
+            expected.architecture()
+        );
+        anyhow::ensure!(
+            !self.no_camera,
+            "{flag} {value} with --no-camera: a policy given a blank frame reads no camera (leave one out)"
+        );
+        Ok(())
     }
 
     /// The first of this shape's choices that `stored` (the config of the checkpoint
