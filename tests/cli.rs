@@ -300,6 +300,8 @@ fn collect_train_eval_round_trip_and_bad_inputs() {
             "2",
             "--stem-channels",
             "24",
+            "--stem-layers",
+            "2",
         ],
     ));
     assert!(output.status.success(), "{}", stderr(&output));
@@ -317,6 +319,7 @@ fn collect_train_eval_round_trip_and_bad_inputs() {
         (&24.into(), &2.into())
     );
     assert_eq!(coord_meta["config"]["stem_channels"], 24);
+    assert_eq!(coord_meta["config"]["stem_layers"], 2);
     let coord_continued = path(&dir.path().join("coord-continued"));
     let output = run(bc_args(&coord_continued, &["--init", &path(&coord)]));
     assert!(output.status.success(), "{}", stderr(&output));
@@ -334,6 +337,11 @@ fn collect_train_eval_round_trip_and_bad_inputs() {
         &path(&coord),
         &["--stem-channels", "16"],
         "24 stem channels",
+    );
+    continue_from(
+        &path(&coord),
+        &["--stem-layers", "1"],
+        "a stem of 2 per-pixel layers",
     );
     let fresh = path(&dir.path().join("fresh"));
     for (flags, must_mention) in [
@@ -390,6 +398,26 @@ fn collect_train_eval_round_trip_and_bad_inputs() {
         (
             &["--policy", "diffusion", "--stem-channels", "32"][..],
             "--stem-channels does not apply to --policy diffusion",
+        ),
+        (
+            &["--stem-layers", "5"][..],
+            "--stem-layers 5: must be in [1, 4]",
+        ),
+        (
+            &["--stem-layers", "2", "--no-camera"][..],
+            "reads no camera",
+        ),
+        (
+            &["--policy", "linear", "--stem-layers", "2"][..],
+            "the linear policy reads no pixels",
+        ),
+        (
+            &["--policy", "diffusion", "--stem-layers", "2"][..],
+            "--stem-layers does not apply to --policy diffusion",
+        ),
+        (
+            &["--what", "finetune", "--stem-layers", "2"][..],
+            "--stem-layers applies to --what bc, not --what finetune",
         ),
         (
             &["--frame-shift", "33"][..],

@@ -474,6 +474,19 @@ fn lerobot_policies_fine_tune_and_imitate_on_pusht_into_lerobot_directories() {
             "--init",
             path(&act),
             "--out",
+            path(&dir.path().join("stem")),
+            "--stem-layers",
+            "2",
+        ],
+        "leave --stem-layers out",
+    );
+    refused(
+        &[
+            "--what",
+            "bc",
+            "--init",
+            path(&act),
+            "--out",
             path(&dir.path().join("head")),
             "--frame-shift",
             "4",

@@ -153,6 +153,7 @@ pub struct HostScratch {
     projected: Vec<f32>,
     hidden: Vec<f32>,
     features: Vec<f32>,
+    mixed: Vec<f32>,
     pooled: Vec<f32>,
     small: Vec<f32>,
     keypoint_sums: Vec<f32>,
@@ -175,6 +176,8 @@ fn sized(buffer: &mut Vec<f32>, len: usize) -> &mut [f32] {
 /// observation; see the module documentation.
 pub struct HostPolicy {
     pub(crate) stem: HostLinear,
+    /// The stem's residual layers after the first.
+    pub(crate) stem_mixing: Vec<HostLinear>,
     pub(crate) stem_activation: StemActivation,
     pub(crate) film: HostLinear,
     pub(crate) keypoint_sharpness: Vec<f32>,
@@ -236,6 +239,7 @@ impl HostPolicy {
             .collect();
         Some(Self {
             stem: HostLinear::of(&policy.stem),
+            stem_mixing: policy.stem_mixing.iter().map(HostLinear::of).collect(),
             stem_activation: policy.stem_activation,
             film: HostLinear::of(&policy.film),
             keypoint_sharpness: values(policy.keypoint_sharpness.val()),
@@ -333,6 +337,15 @@ impl HostPolicy {
             .rows(input.images, self.image_size);
         self.stem.forward(pixels, &stem_inputs, features);
         self.stem_activation.apply_in_place(features);
+        for layer in &self.stem_mixing {
+            let mixed = sized(&mut scratch.mixed, pixels * channels);
+            layer.forward(pixels, features, mixed);
+            self.stem_activation.apply_in_place(mixed);
+            features
+                .iter_mut()
+                .zip(mixed.iter())
+                .for_each(|(h, m)| *h += m);
+        }
         self.film.forward(1, instruction, film);
         let (gamma, beta) = film.split_at(channels);
         for pixel in features.chunks_exact_mut(channels) {
@@ -566,6 +579,21 @@ pub(crate) mod tests {
         let policy = config.init::<B>(&Default::default());
         let gap = largest_gap(&policy, &config, &reacher_observations());
         assert!(gap < 1e-5, "largest gap {gap}");
+    }
+
+    #[test]
+    fn the_host_forward_matches_burns_with_stems_of_two_and_four_layers() {
+        for (layers, activation) in [(2, StemActivation::Relu), (4, StemActivation::Gelu)] {
+            let config = VlaPolicyConfig::for_robot(Reacher2d::default().spec())
+                .unwrap()
+                .with_stem_activation(activation)
+                .with_stem_inputs(StemInputs::NeighbourhoodAndPosition)
+                .with_stem_layers(layers);
+            let policy = config.init::<B>(&Default::default());
+            assert_eq!(policy.stem_mixing.len(), layers - 1);
+            let gap = largest_gap(&policy, &config, &reacher_observations());
+            assert!(gap < 1e-5, "{layers} layers: largest gap {gap}");
+        }
     }
 
     #[test]

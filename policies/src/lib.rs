@@ -44,6 +44,7 @@ pub mod readback;
 pub mod resnet;
 pub mod rows;
 mod stem_host;
+mod stem_tape;
 pub mod temporal_conv;
 pub mod tokenizer;
 pub mod vision;

@@ -303,6 +303,24 @@ impl PolicyConfig {
         }
     }
 
+    /// Per-pixel layers of the VLA's stem ([`VlaPolicyConfig::stem_layers`]); `None`
+    /// for the linear policy, which reads no pixels.
+    pub fn stem_layers(&self) -> Option<usize> {
+        match self {
+            Self::Vla(c) => Some(c.stem_layers),
+            Self::Linear(_) => None,
+        }
+    }
+
+    /// The same VLA with a stem of `layers` per-pixel layers; a linear policy, which
+    /// reads no pixels, is returned unchanged.
+    pub fn with_stem_layers(self, layers: usize) -> Self {
+        match self {
+            Self::Vla(c) => Self::Vla(c.with_stem_layers(layers)),
+            linear => linear,
+        }
+    }
+
     /// The side, in pixels, at which the VLA reads its camera; `None` for the linear
     /// policy, which reads no pixels.
     pub fn frame_side(&self) -> Option<usize> {
@@ -351,7 +369,8 @@ impl PolicyConfig {
     /// This config with the choices a trained policy keeps from `stored` (its
     /// architecture's config when it was first trained): the head, its flow width
     /// and steps, the chunk length, the width, the linear policy's state statistics and
-    /// the VLA's layers, feed-forward width, stem activation and inputs, camera and the
+    /// the VLA's layers, feed-forward width, stem activation, inputs, channels and
+    /// layers, camera and the
     /// side it reads the camera at (when both read a camera of the same side).
     /// What is left must equal `stored` for training to continue from it. Of another
     /// architecture, `self` is returned unchanged (and differs from `stored`).
@@ -362,6 +381,7 @@ impl PolicyConfig {
                     .with_stem_activation(s.stem_activation)
                     .with_stem_inputs(s.stem_inputs)
                     .with_stem_channels(s.stem_channels)
+                    .with_stem_layers(s.stem_layers)
                     .with_d_model(s.d_model)
                     .with_d_ff(s.d_ff)
                     .with_n_layers(s.n_layers)
@@ -640,6 +660,11 @@ mod tests {
             let policy = config.init::<Flex>(&Default::default());
             assert_eq!(config.parameter_count(), policy.num_params(), "{inputs:?}");
         }
+        for layers in [2, 4] {
+            let config = vla.clone().with_stem_layers(layers);
+            let policy = config.init::<Flex>(&Default::default());
+            assert_eq!(config.parameter_count(), policy.num_params(), "{layers}");
+        }
         // A continued policy keeps its own choices, but not another architecture's.
         let kept = linear
             .clone()
@@ -650,8 +675,18 @@ mod tests {
             .with_width(128)
             .with_layers(3)
             .with_stem_inputs(StemInputs::Neighbourhood)
-            .with_stem_channels(48);
+            .with_stem_channels(48)
+            .with_stem_layers(3);
         assert_eq!((wide.width(), wide.layers()), (128, Some(3)));
+        assert_eq!(
+            (wide.stem_layers(), vla.stem_layers(), linear.stem_layers()),
+            (Some(3), Some(1), None)
+        );
+        assert_eq!(
+            linear.clone().with_stem_layers(2),
+            linear,
+            "no stem to deepen"
+        );
         assert_eq!(
             (
                 wide.stem_channels(),

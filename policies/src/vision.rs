@@ -253,14 +253,19 @@ impl ComputePath {
 }
 
 /// A per-pixel stem (a 1x1 convolution of what [`StemInputs`] its weight reads, then
-/// `activation`) applied to `pixels` `[B, size * size, 3]`, and the scale `[B, 1, C]`
-/// of each frame's channels before their spatial softmax: the part of a model that
-/// reads every pixel.
+/// `activation`, then any residual channel-mixing layers, `h + activation(h W + b)`)
+/// applied to `pixels` `[B, size * size, 3]`, and the scale `[B, 1, C]` of each
+/// frame's channels before their spatial softmax: the part of a model that reads every
+/// pixel.
 pub struct StemReading<'a, B: Backend> {
     /// Frames, row-major pixels, RGB.
     pub pixels: Tensor<B, 3>,
     /// The stem, `I -> C` for the `I` inputs of [`StemInputs`].
     pub stem: &'a Linear<B>,
+    /// Layers after the stem's first, each `C -> C`. The host path reads a stem of
+    /// one layer: with any here, the stem runs as tensor operations whatever `path`
+    /// says.
+    pub mixing: &'a [Linear<B>],
     /// Its activation.
     pub activation: StemActivation,
     /// Per frame and channel, the factor applied to the stem's output before the
@@ -291,11 +296,14 @@ impl<B: Backend> StemReading<'_, B> {
 
     fn read(self, patch: Option<usize>) -> (Tensor<B, 2>, Option<Tensor<B, 3>>) {
         let device = self.pixels.device();
-        if self.path.on_host::<B>(&device) {
+        if self.mixing.is_empty() && self.path.on_host::<B>(&device) {
             return self.read_on_host(patch);
         }
         let inputs = StemInputs::of_stem(self.stem).tensor(self.pixels, self.size);
-        let stem = self.activation.apply(linear_rows(self.stem, inputs));
+        let first = self.activation.apply(linear_rows(self.stem, inputs));
+        let stem = self.mixing.iter().fold(first, |features, layer| {
+            features.clone() + self.activation.apply(linear_rows(layer, features))
+        });
         let keypoints = spatial_softmax(stem.clone() * self.scale, self.size, &device);
         (
             keypoints,
@@ -473,6 +481,7 @@ mod tests {
         let (keypoints, means) = StemReading {
             pixels,
             stem: &stem,
+            mixing: &[],
             activation,
             scale: scale.clone(),
             size,
@@ -566,6 +575,7 @@ mod tests {
         let keypoints = StemReading {
             pixels: Tensor::from_data(TensorData::new(frame, [1, size * size, 3]), &device),
             stem: &stem,
+            mixing: &[],
             activation: StemActivation::Relu,
             scale: Tensor::full([1, 1, 1], 20.0, &device),
             size,

@@ -131,6 +131,11 @@ pub struct TrainArgs {
     /// token [default: 16; with --init, the checkpoint's].
     #[arg(long, value_name = "N")]
     stem_channels: Option<usize>,
+    /// Policy: per-pixel layers of a new VLA's stem, in [1, 4]: the first reads
+    /// --stem-inputs, each further one adds a mix of the channels (a residual 1x1
+    /// convolution) before the keypoints [default: 1; with --init, the checkpoint's].
+    #[arg(long, value_name = "N")]
+    stem_layers: Option<usize>,
     /// Behaviour cloning: move each training frame by a random shift of up to this
     /// many camera pixels in x and y, the edges repeated (random-shift augmentation;
     /// acting reads the frame unshifted), in [0, 32] [default: 0, frames as recorded].
@@ -231,7 +236,7 @@ impl TrainArgs {
     /// error naming the flag and the trainers it applies to.
     fn check_flags_apply(&self) -> anyhow::Result<()> {
         use TrainTarget::{Bc, Finetune, Worldmodel};
-        let given: [(&str, bool, &[TrainTarget]); 21] = [
+        let given: [(&str, bool, &[TrainTarget]); 22] = [
             ("--successful-only", self.successful_only, &[Bc, Finetune]),
             ("--family", self.family.is_some(), &[Worldmodel]),
             ("--horizon", self.horizon.is_some(), &[Worldmodel]),
@@ -245,6 +250,7 @@ impl TrainArgs {
             ("--stem-inputs", self.stem_inputs.is_some(), &[Bc]),
             ("--frame-side", self.frame_side.is_some(), &[Bc]),
             ("--stem-channels", self.stem_channels.is_some(), &[Bc]),
+            ("--stem-layers", self.stem_layers.is_some(), &[Bc]),
             ("--frame-shift", self.frame_shift.is_some(), &[Bc]),
             ("--ema", self.ema, &[Bc]),
             ("--world-model", self.world_model.is_some(), &[Finetune]),
@@ -363,6 +369,7 @@ fn train_bc(
             stem_inputs: args.stem_inputs,
             frame_side: args.frame_side,
             stem_channels: args.stem_channels,
+            stem_layers: args.stem_layers,
         },
         &bc,
         device,
@@ -514,6 +521,7 @@ fn train_new_diffusion(
             args.stem_channels.is_some(),
             READS_NO_CAMERA,
         ),
+        ("--stem-layers", args.stem_layers.is_some(), READS_NO_CAMERA),
         ("--frame-shift", args.frame_shift.is_some(), READS_NO_CAMERA),
     ];
     if let Some((flag, _, why)) = refused.iter().find(|(_, given, _)| *given) {
@@ -555,6 +563,7 @@ fn train_lerobot_bc(
         ("--stem-inputs", args.stem_inputs.is_some()),
         ("--frame-side", args.frame_side.is_some()),
         ("--stem-channels", args.stem_channels.is_some()),
+        ("--stem-layers", args.stem_layers.is_some()),
     ];
     if let Some((flag, _)) = shaping.iter().find(|(_, given)| *given) {
         anyhow::bail!(

@@ -85,6 +85,7 @@ impl<B: Backend> ObservationEncoder<B> {
         let keypoints = StemReading {
             pixels,
             stem: &self.stem,
+            mixing: &[],
             activation: StemActivation::Gelu,
             scale: gain * self.sharpness.val().reshape([1, 1, channels]),
             size,

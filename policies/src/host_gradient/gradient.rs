@@ -44,6 +44,7 @@ pub(super) struct LayerGradient {
 #[derive(Debug, Clone)]
 pub(crate) struct PolicyGradient {
     pub(super) stem: LinearGradient,
+    pub(super) stem_mixing: Vec<LinearGradient>,
     pub(super) film: LinearGradient,
     pub(super) keypoint_sharpness: Vec<f32>,
     pub(super) keypoint_embed: LinearGradient,
@@ -66,6 +67,7 @@ impl PolicyGradient {
     pub(super) fn zeros(host: &HostPolicy) -> Self {
         Self {
             stem: LinearGradient::like(&host.stem),
+            stem_mixing: host.stem_mixing.iter().map(LinearGradient::like).collect(),
             film: LinearGradient::like(&host.film),
             keypoint_sharpness: vec![0.0; host.keypoint_sharpness.len()],
             keypoint_embed: LinearGradient::like(&host.keypoint_embed),
@@ -114,7 +116,7 @@ impl PolicyGradient {
             &mut self.head_hidden,
             &mut self.head_out,
         ];
-        for linear in linears {
+        for linear in linears.into_iter().chain(&mut self.stem_mixing) {
             buffers.extend([&mut linear.weight, &mut linear.bias]);
         }
         buffers.extend([&mut self.readout_norm.gamma, &mut self.readout_norm.beta]);
@@ -168,6 +170,9 @@ pub(crate) fn surrogate<B: Backend>(
 ) -> Tensor<B, 1> {
     let mut terms = Terms::new();
     terms.linear(&policy.stem, &gradient.stem);
+    for (layer, g) in policy.stem_mixing.iter().zip(&gradient.stem_mixing) {
+        terms.linear(layer, g);
+    }
     terms.linear(&policy.keypoint_embed, &gradient.keypoint_embed);
     terms.param(&policy.keypoint_sharpness, &gradient.keypoint_sharpness);
     terms.linear(&policy.film, &gradient.film);

@@ -6,6 +6,7 @@ use std::path::Path;
 use burn::Dispatch;
 use burn::module::AutodiffModule;
 use burn::prelude::Backend;
+use imago_policies::model::STEM_LAYERS;
 use imago_policies::{ActionHeadKind, Architecture, MAX_CHUNK_LEN, PolicyConfig, StemInputs};
 use serde::{Deserialize, Serialize};
 
@@ -70,6 +71,10 @@ pub struct PolicyShape {
     /// its keypoints, and the features of each patch token. Range: [`STEM_CHANNELS`];
     /// with `init`, the checkpoint's, which this must equal when given.
     pub stem_channels: Option<usize>,
+    /// Per-pixel layers of a new VLA's stem ([`PolicyConfig::with_stem_layers`]).
+    /// Range: [`STEM_LAYERS`]; with `init`, the checkpoint's, which this must equal
+    /// when given.
+    pub stem_layers: Option<usize>,
 }
 
 /// The widths `--width` accepts.
@@ -113,6 +118,14 @@ impl PolicyShape {
                 "--stem-channels {channels}: must be in [{}, {}]",
                 STEM_CHANNELS.start(),
                 STEM_CHANNELS.end()
+            );
+        }
+        if let Some(layers) = self.stem_layers {
+            anyhow::ensure!(
+                STEM_LAYERS.contains(&layers),
+                "--stem-layers {layers}: must be in [{}, {}] (per-pixel layers before the keypoints)",
+                STEM_LAYERS.start(),
+                STEM_LAYERS.end()
             );
         }
         Ok(())
@@ -165,6 +178,10 @@ impl PolicyShape {
         if let Some(channels) = self.stem_channels {
             self.ensure_camera_read(&expected, "--stem-channels", channels)?;
             expected = expected.with_stem_channels(channels);
+        }
+        if let Some(layers) = self.stem_layers {
+            self.ensure_camera_read(&expected, "--stem-layers", layers)?;
+            expected = expected.with_stem_layers(layers);
         }
         if let Some(side) = self.frame_side {
             self.ensure_camera_read(&expected, "--frame-side", side)?;
@@ -262,6 +279,18 @@ impl PolicyShape {
                     .stem_channels()
                     .map_or("no pixel stem".to_string(), |c| {
                         format!("{c} stem channels")
+                    }),
+            ),
+            (
+                "--stem-layers",
+                self.stem_layers.map(|l| l.to_string()),
+                stored
+                    .stem_layers()
+                    .map_or("none".to_string(), |l| l.to_string()),
+                stored
+                    .stem_layers()
+                    .map_or("no pixel stem".to_string(), |l| {
+                        format!("a stem of {l} per-pixel layers")
                     }),
             ),
             (

@@ -77,6 +77,21 @@ fn round_trip_keeps_weights_config_and_meta() {
 }
 
 #[test]
+fn a_deeper_stems_layers_round_trip() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("ckpt");
+    let deep = config().with_stem_layers(3);
+    let (before, device) = saved_with(&dir, &deep);
+    let (loaded, loaded_config, _) = load_policy::<Dispatch>(&dir, Some(&deep), &device).unwrap();
+    assert_eq!(loaded_config.stem_layers(), Some(3));
+    let after = outputs(&loaded, &deep, &device).unwrap();
+    assert_eq!(
+        before, after,
+        "the mixing layers' weights are the saved ones"
+    );
+}
+
+#[test]
 fn checkpoints_written_before_pooling_action_origins_and_relu_still_load() {
     let root = tempfile::tempdir().unwrap();
     let dir = root.path().join("ckpt");
