@@ -42,16 +42,6 @@ impl HostLinear {
         self.outputs
     }
 
-    /// `W`, `[inputs, outputs]` row-major.
-    pub(crate) fn weight(&self) -> &[f32] {
-        &self.weight
-    }
-
-    /// `b`, `[outputs]`.
-    pub(crate) fn bias(&self) -> &[f32] {
-        &self.bias
-    }
-
     /// Writes `x W + b` of the first `rows` rows of `x` into `y`.
     ///
     /// # Panics

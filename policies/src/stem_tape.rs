@@ -4,11 +4,13 @@
 //! softmax's scale.
 //!
 //! Why: a stem of one layer has few parameters per channel, so
-//! [`crate::stem_host`] hands its exact Jacobians to whoever trains it. A layer that
+//! [`crate::stem_host`] can hand its exact Jacobians to burn's autodiff. A layer that
 //! mixes the channels makes every channel depend on every first-layer weight, and
 //! those Jacobians would be `pixels x channels^2` products a frame; the
 //! vector-Jacobian product here costs two matrix products a layer, as its forward
-//! does. The policy's host training step runs it for stems of more than one layer.
+//! does. The policy's host training step runs every stem through it: even for one
+//! layer its `gemm` products beat accumulating the Jacobians' per-pixel sums (a
+//! cloning step 10% faster at 16 channels, 27% at 64; docs/performance.md).
 
 use std::iter::once;
 

@@ -23,12 +23,10 @@ use rayon::prelude::*;
 use crate::activation::gelu_with_slope_to;
 use crate::head::GaussianHead;
 use crate::host::{HostPolicy, token_kind};
-use crate::host_linear::LinearGradient;
 use crate::input::{BatchRow, PolicyInput};
 use crate::model::VlaPolicy;
 use crate::readback::values;
-use crate::stem_host::{HostReadings, HostStem, Jacobians};
-use crate::stem_tape::{StemLayers, StemTape};
+use crate::stem_tape::StemLayers;
 
 use gradient::{PolicyGradient, surrogate};
 use layers::LayerTape;
@@ -102,9 +100,9 @@ impl HostPolicy {
             .map(|(g, s)| g * s)
             .collect();
 
-        // The stem's readings, with what its backward pass needs.
-        let stem = self.stem_pass(input.images, &scale);
-        let (keypoints, means) = stem.readings();
+        // The stem's readings, its activations kept for the backward pass.
+        let stem = self.stem_layers().forward_kept(input.images, &scale);
+        let (keypoints, means) = (&stem.keypoints, &stem.patch_means);
         let mut pooled = vec![0.0; patches * channels];
         for n in 0..patches {
             for c in 0..channels {
@@ -239,19 +237,14 @@ impl HostPolicy {
                 d_means[n * channels + c] = d_p * gain[c];
             }
         }
-        let d_scale = match &stem {
-            StemPass::Jacobians {
-                jacobians, shared, ..
-            } => jacobian_backward(jacobians, *shared, &d_keypoints, &d_means, &mut g.stem),
-            StemPass::Tape(tape) => self.stem_layers().backward(
-                tape,
-                &scale,
-                &d_keypoints,
-                &d_means,
-                &mut g.stem,
-                &mut g.stem_mixing,
-            ),
-        };
+        let d_scale = self.stem_layers().backward(
+            &stem,
+            &scale,
+            &d_keypoints,
+            &d_means,
+            &mut g.stem,
+            &mut g.stem_mixing,
+        );
         for c in 0..channels {
             d_gain[c] += d_scale[c] * self.keypoint_sharpness[c];
             g.keypoint_sharpness[c] += d_scale[c] * gain[c];
@@ -290,97 +283,6 @@ impl HostPolicy {
             patch: self.patch_size,
         }
     }
-
-    /// `frame` through the stem, its softmax's input scaled by `scale` `[C]`: a stem
-    /// of one layer with its Jacobians ([`HostStem`]), a deeper one with its kept
-    /// activations ([`StemLayers`]).
-    fn stem_pass(&self, frame: &[f32], scale: &[f32]) -> StemPass {
-        if !self.stem_mixing.is_empty() {
-            return StemPass::Tape(self.stem_layers().forward_kept(frame, scale));
-        }
-        let stem = HostStem {
-            weight: self.stem.weight(),
-            bias: self.stem.bias(),
-            activation: self.stem_activation,
-            size: self.image_size,
-            patch: Some(self.patch_size),
-        };
-        let mut readings = stem.read(frame, scale, true);
-        let jacobians = readings
-            .jacobians
-            .take()
-            .expect("the stem's Jacobians are read when asked for");
-        StemPass::Jacobians {
-            readings,
-            jacobians,
-            shared: stem.shared(),
-        }
-    }
-}
-
-/// One frame through the policy's stem, with what its backward pass needs.
-enum StemPass {
-    /// A stem of one layer: its readings and their Jacobians with respect to its
-    /// `shared` parameters per channel.
-    Jacobians {
-        readings: HostReadings,
-        jacobians: Jacobians,
-        shared: usize,
-    },
-    /// A deeper stem: its readings and kept activations.
-    Tape(StemTape),
-}
-
-impl StemPass {
-    /// The keypoints `[2, C]` and the patch means `[N, C]`.
-    fn readings(&self) -> (&[f32], &[f32]) {
-        match self {
-            Self::Jacobians { readings, .. } => (&readings.keypoints, &readings.patch_means),
-            Self::Tape(tape) => (&tape.keypoints, &tape.patch_means),
-        }
-    }
-}
-
-/// The backward pass of a one-layer stem through its Jacobians: adds the gradient of
-/// its weight and bias to `stem` for the gradients `d_keypoints` `[2, C]` and
-/// `d_means` `[N, C]`, and returns the softmax scale's `[C]`.
-fn jacobian_backward(
-    jacobians: &Jacobians,
-    shared: usize,
-    d_keypoints: &[f32],
-    d_means: &[f32],
-    stem: &mut LinearGradient,
-) -> Vec<f32> {
-    let channels = stem.bias.len();
-    let patches = d_means.len() / channels;
-    let mut d_shared = vec![0.0; shared * channels];
-    for n in 0..patches {
-        for c in 0..channels {
-            let d_mean = d_means[n * channels + c];
-            for i in 0..shared {
-                d_shared[i * channels + c] +=
-                    d_mean * jacobians.patch_means_shared[(n * shared + i) * channels + c];
-            }
-        }
-    }
-    let mut d_scale = vec![0.0; channels];
-    for axis in 0..2 {
-        for c in 0..channels {
-            let d_k = d_keypoints[axis * channels + c];
-            for i in 0..shared {
-                d_shared[i * channels + c] +=
-                    d_k * jacobians.keypoints_shared[(axis * shared + i) * channels + c];
-            }
-            d_scale[c] += d_k * jacobians.keypoints_scale[axis * channels + c];
-        }
-    }
-    let (d_weight, d_bias) = d_shared.split_at((shared - 1) * channels);
-    stem.weight
-        .iter_mut()
-        .zip(d_weight)
-        .for_each(|(g, d)| *g += d);
-    stem.bias.iter_mut().zip(d_bias).for_each(|(g, d)| *g += d);
-    d_scale
 }
 
 /// The Gaussian imitation loss of `policy` (whose head is `head`) on `input`, the
