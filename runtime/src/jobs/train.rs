@@ -290,7 +290,10 @@ impl PolicyShape {
                 stored
                     .stem_layers()
                     .map_or("no pixel stem".to_string(), |l| {
-                        format!("a stem of {l} per-pixel layers")
+                        format!(
+                            "a stem of {l} per-pixel layer{}",
+                            if l == 1 { "" } else { "s" }
+                        )
                     }),
             ),
             (
