@@ -370,8 +370,8 @@ impl PolicyConfig {
     /// architecture's config when it was first trained): the head, its flow width
     /// and steps, the chunk length, the width, the linear policy's state statistics and
     /// the VLA's layers, feed-forward width, stem activation, inputs, channels and
-    /// layers, camera and the
-    /// side it reads the camera at (when both read a camera of the same side).
+    /// layers, camera and the side it reads the camera at (when both read a camera of
+    /// the same side).
     /// What is left must equal `stored` for training to continue from it. Of another
     /// architecture, `self` is returned unchanged (and differs from `stored`).
     pub fn keeping_choices_of(self, stored: &Self) -> Self {

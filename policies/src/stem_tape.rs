@@ -16,6 +16,7 @@ use std::iter::once;
 
 use crate::activation::StemActivation;
 use crate::host_linear::{HostLinear, LinearGradient};
+use crate::host_math::exp_nonpositive;
 use crate::vision::{StemInputs, pixel_position};
 
 /// A stem's layers on the host: `first` reads what its [`StemInputs`] read at each
@@ -103,7 +104,7 @@ impl StemLayers<'_> {
             .zip(last.chunks_exact(channels))
         {
             for c in 0..channels {
-                w_row[c] = (h_row[c] * scale[c] - max[c]).exp();
+                w_row[c] = exp_nonpositive(h_row[c] * scale[c] - max[c]);
                 total[c] += w_row[c];
             }
         }

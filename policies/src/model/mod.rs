@@ -174,8 +174,8 @@ impl VlaPolicyConfig {
     /// first written, with the value that means what such a checkpoint did: `frame_pool`
     /// 1 (frames read as they are), `action_origin` null (absolute actions),
     /// `stem_activation` `gelu` (the stem's activation before ReLU), `stem_inputs`
-    /// `colour`, `stem_layers` 1 and `reads_camera` true. Keys it has are left alone, and anything that
-    /// is not a JSON object is left to fail to parse.
+    /// `colour`, `stem_layers` 1 and `reads_camera` true. Keys it has are left alone,
+    /// and anything that is not a JSON object is left to fail to parse.
     pub fn fill_later_keys(stored: &mut serde_json::Value) {
         if let Some(fields) = stored.as_object_mut() {
             fields.entry("frame_pool").or_insert(1.into());
@@ -291,7 +291,7 @@ impl VlaPolicyConfig {
         let layer = 4 * linear(d, d) + linear(d, ff) + linear(ff, d) + 4 * d;
         let head = self.head_shape().parameter_count();
         linear(self.stem_inputs.count(), c)
-            + (self.stem_layers.saturating_sub(1)) * linear(c, c)
+            + self.stem_layers.saturating_sub(1) * linear(c, c)
             + linear(2 * c, d)
             + c
             + linear(d, 2 * c)
@@ -329,7 +329,7 @@ impl VlaPolicyConfig {
             expected: format!("(image_size / patch_size)^2 {}", e.expected),
             ..e
         })?;
-        in_range("stem_channels", self.stem_channels, 1..=256)?;
+        in_range("stem_channels", self.stem_channels, STEM_CHANNELS)?;
         in_range("stem_layers", self.stem_layers, STEM_LAYERS)?;
         in_range("max_words", self.max_words, 1..=64)?;
         in_range("vocab_size", self.vocab_size, VOCABULARY.len()..=100_000)?;
@@ -411,6 +411,8 @@ impl VlaPolicyConfig {
 }
 
 pub use imago_robots::{MAX_VECTOR, validate_action_limit};
+/// The channel counts a stem can have ([`VlaPolicyConfig::stem_channels`]).
+pub const STEM_CHANNELS: std::ops::RangeInclusive<usize> = 1..=256;
 /// The per-pixel layer counts a stem can have ([`VlaPolicyConfig::stem_layers`]).
 pub const STEM_LAYERS: std::ops::RangeInclusive<usize> = 1..=4;
 /// Largest number of image patches (tokens) per frame: attention costs the square.

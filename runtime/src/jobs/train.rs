@@ -6,7 +6,7 @@ use std::path::Path;
 use burn::Dispatch;
 use burn::module::AutodiffModule;
 use burn::prelude::Backend;
-use imago_policies::model::STEM_LAYERS;
+use imago_policies::model::{STEM_CHANNELS, STEM_LAYERS};
 use imago_policies::{ActionHeadKind, Architecture, MAX_CHUNK_LEN, PolicyConfig, StemInputs};
 use serde::{Deserialize, Serialize};
 
@@ -82,9 +82,6 @@ pub const WIDTHS: std::ops::RangeInclusive<usize> = 8..=1024;
 
 /// The layer counts `--layers` accepts.
 pub const LAYERS: std::ops::RangeInclusive<usize> = 1..=12;
-
-/// The stem channel counts `--stem-channels` accepts.
-pub const STEM_CHANNELS: std::ops::RangeInclusive<usize> = 1..=256;
 
 impl PolicyShape {
     /// Checks each given value against its range, before anything is read: the error
