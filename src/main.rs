@@ -12,7 +12,7 @@ use imago_runtime::device::DeviceSpec;
 
 use commands::{
     accelerate, bench, collect, daemon, dataset, demo, devices, eval, gate, inspect, learner,
-    replay, robot_serve, train, wm_eval,
+    replay, retarget, robot_serve, train, wm_eval,
 };
 
 #[derive(Debug, Parser)]
@@ -63,6 +63,10 @@ enum Command {
     /// Evaluate a policy checkpoint in closed loop, alone or paired with another on the
     /// same seeds.
     Eval(eval::EvalArgs),
+    /// Rewrite a policy checkpoint for a robot whose proprioception has, by name, every
+    /// entry the policy reads (pusht's pose-setting clone that learned to see the block
+    /// for the vision setting; docs/policy.md, "Keypoint targets").
+    Retarget(retarget::RetargetArgs),
     /// Serve a built-in simulated robot over the bridge (zenoh), for a daemon with
     /// `robot = "remote"` in another process or on another machine (docs/bridge.md).
     RobotServe(robot_serve::RobotServeArgs),
@@ -103,6 +107,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::WmEval(args) => wm_eval::run(args, device),
         Command::Replay { command } => replay::run(command),
         Command::Eval(args) => eval::run(args, device),
+        Command::Retarget(args) => retarget::run(args, device),
         Command::RobotServe(args) => robot_serve::run(args),
         Command::Learner(args) => learner::run(args, device),
         Command::Gate(args) => gate::run(args, device),

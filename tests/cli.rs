@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{assert_one_line_error, imago, stderr};
+use common::{assert_one_line_error, imago, imago_ok, stderr};
 
 #[test]
 fn absent_devices_fail_with_one_clear_line() {
@@ -302,6 +302,12 @@ fn collect_train_eval_round_trip_and_bad_inputs() {
             "24",
             "--stem-layers",
             "2",
+            "--read-state",
+            "cos_q1,sin_q1,cos_q2,sin_q2",
+            "--keypoint-targets",
+            "ee_x,ee_y",
+            "--keypoint-target-weight",
+            "2",
         ],
     ));
     assert!(output.status.success(), "{}", stderr(&output));
@@ -320,6 +326,15 @@ fn collect_train_eval_round_trip_and_bad_inputs() {
     );
     assert_eq!(coord_meta["config"]["stem_channels"], 24);
     assert_eq!(coord_meta["config"]["stem_layers"], 2);
+    assert_eq!(
+        coord_meta["config"]["proprio_inputs"],
+        serde_json::json!([0, 1, 2, 3])
+    );
+    assert_eq!(
+        coord_meta["config"]["keypoint_targets"],
+        serde_json::json!([6, 7])
+    );
+    assert_eq!(coord_meta["config"]["keypoint_target_weight"], 2.0);
     let coord_continued = path(&dir.path().join("coord-continued"));
     let output = run(bc_args(&coord_continued, &["--init", &path(&coord)]));
     assert!(output.status.success(), "{}", stderr(&output));
@@ -342,6 +357,16 @@ fn collect_train_eval_round_trip_and_bad_inputs() {
         &path(&coord),
         &["--stem-layers", "1"],
         "a stem of 2 per-pixel layers",
+    );
+    continue_from(
+        &path(&coord),
+        &["--keypoint-targets", "ee_x"],
+        "keypoint targets ee_x,ee_y",
+    );
+    continue_from(
+        &path(&coord),
+        &["--read-state", "cos_q1,sin_q1"],
+        "the proprioception entries cos_q1,sin_q1,cos_q2,sin_q2 read",
     );
     let fresh = path(&dir.path().join("fresh"));
     for (flags, must_mention) in [
@@ -418,6 +443,58 @@ fn collect_train_eval_round_trip_and_bad_inputs() {
         (
             &["--what", "finetune", "--stem-layers", "2"][..],
             "--stem-layers applies to --what bc, not --what finetune",
+        ),
+        (
+            &["--read-state", "cos_q1,ee_z"][..],
+            "--read-state cos_q1,ee_z: the robot's proprioception has no entry `ee_z` (it has cos_q1, sin_q1",
+        ),
+        (
+            &["--keypoint-targets", "ee_x"][..],
+            "--keypoint-targets ee_x: the policy reads `ee_x`, so it would not learn to see it",
+        ),
+        (
+            &["--keypoint-target-weight", "2"][..],
+            "--keypoint-target-weight 2: weighs --keypoint-targets, which is not given",
+        ),
+        (
+            &[
+                "--read-state",
+                "cos_q1",
+                "--keypoint-targets",
+                "ee_x",
+                "--keypoint-target-weight",
+                "2000",
+            ][..],
+            "--keypoint-target-weight 2000: must be in [0, 1000]",
+        ),
+        (
+            &[
+                "--read-state",
+                "cos_q1",
+                "--keypoint-targets",
+                "ee_x",
+                "--no-camera",
+            ][..],
+            "--keypoint-targets ee_x with --no-camera",
+        ),
+        (
+            &[
+                "--policy",
+                "linear",
+                "--read-state",
+                "cos_q1",
+                "--keypoint-targets",
+                "ee_x",
+            ][..],
+            "the linear policy has no keypoints",
+        ),
+        (
+            &["--policy", "diffusion", "--keypoint-targets", "ee_x"][..],
+            "--keypoint-targets does not apply to --policy diffusion",
+        ),
+        (
+            &["--what", "finetune", "--read-state", "cos_q1"][..],
+            "--read-state applies to --what bc, not --what finetune",
         ),
         (
             &["--frame-shift", "33"][..],
@@ -1619,11 +1696,7 @@ fn the_robot_spec_travels_with_replays_and_checkpoints() {
     let path = |name: &str| dir.path().join(name).to_str().unwrap().to_string();
     let (replay, ckpt, small) = (path("replay"), path("ckpt"), path("small.toml"));
     std::fs::write(&small, "image_size = 32\nmax_steps = 8\n").unwrap();
-    let run = |args: &[&str]| {
-        let output = imago(args);
-        assert!(output.status.success(), "{args:?}: {}", stderr(&output));
-        String::from_utf8_lossy(&output.stdout).into_owned()
-    };
+    let run = imago_ok;
     // The robot is named once, when data is made; offline commands read it back.
     run(&[
         "collect",
@@ -1809,6 +1882,109 @@ fn the_robot_spec_travels_with_replays_and_checkpoints() {
     );
 }
 
+/// A clone of pusht's pose setting that reads the pusher alone and learns to find the
+/// block in the frame (`--keypoint-targets`) is retargeted to the vision setting and
+/// acts there; a clone that reads the block cannot be, nor one already for it.
+fn retarget_a_clone_that_learned_to_see_the_block(
+    dir: &std::path::Path,
+    replay: &str,
+    pose_clone: &str,
+) {
+    let path = |name: &str| dir.join(name).to_str().unwrap().to_string();
+    let (seeing, retargeted, vision) = (path("seeing"), path("seeing-vision"), path("vision.toml"));
+    std::fs::write(
+        &vision,
+        "image_size = 32\nmax_steps = 30\nobservation = \"vision\"\n",
+    )
+    .unwrap();
+    let run = imago_ok;
+    run(&[
+        "--device",
+        "cpu",
+        "train",
+        "--replay",
+        replay,
+        "--out",
+        &seeing,
+        "--steps",
+        "2",
+        "--batch-size",
+        "4",
+        "--read-state",
+        "agent_x,agent_y",
+        "--keypoint-targets",
+        "block_x,block_y,block_cos,block_sin",
+    ]);
+    let retarget = |ckpt: &str, settings: &str, out: &str| -> Vec<String> {
+        [
+            "--device",
+            "cpu",
+            "retarget",
+            "--ckpt",
+            ckpt,
+            "--robot",
+            "pusht",
+            "--robot-config",
+            settings,
+            "--out",
+            out,
+        ]
+        .map(String::from)
+        .to_vec()
+    };
+    let args = retarget(&seeing, &vision, &retargeted);
+    let said = run(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    assert!(
+        said.contains("reads agent_x, agent_y (its keypoint readout left out"),
+        "{said}"
+    );
+    let meta: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("seeing-vision/meta.json")).unwrap())
+            .unwrap();
+    assert_eq!(
+        meta["spec"]["proprio_names"],
+        serde_json::json!(["agent_x", "agent_y"])
+    );
+    assert_eq!(meta["config"]["proprio_dim"], 2);
+    assert_eq!(meta["config"]["keypoint_targets"], serde_json::json!([]));
+    assert_eq!(meta["parent"], seeing.as_str());
+    let table = run(&[
+        "--device",
+        "cpu",
+        "eval",
+        "--ckpt",
+        &retargeted,
+        "--episodes",
+        "2",
+        "--robot",
+        "pusht",
+        "--robot-config",
+        &vision,
+    ]);
+    assert!(table.contains("max coverage"), "{table}");
+    let settings = path("pusht.toml");
+    for (args, must_mention) in [
+        (
+            retarget(pose_clone, &vision, &path("refused")),
+            "cannot act on pusht (camera 32x32, proprioception 2, action 2): the policy reads `block_x`, which is not among agent_x, agent_y",
+        ),
+        (
+            retarget(&seeing, &settings, &path("refused")),
+            "is already a policy for pusht",
+        ),
+        (retarget(&retargeted, &settings, &seeing), "--out"),
+    ] {
+        assert_one_line_error(
+            &args.iter().map(String::as_str).collect::<Vec<_>>(),
+            must_mention,
+        );
+    }
+    assert!(
+        !dir.join("refused").exists(),
+        "a refused retargeting writes nothing"
+    );
+}
+
 #[test]
 fn pusht_collects_trains_and_evaluates_with_coverage() {
     let dir = tempfile::tempdir().unwrap();
@@ -1820,11 +1996,7 @@ fn pusht_collects_trains_and_evaluates_with_coverage() {
         path("r.json"),
     );
     std::fs::write(&settings, "image_size = 32\nmax_steps = 30\n").unwrap();
-    let run = |args: &[&str]| {
-        let output = imago(args);
-        assert!(output.status.success(), "{args:?}: {}", stderr(&output));
-        String::from_utf8_lossy(&output.stdout).into_owned()
-    };
+    let run = imago_ok;
     let robot = ["--robot", "pusht", "--robot-config", &settings];
     let collect: Vec<&str> = ["collect", "--episodes", "4", "--out", &replay]
         .into_iter()
@@ -1870,6 +2042,7 @@ fn pusht_collects_trains_and_evaluates_with_coverage() {
     let meta: serde_json::Value =
         serde_json::from_slice(&std::fs::read(dir.path().join("ckpt/meta.json")).unwrap()).unwrap();
     assert_eq!(meta["config"]["action_origin"], serde_json::json!([0, 1]));
+    retarget_a_clone_that_learned_to_see_the_block(dir.path(), &replay, &ckpt);
     let table = run(&eval);
     assert!(table.contains("max coverage"), "{table}");
     let row: serde_json::Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();

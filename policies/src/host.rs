@@ -201,6 +201,9 @@ pub struct HostPolicy {
     pub(crate) chunk_len: usize,
     pub(crate) action_dim: usize,
     pub(crate) d: usize,
+    /// The keypoints' readout to the keypoint targets, for training; `None` without.
+    pub(crate) keypoint_readout: Option<HostLinear>,
+    pub(crate) keypoint_target_weight: f32,
 }
 
 impl HostPolicy {
@@ -261,6 +264,8 @@ impl HostPolicy {
             chunk_len: policy.chunk_len,
             action_dim: policy.action_dim,
             d,
+            keypoint_readout: policy.keypoint_readout.as_ref().map(HostLinear::of),
+            keypoint_target_weight: policy.keypoint_target_weight,
         })
     }
 

@@ -83,6 +83,9 @@ pub struct PolicyInput<B: Backend> {
     /// zeros for absolute actions. A policy's chunks are this plus what its head
     /// predicts.
     pub action_origin: Tensor<B, 2>,
+    /// The spec's target entries, `[batch, targets]`: what a training step fits
+    /// besides the actions; `None` when the spec names none.
+    pub targets: Option<Tensor<B, 2>>,
 }
 
 impl<B: Backend> PolicyInput<B> {
@@ -97,6 +100,7 @@ impl<B: Backend> PolicyInput<B> {
             }),
             proprio: cast_to(self.proprio, dtype),
             action_origin: cast_to(self.action_origin, dtype),
+            targets: self.targets,
         }
     }
 
@@ -130,6 +134,8 @@ pub(crate) struct BatchRow<'a> {
     pub proprio: &'a [f32],
     /// `[A]`.
     pub action_origin: &'a [f32],
+    /// `[targets]`; empty without targets.
+    pub targets: &'a [f32],
 }
 
 impl BatchRow<'_> {
@@ -156,6 +162,7 @@ pub struct PolicyBatch {
     word_pad: Vec<bool>,
     proprio: Vec<f32>,
     action_origin: Vec<f32>,
+    targets: Vec<f32>,
     len: usize,
 }
 
@@ -171,6 +178,7 @@ impl PolicyBatch {
             word_pad: Vec::new(),
             proprio: Vec::new(),
             action_origin: Vec::new(),
+            targets: Vec::new(),
             len: 0,
         }
     }
@@ -198,6 +206,7 @@ impl PolicyBatch {
         self.word_pad.clear();
         self.proprio.clear();
         self.action_origin.clear();
+        self.targets.clear();
         self.len = 0;
     }
 
@@ -250,6 +259,8 @@ impl PolicyBatch {
         }
         self.proprio
             .extend(self.spec.state.iter().map(|&i| observation.proprio[i]));
+        self.targets
+            .extend(self.spec.targets.iter().map(|&i| observation.proprio[i]));
         match &self.spec.action_origin {
             Some(origin) => self.action_origin.extend(
                 origin
@@ -286,6 +297,7 @@ impl PolicyBatch {
             word_pad: &self.word_pad[slice(words)],
             proprio: &self.proprio[slice(self.spec.state.len())],
             action_origin: &self.action_origin[slice(self.spec.action_dim())],
+            targets: &self.targets[slice(self.spec.targets.len())],
         }
     }
 
@@ -319,6 +331,12 @@ impl PolicyBatch {
                 TensorData::new(self.action_origin.clone(), [n, self.spec.action_dim()]),
                 device,
             ),
+            targets: (!self.spec.targets.is_empty()).then(|| {
+                Tensor::from_data(
+                    TensorData::new(self.targets.clone(), [n, self.spec.targets.len()]),
+                    device,
+                )
+            }),
         }
     }
 }
@@ -407,6 +425,48 @@ mod tests {
             Err(PolicyInputError::ImageSize { want: 16, .. })
         ));
         assert_eq!(batch.len(), 1);
+    }
+
+    #[test]
+    fn a_batch_carries_its_specs_targets_in_their_order() {
+        let config = crate::VlaPolicyConfig::new(3, vec![0], vec![1.0; 2])
+            .with_image_size(8)
+            .with_keypoint_targets(vec![2, 1]);
+        let mut batch = PolicyBatch::new(&config.input_spec());
+        for k in 0..2 {
+            let k = k as f32;
+            batch
+                .push(&Observation {
+                    image: Some(Image::filled(8, 8, [255, 0, 0])),
+                    proprio: vec![k, 10.0 + k, 20.0 + k],
+                    instruction: "reach the red target".into(),
+                })
+                .unwrap();
+        }
+        assert_eq!(batch.row(1).targets, &[21.0, 11.0]);
+        assert_eq!(batch.row(1).proprio, &[1.0]);
+        let input = batch.to_input::<burn::backend::Flex>(&Default::default());
+        let targets = input.targets.expect("a spec with targets");
+        assert_eq!(targets.dims(), [2, 2]);
+        assert_eq!(
+            targets.into_data().to_vec::<f32>().unwrap(),
+            vec![20.0, 10.0, 21.0, 11.0]
+        );
+        // Without targets a batch carries none.
+        let spec = crate::VlaPolicyConfig::new(3, vec![0], vec![1.0; 2])
+            .with_image_size(8)
+            .input_spec();
+        let mut plain = PolicyBatch::new(&spec);
+        plain
+            .push(&Observation {
+                image: Some(Image::filled(8, 8, [255, 0, 0])),
+                proprio: vec![0.0; 3],
+                instruction: "reach the red target".into(),
+            })
+            .unwrap();
+        assert!(plain.row(0).targets.is_empty());
+        let input = plain.to_input::<burn::backend::Flex>(&Default::default());
+        assert!(input.targets.is_none());
     }
 
     #[test]

@@ -49,6 +49,10 @@ pub struct InputSpec {
     pub instruction_words: Option<usize>,
     /// Observations read per decision, the current one last.
     pub history: usize,
+    /// Proprioception entries a training batch carries as targets without the model
+    /// reading them (a policy's keypoint targets); empty when acting needs none.
+    #[serde(default)]
+    pub targets: Vec<usize>,
     /// Per action dimension, the magnitude that maps to 1 (actions are predicted in
     /// units of it).
     pub action_limit: Vec<f32>,
@@ -74,6 +78,7 @@ impl InputSpec {
         in_range("proprio_dim", self.proprio_dim, 1..=MAX_VECTOR)?;
         length_in_range("state", &self.state, 0..=self.proprio_dim)?;
         entries_of_proprio("state", &self.state, self.proprio_dim)?;
+        entries_of_proprio("targets", &self.targets, self.proprio_dim)?;
         imago_robots::validate_action_limit(&self.action_limit)?;
         if let Some(origin) = &self.action_origin {
             action_origin_fits(origin, self.action_dim(), self.proprio_dim)?;

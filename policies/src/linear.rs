@@ -87,6 +87,7 @@ impl LinearPolicyConfig {
             cameras: Vec::new(),
             instruction_words: None,
             history: 1,
+            targets: Vec::new(),
             action_limit: self.action_limit.clone(),
             action_origin: self.action_origin.clone(),
         }

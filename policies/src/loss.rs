@@ -78,7 +78,8 @@ impl<B: Backend> Copy for BehaviourAnchor<'_, B> {}
 /// noise per transition. With `anchor` (flow heads only; ignored for a Gaussian head),
 /// AdvantageFlow's regulariser `weight * |v - v_behaviour|^2` at the same points is
 /// added: it convexifies the advantage-weighted objective and bounds how far an update
-/// moves from the policy that collected the data.
+/// moves from the policy that collected the data. A VLA with keypoint targets adds
+/// their loss where the batch carries them ([`crate::VlaPolicy::summary_and_target_loss`]).
 ///
 /// A Gaussian head's loss is computed on the host, value and gradient, where its
 /// compute path says so (burn's CPU backends, by default) and the device records
@@ -112,10 +113,11 @@ pub(crate) fn tensor_imitation_loss<B: Backend>(
     anchor: Option<BehaviourAnchor<'_, B>>,
 ) -> Tensor<B, 1> {
     let step_weights = targets.step_weights();
-    match policy.head() {
+    let origin = input.action_origin.clone();
+    let (summary, target_loss) = policy.summary_and_target_loss(input.clone());
+    let fit = match policy.head() {
         ActionHead::Gaussian(head) => {
-            let origin = input.action_origin.clone();
-            let chunk = head.forward(policy.summary(input), origin);
+            let chunk = head.forward(summary, origin);
             gaussian_nll(&chunk, targets.actions.clone(), step_weights)
         }
         ActionHead::Flow(head) => {
@@ -124,10 +126,8 @@ pub(crate) fn tensor_imitation_loss<B: Backend>(
             let noise = Tensor::random([batch, k * a], Distribution::Normal(0.0, 1.0), &device);
             let tau = Tensor::random([batch], Distribution::Uniform(0.0, 1.0), &device);
             // The flow runs in displacements from the action origin.
-            let data = (targets.actions.clone() - input.action_origin.clone().unsqueeze_dim(1))
-                .reshape([batch, k * a]);
+            let data = (targets.actions.clone() - origin.unsqueeze_dim(1)).reshape([batch, k * a]);
             let (x, velocity) = flow_path(noise, data, tau.clone());
-            let summary = policy.summary(input.clone());
             let predicted = head.velocity(summary, x.clone(), tau.clone());
             let per_step = |v: Tensor<B, 2>| -> Tensor<B, 2> {
                 v.powf_scalar(2.0)
@@ -147,6 +147,10 @@ pub(crate) fn tensor_imitation_loss<B: Backend>(
                 _ => fit,
             }
         }
+    };
+    match target_loss {
+        Some(target_loss) => fit + target_loss,
+        None => fit,
     }
 }
 

@@ -321,6 +321,105 @@ impl PolicyConfig {
         }
     }
 
+    /// The proprioception entries the policy reads.
+    pub fn proprio_inputs(&self) -> &[usize] {
+        match self {
+            Self::Vla(c) => &c.proprio_inputs,
+            Self::Linear(c) => &c.proprio_inputs,
+        }
+    }
+
+    /// The same policy reading the proprioception `entries` (indices into the robot's
+    /// proprioception, in the order read).
+    pub fn reading_proprio(self, entries: Vec<usize>) -> Self {
+        match self {
+            Self::Vla(c) => Self::Vla(VlaPolicyConfig {
+                proprio_inputs: entries,
+                ..c
+            }),
+            Self::Linear(c) => Self::Linear(LinearPolicyConfig {
+                proprio_inputs: entries,
+                ..c
+            }),
+        }
+    }
+
+    /// The same policy for a robot whose proprioception is named `to` instead of
+    /// `from` (the names of the robot it was trained for): every entry it reads and
+    /// measures its actions from is found in `to` by name; keypoint targets too where
+    /// `to` has them all, else they are dropped (they are a training signal, and the
+    /// second value says so). The error names the first entry `to` lacks.
+    pub fn for_proprioception(
+        &self,
+        from: &[String],
+        to: &[String],
+    ) -> Result<(Self, bool), String> {
+        let find = |i: &usize| -> Result<usize, String> {
+            let name = from
+                .get(*i)
+                .ok_or_else(|| format!("entry {i} is beyond the {} named", from.len()))?;
+            to.iter().position(|n| n == name).ok_or_else(|| {
+                format!(
+                    "the policy reads `{name}`, which is not among {}",
+                    to.join(", ")
+                )
+            })
+        };
+        let map = |entries: &[usize]| entries.iter().map(find).collect::<Result<Vec<_>, _>>();
+        let proprio_inputs = map(self.proprio_inputs())?;
+        match self {
+            Self::Vla(c) => {
+                let action_origin = c.action_origin.as_deref().map(map).transpose()?;
+                let targets = map(&c.keypoint_targets).ok();
+                let dropped = targets.is_none();
+                Ok((
+                    Self::Vla(VlaPolicyConfig {
+                        proprio_dim: to.len(),
+                        proprio_inputs,
+                        action_origin,
+                        keypoint_targets: targets.unwrap_or_default(),
+                        ..c.clone()
+                    }),
+                    dropped,
+                ))
+            }
+            Self::Linear(c) => {
+                let action_origin = c.action_origin.as_deref().map(map).transpose()?;
+                Ok((
+                    Self::Linear(LinearPolicyConfig {
+                        proprio_dim: to.len(),
+                        proprio_inputs,
+                        action_origin,
+                        ..c.clone()
+                    }),
+                    false,
+                ))
+            }
+        }
+    }
+
+    /// The VLA's keypoint targets ([`VlaPolicyConfig::keypoint_targets`]) and their
+    /// weight; `None` for the linear policy, which has no keypoints.
+    pub fn keypoint_targets(&self) -> Option<(&[usize], f64)> {
+        match self {
+            Self::Vla(c) => Some((&c.keypoint_targets, c.keypoint_target_weight)),
+            Self::Linear(_) => None,
+        }
+    }
+
+    /// The same VLA trained to find the proprioception `entries` in its frame, their
+    /// squared error weighted by `weight`; a linear policy, which has no keypoints, is
+    /// returned unchanged.
+    pub fn with_keypoint_targets(self, entries: Vec<usize>, weight: f64) -> Self {
+        match self {
+            Self::Vla(c) => Self::Vla(
+                c.with_keypoint_targets(entries)
+                    .with_keypoint_target_weight(weight),
+            ),
+            linear => linear,
+        }
+    }
+
     /// The side, in pixels, at which the VLA reads its camera; `None` for the linear
     /// policy, which reads no pixels.
     pub fn frame_side(&self) -> Option<usize> {
@@ -371,33 +470,43 @@ impl PolicyConfig {
     /// and steps, the chunk length, the width, the linear policy's state statistics and
     /// the VLA's layers, feed-forward width, stem activation, inputs, channels and
     /// layers, camera and the side it reads the camera at (when both read a camera of
-    /// the same side).
+    /// the same side), keypoint targets, and the proprioception entries read.
     /// What is left must equal `stored` for training to continue from it. Of another
     /// architecture, `self` is returned unchanged (and differs from `stored`).
     pub fn keeping_choices_of(self, stored: &Self) -> Self {
         match (self, stored) {
             (Self::Vla(c), Self::Vla(s)) => Self::Vla(
-                c.keeping_frame_of(s)
-                    .with_stem_activation(s.stem_activation)
-                    .with_stem_inputs(s.stem_inputs)
-                    .with_stem_channels(s.stem_channels)
-                    .with_stem_layers(s.stem_layers)
-                    .with_d_model(s.d_model)
-                    .with_d_ff(s.d_ff)
-                    .with_n_layers(s.n_layers)
-                    .with_head(s.head)
-                    .with_flow_width(s.flow_width)
-                    .with_flow_steps(s.flow_steps)
-                    .with_chunk_len(s.chunk_len)
-                    .with_reads_camera(s.reads_camera),
+                VlaPolicyConfig {
+                    proprio_inputs: s.proprio_inputs.clone(),
+                    ..c
+                }
+                .keeping_frame_of(s)
+                .with_stem_activation(s.stem_activation)
+                .with_stem_inputs(s.stem_inputs)
+                .with_stem_channels(s.stem_channels)
+                .with_stem_layers(s.stem_layers)
+                .with_d_model(s.d_model)
+                .with_d_ff(s.d_ff)
+                .with_n_layers(s.n_layers)
+                .with_head(s.head)
+                .with_flow_width(s.flow_width)
+                .with_flow_steps(s.flow_steps)
+                .with_chunk_len(s.chunk_len)
+                .with_reads_camera(s.reads_camera)
+                .with_keypoint_targets(s.keypoint_targets.clone())
+                .with_keypoint_target_weight(s.keypoint_target_weight),
             ),
             (Self::Linear(c), Self::Linear(s)) => Self::Linear(
-                c.with_state_normalizer(s.state_normalizer.clone())
-                    .with_width(s.width)
-                    .with_head(s.head)
-                    .with_flow_width(s.flow_width)
-                    .with_flow_steps(s.flow_steps)
-                    .with_chunk_len(s.chunk_len),
+                LinearPolicyConfig {
+                    proprio_inputs: s.proprio_inputs.clone(),
+                    ..c
+                }
+                .with_state_normalizer(s.state_normalizer.clone())
+                .with_width(s.width)
+                .with_head(s.head)
+                .with_flow_width(s.flow_width)
+                .with_flow_steps(s.flow_steps)
+                .with_chunk_len(s.chunk_len),
             ),
             (config, _) => config,
         }
@@ -494,6 +603,18 @@ impl<B: Backend> Policy<B> {
         }
     }
 
+    /// [`Self::summary`], and the VLA's keypoint-target loss where it has targets and
+    /// `input` carries them ([`VlaPolicy::summary_and_target_loss`]).
+    pub fn summary_and_target_loss(
+        &self,
+        input: PolicyInput<B>,
+    ) -> (Tensor<B, 2>, Option<Tensor<B, 1>>) {
+        match self {
+            Self::Vla(p) => p.summary_and_target_loss(input),
+            Self::Linear(p) => (p.summary(input), None),
+        }
+    }
+
     /// The chunk distribution of a Gaussian head, its means measured from the input's
     /// action origin; `None` for a flow head.
     pub fn gaussian(&self, input: PolicyInput<B>) -> Option<GaussianChunk<B>> {
@@ -573,6 +694,18 @@ impl<B: Backend> Policy<B> {
         }
     }
 
+    /// The same policy without the keypoint readout (a VLA retargeted to a robot that
+    /// does not give its targets: [`PolicyConfig::for_proprioception`]).
+    pub fn without_keypoint_readout(self) -> Self {
+        match self {
+            Self::Vla(mut p) => {
+                p.keypoint_readout = None;
+                Self::Vla(p)
+            }
+            linear => linear,
+        }
+    }
+
     /// The host copy of the weights that [`Self::host_path`] runs, taken once per
     /// published version; `None` where burn runs the policy.
     pub fn host_copy(&self) -> Option<HostPolicy> {
@@ -592,6 +725,42 @@ mod tests {
     use crate::loss::{ImitationTargets, imitation_loss};
 
     type B = Autodiff<Flex>;
+
+    /// Retargeting finds every entry by name: what is read, the action origin, and
+    /// the keypoint targets where the new robot gives them (else they are dropped).
+    #[test]
+    fn a_policy_is_retargeted_by_the_names_of_what_it_reads() {
+        let names = |n: &[&str]| n.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let pose = names(&["agent_x", "agent_y", "block_x", "block_y"]);
+        let vision = names(&["agent_x", "agent_y"]);
+        let swapped = names(&["block_y", "block_x", "agent_y", "agent_x"]);
+        let seeing = PolicyConfig::Vla(
+            VlaPolicyConfig::new(4, vec![0, 1], vec![1.0, 1.0])
+                .with_action_origin(Some(vec![0, 1]))
+                .with_keypoint_targets(vec![2, 3]),
+        );
+        let (for_vision, dropped) = seeing.for_proprioception(&pose, &vision).unwrap();
+        let PolicyConfig::Vla(v) = &for_vision else {
+            unreachable!("the architecture is kept")
+        };
+        assert!(dropped);
+        assert_eq!((v.proprio_dim, &v.proprio_inputs), (2, &vec![0, 1]));
+        assert_eq!(v.action_origin, Some(vec![0, 1]));
+        assert!(v.keypoint_targets.is_empty());
+        assert_eq!(for_vision.validate(), Ok(()));
+        let (reordered, dropped) = seeing.for_proprioception(&pose, &swapped).unwrap();
+        let PolicyConfig::Vla(r) = &reordered else {
+            unreachable!("the architecture is kept")
+        };
+        assert!(!dropped);
+        assert_eq!(r.proprio_inputs, vec![3, 2]);
+        assert_eq!(r.action_origin, Some(vec![3, 2]));
+        assert_eq!(r.keypoint_targets, vec![1, 0]);
+        // A policy that reads the block cannot act without it.
+        let reading = PolicyConfig::Vla(VlaPolicyConfig::new(4, vec![0, 1, 2], vec![1.0, 1.0]));
+        let error = reading.for_proprioception(&pose, &vision).unwrap_err();
+        assert!(error.contains("reads `block_x`"), "{error}");
+    }
 
     #[test]
     fn architectures_round_trip_through_names_kinds_and_stored_configs() {

@@ -14,6 +14,7 @@ pub mod gate;
 pub mod inspect;
 pub mod learner;
 pub mod replay;
+pub mod retarget;
 pub mod robot_serve;
 pub mod train;
 pub mod wm_eval;

@@ -136,6 +136,23 @@ pub struct TrainArgs {
     /// convolution) before the keypoints [default: 1; with --init, the checkpoint's].
     #[arg(long, value_name = "N")]
     stem_layers: Option<usize>,
+    /// Policy: the proprioception entries a new policy reads, by name, comma-separated
+    /// (pusht's pose setting with `agent_x,agent_y` reads what its vision setting
+    /// gives) [default: every entry but velocities; with --init, the checkpoint's].
+    #[arg(long, value_name = "NAMES", value_delimiter = ',')]
+    read_state: Option<Vec<String>>,
+    /// Policy: proprioception entries, by name, that a new VLA does not read but is
+    /// trained to find in its frame: a linear readout of its keypoints predicts them
+    /// and its squared error joins the loss (pusht's pose setting:
+    /// `block_x,block_y,block_cos,block_sin` with `--read-state agent_x,agent_y`; what
+    /// a simulator knows and the robot must see) [default: none; with --init, the
+    /// checkpoint's].
+    #[arg(long, value_name = "NAMES", value_delimiter = ',')]
+    keypoint_targets: Option<Vec<String>>,
+    /// Policy: the weight of --keypoint-targets' squared error in the loss, in [0,
+    /// 1000] [default: 1; with --init, the checkpoint's].
+    #[arg(long, value_name = "W")]
+    keypoint_target_weight: Option<f64>,
     /// Behaviour cloning: move each training frame by a random shift of up to this
     /// many camera pixels in x and y, the edges repeated (random-shift augmentation;
     /// acting reads the frame unshifted), in [0, 32] [default: 0, frames as recorded].
@@ -236,7 +253,7 @@ impl TrainArgs {
     /// error naming the flag and the trainers it applies to.
     fn check_flags_apply(&self) -> anyhow::Result<()> {
         use TrainTarget::{Bc, Finetune, Worldmodel};
-        let given: [(&str, bool, &[TrainTarget]); 22] = [
+        let given: [(&str, bool, &[TrainTarget]); 25] = [
             ("--successful-only", self.successful_only, &[Bc, Finetune]),
             ("--family", self.family.is_some(), &[Worldmodel]),
             ("--horizon", self.horizon.is_some(), &[Worldmodel]),
@@ -251,6 +268,13 @@ impl TrainArgs {
             ("--frame-side", self.frame_side.is_some(), &[Bc]),
             ("--stem-channels", self.stem_channels.is_some(), &[Bc]),
             ("--stem-layers", self.stem_layers.is_some(), &[Bc]),
+            ("--read-state", self.read_state.is_some(), &[Bc]),
+            ("--keypoint-targets", self.keypoint_targets.is_some(), &[Bc]),
+            (
+                "--keypoint-target-weight",
+                self.keypoint_target_weight.is_some(),
+                &[Bc],
+            ),
             ("--frame-shift", self.frame_shift.is_some(), &[Bc]),
             ("--ema", self.ema, &[Bc]),
             ("--world-model", self.world_model.is_some(), &[Finetune]),
@@ -370,6 +394,9 @@ fn train_bc(
             frame_side: args.frame_side,
             stem_channels: args.stem_channels,
             stem_layers: args.stem_layers,
+            read_state: args.read_state.clone(),
+            keypoint_targets: args.keypoint_targets.clone(),
+            keypoint_target_weight: args.keypoint_target_weight,
         },
         &bc,
         device,
@@ -522,6 +549,21 @@ fn train_new_diffusion(
             READS_NO_CAMERA,
         ),
         ("--stem-layers", args.stem_layers.is_some(), READS_NO_CAMERA),
+        (
+            "--keypoint-targets",
+            args.keypoint_targets.is_some(),
+            READS_NO_CAMERA,
+        ),
+        (
+            "--keypoint-target-weight",
+            args.keypoint_target_weight.is_some(),
+            READS_NO_CAMERA,
+        ),
+        (
+            "--read-state",
+            args.read_state.is_some(),
+            "a new Diffusion Policy reads the robot's whole state",
+        ),
         ("--frame-shift", args.frame_shift.is_some(), READS_NO_CAMERA),
     ];
     if let Some((flag, _, why)) = refused.iter().find(|(_, given, _)| *given) {
@@ -564,6 +606,12 @@ fn train_lerobot_bc(
         ("--frame-side", args.frame_side.is_some()),
         ("--stem-channels", args.stem_channels.is_some()),
         ("--stem-layers", args.stem_layers.is_some()),
+        ("--read-state", args.read_state.is_some()),
+        ("--keypoint-targets", args.keypoint_targets.is_some()),
+        (
+            "--keypoint-target-weight",
+            args.keypoint_target_weight.is_some(),
+        ),
     ];
     if let Some((flag, _)) = shaping.iter().find(|(_, given)| *given) {
         anyhow::bail!(

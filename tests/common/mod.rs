@@ -13,6 +13,14 @@ pub fn imago(args: &[&str]) -> Output {
         .expect("imago runs")
 }
 
+/// The `imago` binary's standard output for `args`; fails the test, with its standard
+/// error, unless it succeeds.
+pub fn imago_ok(args: &[&str]) -> String {
+    let output = imago(args);
+    assert!(output.status.success(), "{args:?}: {}", stderr(&output));
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
 /// The `imago` binary started with `args`, its standard output and error piped.
 pub fn spawn(args: &[&str]) -> Child {
     Command::new(env!("CARGO_BIN_EXE_imago"))

@@ -170,6 +170,7 @@ impl WorldModelConfig {
             }],
             instruction_words: Some(self.max_words),
             history: 1,
+            targets: Vec::new(),
             action_limit: self.action_limit.clone(),
             action_origin: None,
         }

@@ -61,6 +61,7 @@ pub(crate) struct PolicyGradient {
     pub(super) readout_norm: NormGradient,
     pub(super) head_hidden: LinearGradient,
     pub(super) head_out: LinearGradient,
+    pub(super) keypoint_readout: Option<LinearGradient>,
 }
 
 impl PolicyGradient {
@@ -95,6 +96,7 @@ impl PolicyGradient {
             readout_norm: NormGradient::like(&host.readout_norm),
             head_hidden: LinearGradient::like(&host.head_hidden),
             head_out: LinearGradient::like(&host.head_out),
+            keypoint_readout: host.keypoint_readout.as_ref().map(LinearGradient::like),
         }
     }
 
@@ -116,7 +118,11 @@ impl PolicyGradient {
             &mut self.head_hidden,
             &mut self.head_out,
         ];
-        for linear in linears.into_iter().chain(&mut self.stem_mixing) {
+        let extra = self
+            .stem_mixing
+            .iter_mut()
+            .chain(&mut self.keypoint_readout);
+        for linear in linears.into_iter().chain(extra) {
             buffers.extend([&mut linear.weight, &mut linear.bias]);
         }
         buffers.extend([&mut self.readout_norm.gamma, &mut self.readout_norm.beta]);
@@ -195,6 +201,9 @@ pub(crate) fn surrogate<B: Backend>(
     terms.norm(&policy.readout_norm, &gradient.readout_norm);
     terms.linear(&head.hidden, &gradient.head_hidden);
     terms.linear(&head.out, &gradient.head_out);
+    if let (Some(readout), Some(g)) = (&policy.keypoint_readout, &gradient.keypoint_readout) {
+        terms.linear(readout, g);
+    }
     terms.sum()
 }
 

@@ -28,6 +28,7 @@ use crate::model::VlaPolicy;
 use crate::readback::values;
 use crate::stem_tape::StemLayers;
 
+use crate::host_linear::{HostLinear, LinearGradient};
 use gradient::{PolicyGradient, surrogate};
 use layers::LayerTape;
 
@@ -42,6 +43,9 @@ pub(crate) struct ImitationRow<'a> {
     /// the loss is the sum over rows of these times the steps' negative
     /// log-likelihoods.
     pub weights: &'a [f32],
+    /// The weight of the row's keypoint-target error: the policy's target weight over
+    /// the batch's rows.
+    pub target_weight: f32,
 }
 
 impl HostPolicy {
@@ -210,6 +214,16 @@ impl HostPolicy {
             &mut g.keypoint_embed,
             Some(&mut d_keypoints),
         );
+        if let (Some(readout), Some(gradient)) = (&self.keypoint_readout, &mut g.keypoint_readout)
+            && !input.targets.is_empty()
+        {
+            loss += self.keypoint_target_loss(
+                readout,
+                (keypoints, input.targets, row.target_weight),
+                gradient,
+                &mut d_keypoints,
+            );
+        }
         let d_patch_tokens = &d_tokens[(2 + words) * d..];
         g.patch_position
             .iter_mut()
@@ -273,6 +287,39 @@ impl HostPolicy {
 }
 
 impl HostPolicy {
+    /// One row's keypoint-target loss, `weight * |readout(keypoints) - targets|^2`;
+    /// its gradient is added to the readout's and to `d_keypoints`.
+    fn keypoint_target_loss(
+        &self,
+        readout: &HostLinear,
+        (keypoints, targets, weight): (&[f32], &[f32], f32),
+        gradient: &mut LinearGradient,
+        d_keypoints: &mut [f32],
+    ) -> f32 {
+        let mut predicted = vec![0.0; targets.len()];
+        readout.forward(1, keypoints, &mut predicted);
+        let mut loss = 0.0;
+        let mut d_predicted = vec![0.0; targets.len()];
+        for ((p, t), d) in predicted.iter().zip(targets).zip(&mut d_predicted) {
+            let error = p - t;
+            loss += weight * error * error;
+            *d = 2.0 * weight * error;
+        }
+        let mut d_from_targets = vec![0.0; d_keypoints.len()];
+        readout.backward(
+            1,
+            keypoints,
+            &d_predicted,
+            gradient,
+            Some(&mut d_from_targets),
+        );
+        d_keypoints
+            .iter_mut()
+            .zip(&d_from_targets)
+            .for_each(|(d, e)| *d += e);
+        loss
+    }
+
     /// The stem's layers, as [`StemLayers`] runs them.
     fn stem_layers(&self) -> StemLayers<'_> {
         StemLayers {
@@ -313,6 +360,7 @@ pub(crate) fn host_imitation_loss<B: Backend>(
         instruction,
         proprio,
         action_origin,
+        targets,
     } = input;
     let images = values(images.expect("a VLA's spec reads a camera"));
     let instruction = instruction.expect("a VLA's spec reads the instruction");
@@ -328,6 +376,8 @@ pub(crate) fn host_imitation_loss<B: Backend>(
     let mut weights = values(step_weights);
     let total = weights.iter().map(|w| w.abs()).sum::<f32>().max(1e-6);
     weights.iter_mut().for_each(|w| *w /= total);
+    let targets = targets.map(values).unwrap_or_default();
+    let target_weight = host.keypoint_target_weight / batch as f32;
     let share = |values: &[f32]| values.len() / batch;
     let (pixels, max_words, inputs) = (share(&images), words.len() / batch, share(&proprio));
     let rows: Vec<ImitationRow<'_>> = (0..batch)
@@ -339,9 +389,11 @@ pub(crate) fn host_imitation_loss<B: Backend>(
                 word_pad: &pad[b * max_words..][..max_words],
                 proprio: &proprio[b * inputs..][..inputs],
                 action_origin: &origin[b * a..][..a],
+                targets: &targets[b * share(&targets)..][..share(&targets)],
             },
             actions: &actions[b * k * a..][..k * a],
             weights: &weights[b * k..][..k],
+            target_weight,
         })
         .collect();
     let (loss, gradient) = host.imitation_gradient(&rows);
@@ -532,6 +584,34 @@ mod tests {
             .with_stem_inputs(StemInputs::NeighbourhoodAndPosition)
             .with_stem_channels(24)
             .with_stem_layers(2);
+        assert_matches_burn(&deep, &observations, ones, None);
+    }
+
+    /// Keypoint targets: the readout's squared error joins the loss on both paths, and
+    /// its gradient reaches the stem through the keypoints.
+    #[test]
+    fn host_gradients_match_burns_with_keypoint_targets() {
+        let mut robot = PushT::default();
+        let config = VlaPolicyConfig::for_robot(robot.spec())
+            .unwrap()
+            .with_stem_inputs(StemInputs::NeighbourhoodAndPosition)
+            .with_keypoint_targets(vec![2, 3, 5, 6])
+            .with_keypoint_target_weight(3.0);
+        let config = VlaPolicyConfig {
+            proprio_inputs: vec![0, 1],
+            ..config
+        };
+        config.validate().unwrap();
+        assert_eq!(config.input_spec().targets, vec![2, 3, 5, 6]);
+        let observations: Vec<Observation> = (0..3).map(|seed| robot.reset(seed)).collect();
+        let ones = vec![1.0; observations.len() * config.chunk_len];
+        assert_matches_burn(
+            &config,
+            &observations,
+            ones.clone(),
+            Some(vec![0.5, 2.0, 1.0]),
+        );
+        let deep = config.with_stem_layers(2);
         assert_matches_burn(&deep, &observations, ones, None);
     }
 }

@@ -109,6 +109,18 @@ pub struct VlaPolicyConfig {
     /// draws its frames (docs/pusht.md, "Sampling the policy's actions").
     #[config(default = true)]
     pub reads_camera: bool,
+    /// Proprioception entries the policy does not read but is trained to find in the
+    /// frame: a linear readout of its keypoints predicts them, and its mean squared
+    /// error, times `keypoint_target_weight`, joins the imitation loss. What a
+    /// simulator knows and the robot's policy must see (pusht's block pose, recorded
+    /// in the pose setting): the keypoints learn to mark it, as Levine et al. (2016)
+    /// pretrained theirs on object poses. Acting reads none of these entries. Empty:
+    /// no readout.
+    #[config(default = "Vec::new()")]
+    pub keypoint_targets: Vec<usize>,
+    /// Weight of the keypoint targets' squared error in the imitation loss.
+    #[config(default = 1.0)]
+    pub keypoint_target_weight: f64,
 }
 
 /// Largest camera side, in pixels, that [`VlaPolicyConfig::for_robot`] has the policy
@@ -174,7 +186,7 @@ impl VlaPolicyConfig {
     /// first written, with the value that means what such a checkpoint did: `frame_pool`
     /// 1 (frames read as they are), `action_origin` null (absolute actions),
     /// `stem_activation` `gelu` (the stem's activation before ReLU), `stem_inputs`
-    /// `colour`, `stem_layers` 1 and `reads_camera` true. Keys it has are left alone,
+    /// `colour`, `stem_layers` 1, `reads_camera` true and no `keypoint_targets`. Keys it has are left alone,
     /// and anything that is not a JSON object is left to fail to parse.
     pub fn fill_later_keys(stored: &mut serde_json::Value) {
         if let Some(fields) = stored.as_object_mut() {
@@ -183,6 +195,10 @@ impl VlaPolicyConfig {
             fields.entry("stem_inputs").or_insert("colour".into());
             fields.entry("stem_layers").or_insert(1.into());
             fields.entry("reads_camera").or_insert(true.into());
+            fields
+                .entry("keypoint_targets")
+                .or_insert(serde_json::Value::Array(Vec::new()));
+            fields.entry("keypoint_target_weight").or_insert(1.0.into());
             fields
                 .entry("action_origin")
                 .or_insert(serde_json::Value::Null);
@@ -256,6 +272,7 @@ impl VlaPolicyConfig {
             }],
             instruction_words: Some(self.max_words),
             history: 1,
+            targets: self.keypoint_targets.clone(),
             action_limit: self.action_limit.clone(),
             action_origin: self.action_origin.clone(),
         }
@@ -290,6 +307,10 @@ impl VlaPolicyConfig {
         let linear = |i: usize, o: usize| i * o + o;
         let layer = 4 * linear(d, d) + linear(d, ff) + linear(ff, d) + 4 * d;
         let head = self.head_shape().parameter_count();
+        let keypoint_readout = match self.keypoint_targets.len() {
+            0 => 0,
+            targets => linear(2 * c, targets),
+        };
         linear(self.stem_inputs.count(), c)
             + self.stem_layers.saturating_sub(1) * linear(c, c)
             + linear(2 * c, d)
@@ -299,6 +320,7 @@ impl VlaPolicyConfig {
             + linear(COORDINATE_FEATURES, d)
             + (self.vocab_size + self.max_words + 4) * d
             + linear(self.proprio_inputs.len(), d)
+            + keypoint_readout
             + self.n_layers * layer
             + 2 * d
             + head
@@ -331,6 +353,7 @@ impl VlaPolicyConfig {
         })?;
         in_range("stem_channels", self.stem_channels, STEM_CHANNELS)?;
         in_range("stem_layers", self.stem_layers, STEM_LAYERS)?;
+        self.validate_keypoint_targets()?;
         in_range("max_words", self.max_words, 1..=64)?;
         in_range("vocab_size", self.vocab_size, VOCABULARY.len()..=100_000)?;
         in_range("chunk_len", self.chunk_len, 1..=crate::head::MAX_CHUNK_LEN)?;
@@ -406,7 +429,49 @@ impl VlaPolicyConfig {
             chunk_len: k,
             action_dim: a,
             flow_steps: self.flow_steps,
+            // Initialised last, so that a policy without targets starts from the same
+            // weights for the same seed as one with them.
+            keypoint_readout: (!self.keypoint_targets.is_empty()).then(|| {
+                LinearConfig::new(2 * self.stem_channels, self.keypoint_targets.len()).init(device)
+            }),
+            keypoint_target_weight: self.keypoint_target_weight as f32,
         }
+    }
+
+    /// Checks `keypoint_targets`: entries of the proprioception, each once, none read
+    /// by the policy, and a camera to find them in; and their weight.
+    fn validate_keypoint_targets(&self) -> Result<(), ConfigError> {
+        let targets = &self.keypoint_targets;
+        if targets.is_empty() {
+            return Ok(());
+        }
+        entries_of_proprio("keypoint_targets", targets, self.proprio_dim)?;
+        let refuse = |why: String| Err(ConfigError::new("keypoint_targets", targets, why));
+        if let Some(read) = targets.iter().find(|t| self.proprio_inputs.contains(t)) {
+            return refuse(format!(
+                "names entry {read}, which the policy reads (proprio_inputs): a target must be found in the frame, not read"
+            ));
+        }
+        if let Some(twice) = targets
+            .iter()
+            .enumerate()
+            .find(|(i, t)| targets[..*i].contains(t))
+        {
+            return refuse(format!("names entry {} twice", twice.1));
+        }
+        if !self.reads_camera {
+            return refuse("needs a policy that reads the camera".into());
+        }
+        if !(self.keypoint_target_weight.is_finite()
+            && (0.0..=1000.0).contains(&self.keypoint_target_weight))
+        {
+            return Err(ConfigError::new(
+                "keypoint_target_weight",
+                self.keypoint_target_weight,
+                "must be a number from 0 to 1000",
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -453,6 +518,11 @@ pub struct VlaPolicy<B: Backend> {
     pub(crate) chunk_len: usize,
     pub(crate) action_dim: usize,
     pub(crate) flow_steps: usize,
+    /// The linear readout of the keypoints to the `keypoint_targets`, `2C -> T`;
+    /// `None` without targets.
+    pub(crate) keypoint_readout: Option<Linear<B>>,
+    #[module(skip)]
+    pub(crate) keypoint_target_weight: f32,
 }
 
 impl<B: Backend> VlaPolicy<B> {
@@ -521,6 +591,35 @@ impl<B: Backend> VlaPolicy<B> {
     /// The readout summary `[batch, d]` the head reads: what the transformer made of
     /// the image, the instruction and the proprioception.
     pub fn summary(&self, input: PolicyInput<B>) -> Tensor<B, 2> {
+        self.summary_and_keypoints(input).0
+    }
+
+    /// [`Self::summary`], and the loss of the keypoint targets where the policy has
+    /// them and `input` carries them (a training batch): `keypoint_target_weight`
+    /// times the readout's squared error, summed over targets and averaged over the
+    /// batch.
+    pub fn summary_and_target_loss(
+        &self,
+        input: PolicyInput<B>,
+    ) -> (Tensor<B, 2>, Option<Tensor<B, 1>>) {
+        let targets = input.targets.clone();
+        let (summary, keypoints) = self.summary_and_keypoints(input);
+        let loss = self
+            .keypoint_readout
+            .as_ref()
+            .zip(targets)
+            .map(|(readout, targets)| {
+                let [batch, _] = targets.dims();
+                let error = readout.forward(keypoints) - cast_to(targets, self.precision.dtype());
+                let loss = error.powf_scalar(2.0).sum() / batch as f64;
+                cast_to(loss, DType::F32) * self.keypoint_target_weight
+            });
+        (summary, loss)
+    }
+
+    /// The readout summary and the keypoints `[batch, 2C]` (every channel's x, then
+    /// every channel's y).
+    fn summary_and_keypoints(&self, input: PolicyInput<B>) -> (Tensor<B, 2>, Tensor<B, 2>) {
         let PolicyInput {
             images,
             instruction,
@@ -580,7 +679,10 @@ impl<B: Backend> VlaPolicy<B> {
         // instructed target appears without an extra hop.
         let readout = instruction
             + proprio_token.clone()
-            + self.keypoint_embed.forward(keypoints).unsqueeze_dim::<3>(1);
+            + self
+                .keypoint_embed
+                .forward(keypoints.clone())
+                .unsqueeze_dim::<3>(1);
 
         let types: Vec<i64> = [0, 1]
             .into_iter()
@@ -593,8 +695,10 @@ impl<B: Backend> VlaPolicy<B> {
             + self.token_type.forward(type_ids);
 
         let encoded = self.encode(tokens, token_padding(said.padding, grid * grid));
-        self.readout_norm
-            .forward(encoded.narrow(1, 0, 1).reshape([batch, d]))
+        let summary = self
+            .readout_norm
+            .forward(encoded.narrow(1, 0, 1).reshape([batch, d]));
+        (summary, keypoints)
     }
 
     /// The transformer encoder's forward pass, as burn's `TransformerEncoder` computes

@@ -189,12 +189,16 @@ fn configs_written_before_origins_pooling_relu_and_deep_stems_load_as_they_were_
     assert!(fields.remove("stem_activation").is_some());
     assert!(fields.remove("stem_inputs").is_some());
     assert!(fields.remove("stem_layers").is_some());
+    assert!(fields.remove("keypoint_targets").is_some());
+    assert!(fields.remove("keypoint_target_weight").is_some());
     VlaPolicyConfig::fill_later_keys(&mut json);
     let old: VlaPolicyConfig = serde_json::from_value(json).unwrap();
     assert_eq!((old.action_origin, old.frame_pool), (None, 1));
     assert_eq!(old.stem_layers, 1);
     assert_eq!(old.stem_activation, StemActivation::Gelu);
     assert_eq!(old.stem_inputs, StemInputs::Colour);
+    assert!(old.keypoint_targets.is_empty());
+    assert_eq!(old.keypoint_target_weight, 1.0);
     // Keys a config has are kept.
     let mut new = serde_json::to_value(
         config()
@@ -236,7 +240,32 @@ fn invalid_configs_are_named() {
         .with_n_layers(64)
         .with_d_ff(16_384);
     assert_eq!(key(huge), "parameters");
-    for config in [config(), config().with_head(ActionHeadKind::Flow)] {
+    // Keypoint targets: unread entries of the proprioception, each once, found in a
+    // frame the policy reads, with a weight in range.
+    let targets = |t: Vec<usize>| config().with_keypoint_targets(t);
+    for (bad, why) in [
+        (targets(vec![0]), "which the policy reads"),
+        (targets(vec![4, 4]), "twice"),
+        (targets(vec![8]), "proprioception has 8 entries"),
+        (
+            targets(vec![4]).with_reads_camera(false),
+            "reads the camera",
+        ),
+    ] {
+        let error = bad.validate().unwrap_err();
+        assert_eq!(error.key, "keypoint_targets");
+        assert!(error.expected.contains(why), "{error}");
+    }
+    for weight in [-1.0, f64::NAN, 1e4] {
+        let bad = targets(vec![4, 5]).with_keypoint_target_weight(weight);
+        assert_eq!(key(bad), "keypoint_target_weight");
+    }
+    assert_eq!(targets(vec![5, 4]).validate(), Ok(()));
+    for config in [
+        config(),
+        config().with_head(ActionHeadKind::Flow),
+        targets(vec![4, 5]),
+    ] {
         let policy = config.init::<B>(&Default::default());
         assert_eq!(config.parameter_count(), policy.num_params());
     }
@@ -320,6 +349,50 @@ fn imitation_loss_falls_for_both_heads() {
         let last = losses[steps - 5..].iter().sum::<f32>() / 5.0;
         assert!(last < first - drop, "{head}: loss {first} -> {last}");
     }
+}
+
+/// The keypoint targets' loss joins the imitation loss: at weight 0 the loss is the
+/// same policy's without targets (the readout is initialised last, so both start from
+/// the same weights), and training lowers the readout's error.
+#[test]
+fn keypoint_targets_add_their_error_and_are_learned() {
+    let device = Default::default();
+    let obs = observations(8);
+    let actions: Vec<f32> = (0..8 * 4 * 2).map(|i| (i % 5) as f32 / 5.0 - 0.4).collect();
+    let targets = ImitationTargets {
+        actions: Tensor::<B, 3>::from_data(TensorData::new(actions, [8, 4, 2]), &device),
+        mask: Tensor::ones([8, 4], &device),
+        weights: None,
+    };
+    // A policy that reads the joint angles and learns to see the end effector (ee_x,
+    // ee_y: entries 6 and 7).
+    let reading_joints = VlaPolicyConfig {
+        proprio_inputs: vec![0, 1, 2, 3],
+        ..config()
+    };
+    let with_targets = reading_joints.clone().with_keypoint_targets(vec![6, 7]);
+    let (_, plain) = fit(&reading_joints, &obs, targets.clone(), 1);
+    let (_, unweighted) = fit(
+        &with_targets.clone().with_keypoint_target_weight(0.0),
+        &obs,
+        targets.clone(),
+        1,
+    );
+    assert!(
+        (plain[0] - unweighted[0]).abs() < 1e-5,
+        "{plain:?} {unweighted:?}"
+    );
+
+    let target_loss = |policy: &VlaPolicy<B>| -> f32 {
+        let input = batch_of(&with_targets, &obs).to_input(&device);
+        let (_, loss) = policy.summary_and_target_loss(input);
+        loss.expect("a batch with targets").into_scalar()
+    };
+    let (start, _) = fit(&with_targets, &obs, targets.clone(), 0);
+    let (trained, losses) = fit(&with_targets, &obs, targets, 80);
+    let (before, after) = (target_loss(&start), target_loss(&trained));
+    assert!(after < 0.5 * before, "target loss {before} -> {after}");
+    assert!(losses[0] > plain[0], "the target error adds to the loss");
 }
 
 #[test]

@@ -16,6 +16,7 @@ pub mod finetune;
 pub mod gate;
 pub mod inspect;
 pub mod report;
+pub mod retarget;
 pub mod train;
 pub mod train_lerobot;
 pub mod train_world_model;

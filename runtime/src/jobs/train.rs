@@ -43,7 +43,7 @@ pub struct BcRunSummary {
 /// The choices of a new policy's shape that are not the robot's: its action head, its
 /// chunk length and its size. `None` keeps the default for a new policy, the checkpoint's for
 /// one continued with `--init` (which must not be asked to change them).
-#[derive(Debug, Clone, Copy, PartialEq, Default)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct PolicyShape {
     /// The architecture of a new policy (default: the VLA); with `init`, the
     /// checkpoint's, which this must equal when given.
@@ -75,6 +75,41 @@ pub struct PolicyShape {
     /// Range: [`STEM_LAYERS`]; with `init`, the checkpoint's, which this must equal
     /// when given.
     pub stem_layers: Option<usize>,
+    /// The proprioception entries a new policy reads, by the robot's names
+    /// ([`PolicyConfig::reading_proprio`]); with `init`, the checkpoint's, which this
+    /// must equal when given.
+    pub read_state: Option<Vec<String>>,
+    /// Proprioception entries, by name, that a new VLA does not read but learns to
+    /// find in its frame ([`PolicyConfig::with_keypoint_targets`]); with `init`, the
+    /// checkpoint's, which this must equal when given.
+    pub keypoint_targets: Option<Vec<String>>,
+    /// The keypoint targets' weight in the loss, in [`KEYPOINT_TARGET_WEIGHTS`]
+    /// [default: 1]; only with `keypoint_targets`.
+    pub keypoint_target_weight: Option<f64>,
+}
+
+/// The weights `--keypoint-target-weight` accepts.
+pub const KEYPOINT_TARGET_WEIGHTS: std::ops::RangeInclusive<f64> = 0.0..=1000.0;
+
+/// The indices of the proprioception entries `names` in `proprio_names` (the robot's),
+/// or an error naming `flag`, the unknown name and the names there are.
+fn proprio_entries(
+    flag: &str,
+    names: &[String],
+    proprio_names: &[String],
+) -> anyhow::Result<Vec<usize>> {
+    names
+        .iter()
+        .map(|name| {
+            proprio_names.iter().position(|n| n == name).ok_or_else(|| {
+                anyhow::anyhow!(
+                    "{flag} {}: the robot's proprioception has no entry `{name}` (it has {})",
+                    names.join(","),
+                    proprio_names.join(", ")
+                )
+            })
+        })
+        .collect()
 }
 
 /// The widths `--width` accepts.
@@ -125,13 +160,33 @@ impl PolicyShape {
                 STEM_LAYERS.end()
             );
         }
+        if let Some(weight) = self.keypoint_target_weight {
+            anyhow::ensure!(
+                self.keypoint_targets.is_some(),
+                "--keypoint-target-weight {weight}: weighs --keypoint-targets, which is not given"
+            );
+            anyhow::ensure!(
+                KEYPOINT_TARGET_WEIGHTS.contains(&weight),
+                "--keypoint-target-weight {weight}: must be in [{}, {}]",
+                KEYPOINT_TARGET_WEIGHTS.start(),
+                KEYPOINT_TARGET_WEIGHTS.end()
+            );
+        }
         Ok(())
     }
 
     /// `expected` (a new policy's config for the robot) with this shape's choices
     /// (in range: [`Self::check_ranges`]), or an error naming the flag the
     /// architecture cannot take.
-    fn apply(&self, mut expected: PolicyConfig) -> anyhow::Result<PolicyConfig> {
+    ///
+    /// The proprioception read and the keypoint targets are a new policy's choices: a
+    /// `continuing` policy keeps its checkpoint's, and [`Self::conflict_with`] refuses
+    /// others.
+    fn apply(
+        &self,
+        mut expected: PolicyConfig,
+        (proprio_names, continuing): (&[String], bool),
+    ) -> anyhow::Result<PolicyConfig> {
         if let Some(k) = self.chunk_len {
             expected = expected.with_chunk_len(k);
         }
@@ -186,9 +241,57 @@ impl PolicyShape {
                 .reading_frame_at(side)
                 .map_err(|e| anyhow::anyhow!("--frame-side {side}: {}", e.expected))?;
         }
+        if !continuing {
+            expected = self.apply_state_choices(expected, proprio_names)?;
+        }
         expected
             .validate()
             .map_err(|e| anyhow::anyhow!("the policy's shape (--width, --layers): {e}"))?;
+        Ok(expected)
+    }
+
+    /// `expected` reading `--read-state` and trained on `--keypoint-targets`.
+    fn apply_state_choices(
+        &self,
+        mut expected: PolicyConfig,
+        proprio_names: &[String],
+    ) -> anyhow::Result<PolicyConfig> {
+        if let Some(names) = &self.read_state {
+            let flag = format!("--read-state {}", names.join(","));
+            let read = proprio_entries("--read-state", names, proprio_names)?;
+            anyhow::ensure!(!read.is_empty(), "{flag}: name at least one entry");
+            expected = expected.reading_proprio(read);
+            expected
+                .validate()
+                .map_err(|e| anyhow::anyhow!("{flag}: {}", e.expected))?;
+        }
+        if let Some(named) = &self.keypoint_targets {
+            let targets = proprio_entries("--keypoint-targets", named, proprio_names)?;
+            let names = named.join(",");
+            anyhow::ensure!(
+                expected.keypoint_targets().is_some(),
+                "--keypoint-targets {names}: the {} policy has no keypoints (leave --keypoint-targets out)",
+                expected.architecture()
+            );
+            anyhow::ensure!(
+                !self.no_camera,
+                "--keypoint-targets {names} with --no-camera: a policy given a blank frame cannot find them in it (leave one out)"
+            );
+            if let Some(read) = targets
+                .iter()
+                .find(|t| expected.proprio_inputs().contains(t))
+            {
+                anyhow::bail!(
+                    "--keypoint-targets {names}: the policy reads `{}`, so it would not learn to see it (name the entries it reads with --read-state)",
+                    proprio_names[*read]
+                );
+            }
+            expected =
+                expected.with_keypoint_targets(targets, self.keypoint_target_weight.unwrap_or(1.0));
+            expected
+                .validate()
+                .map_err(|e| anyhow::anyhow!("--keypoint-targets {names}: {e}"))?;
+        }
         Ok(expected)
     }
 
@@ -214,8 +317,25 @@ impl PolicyShape {
 
     /// The first of this shape's choices that `stored` (the config of the checkpoint
     /// in `dir`, to be continued) does not share, as the error's text.
-    fn conflict_with(&self, dir: &Path, stored: &PolicyConfig) -> Option<String> {
+    fn conflict_with(
+        &self,
+        dir: &Path,
+        stored: &PolicyConfig,
+        proprio_names: &[String],
+    ) -> Option<String> {
         let held_layers = stored.layers().map_or("no".to_string(), |l| l.to_string());
+        let named = |entries: &[usize]| -> String {
+            entries
+                .iter()
+                .map(|&i| proprio_names.get(i).map_or("?", String::as_str))
+                .collect::<Vec<_>>()
+                .join(",")
+        };
+        let held_read = named(stored.proprio_inputs());
+        let (held_targets, held_weight) = stored
+            .keypoint_targets()
+            .filter(|(t, _)| !t.is_empty())
+            .map_or(("none".to_string(), 1.0), |(t, w)| (named(t), w));
         // (flag, asked, held, the checkpoint's policy described with `held`)
         let choices = [
             (
@@ -294,6 +414,24 @@ impl PolicyShape {
                     }),
             ),
             (
+                "--read-state",
+                self.read_state.as_ref().map(|names| names.join(",")),
+                held_read.clone(),
+                format!("the proprioception entries {held_read} read"),
+            ),
+            (
+                "--keypoint-targets",
+                self.keypoint_targets.as_ref().map(|names| names.join(",")),
+                held_targets.clone(),
+                format!("keypoint targets {held_targets}"),
+            ),
+            (
+                "--keypoint-target-weight",
+                self.keypoint_target_weight.map(|w| w.to_string()),
+                held_weight.to_string(),
+                format!("keypoint targets weighted {held_weight}"),
+            ),
+            (
                 "--frame-side",
                 self.frame_side.map(|s| s.to_string()),
                 stored
@@ -355,6 +493,7 @@ pub fn train_bc_offline(
     let expected = shape.apply(
         PolicyConfig::for_robot(architecture, &spec)
             .map_err(|e| anyhow::anyhow!("the policy for {}: {e}", spec.summary()))?,
+        (&spec.proprio_names, init.is_some()),
     )?;
     Dispatch::seed(&device.training, bc.seed);
     let (policy, config, version, parent) = match init {
@@ -362,7 +501,7 @@ pub fn train_bc_offline(
             ensure_trained_for(dir, &spec)?;
             let (policy, config, meta) =
                 load_policy_to_continue::<Dispatch>(dir, &expected, &device.training)?;
-            if let Some(conflict) = shape.conflict_with(dir, &config) {
+            if let Some(conflict) = shape.conflict_with(dir, &config, &spec.proprio_names) {
                 anyhow::bail!(conflict);
             }
             (
