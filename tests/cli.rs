@@ -449,6 +449,10 @@ fn collect_train_eval_round_trip_and_bad_inputs() {
             "--read-state cos_q1,ee_z: the robot's proprioception has no entry `ee_z` (it has cos_q1, sin_q1",
         ),
         (
+            &["--read-state", "cos_q1,cos_q1"][..],
+            "--read-state cos_q1,cos_q1: names `cos_q1` twice",
+        ),
+        (
             &["--keypoint-targets", "ee_x"][..],
             "--keypoint-targets ee_x: the policy reads `ee_x`, so it would not learn to see it",
         ),

@@ -92,12 +92,24 @@ pub struct PolicyShape {
 pub const KEYPOINT_TARGET_WEIGHTS: std::ops::RangeInclusive<f64> = 0.0..=1000.0;
 
 /// The indices of the proprioception entries `names` in `proprio_names` (the robot's),
-/// or an error naming `flag`, the unknown name and the names there are.
+/// or an error naming `flag` and the name given twice, or the unknown name and the
+/// names there are.
 fn proprio_entries(
     flag: &str,
     names: &[String],
     proprio_names: &[String],
 ) -> anyhow::Result<Vec<usize>> {
+    if let Some((i, twice)) = names
+        .iter()
+        .enumerate()
+        .find(|(i, name)| names[..*i].contains(name))
+    {
+        anyhow::bail!(
+            "{flag} {}: names `{twice}` twice (entry {} of the list)",
+            names.join(","),
+            i + 1
+        );
+    }
     names
         .iter()
         .map(|name| {
