@@ -110,15 +110,17 @@ pub struct VlaPolicyConfig {
     #[config(default = true)]
     pub reads_camera: bool,
     /// Proprioception entries the policy does not read but is trained to find in the
-    /// frame: a linear readout of its keypoints predicts them, and its mean squared
-    /// error, times `keypoint_target_weight`, joins the imitation loss. What a
+    /// frame: a linear readout of its keypoints predicts them, and its squared error
+    /// (summed over the targets, averaged over the batch), times
+    /// `keypoint_target_weight`, joins the imitation loss. What a
     /// simulator knows and the robot's policy must see (pusht's block pose, recorded
     /// in the pose setting): the keypoints learn to mark it, as Levine et al. (2016)
     /// pretrained theirs on object poses. Acting reads none of these entries. Empty:
     /// no readout.
     #[config(default = "Vec::new()")]
     pub keypoint_targets: Vec<usize>,
-    /// Weight of the keypoint targets' squared error in the imitation loss.
+    /// Weight of the keypoint targets' squared error in the imitation loss, in
+    /// [`KEYPOINT_TARGET_WEIGHTS`].
     #[config(default = 1.0)]
     pub keypoint_target_weight: f64,
 }
@@ -186,8 +188,9 @@ impl VlaPolicyConfig {
     /// first written, with the value that means what such a checkpoint did: `frame_pool`
     /// 1 (frames read as they are), `action_origin` null (absolute actions),
     /// `stem_activation` `gelu` (the stem's activation before ReLU), `stem_inputs`
-    /// `colour`, `stem_layers` 1, `reads_camera` true and no `keypoint_targets`. Keys it has are left alone,
-    /// and anything that is not a JSON object is left to fail to parse.
+    /// `colour`, `stem_layers` 1, `reads_camera` true and no `keypoint_targets`. Keys it
+    /// has are left alone, and anything that is not a JSON object is left to fail to
+    /// parse.
     pub fn fill_later_keys(stored: &mut serde_json::Value) {
         if let Some(fields) = stored.as_object_mut() {
             fields.entry("frame_pool").or_insert(1.into());
@@ -462,13 +465,15 @@ impl VlaPolicyConfig {
         if !self.reads_camera {
             return refuse("needs a policy that reads the camera".into());
         }
-        if !(self.keypoint_target_weight.is_finite()
-            && (0.0..=1000.0).contains(&self.keypoint_target_weight))
-        {
+        if !KEYPOINT_TARGET_WEIGHTS.contains(&self.keypoint_target_weight) {
             return Err(ConfigError::new(
                 "keypoint_target_weight",
                 self.keypoint_target_weight,
-                "must be a number from 0 to 1000",
+                format!(
+                    "must be in [{}, {}]",
+                    KEYPOINT_TARGET_WEIGHTS.start(),
+                    KEYPOINT_TARGET_WEIGHTS.end()
+                ),
             ));
         }
         Ok(())
@@ -478,6 +483,9 @@ impl VlaPolicyConfig {
 pub use imago_robots::{MAX_VECTOR, validate_action_limit};
 /// The channel counts a stem can have ([`VlaPolicyConfig::stem_channels`]).
 pub const STEM_CHANNELS: std::ops::RangeInclusive<usize> = 1..=256;
+/// The weights the keypoint targets can have ([`VlaPolicyConfig::keypoint_target_weight`];
+/// NaN is outside).
+pub const KEYPOINT_TARGET_WEIGHTS: std::ops::RangeInclusive<f64> = 0.0..=1000.0;
 /// The per-pixel layer counts a stem can have ([`VlaPolicyConfig::stem_layers`]).
 pub const STEM_LAYERS: std::ops::RangeInclusive<usize> = 1..=4;
 /// Largest number of image patches (tokens) per frame: attention costs the square.

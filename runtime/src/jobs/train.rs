@@ -6,7 +6,7 @@ use std::path::Path;
 use burn::Dispatch;
 use burn::module::AutodiffModule;
 use burn::prelude::Backend;
-use imago_policies::model::{STEM_CHANNELS, STEM_LAYERS};
+use imago_policies::model::{KEYPOINT_TARGET_WEIGHTS, STEM_CHANNELS, STEM_LAYERS};
 use imago_policies::{ActionHeadKind, Architecture, MAX_CHUNK_LEN, PolicyConfig, StemInputs};
 use serde::{Deserialize, Serialize};
 
@@ -87,9 +87,6 @@ pub struct PolicyShape {
     /// [default: 1]; only with `keypoint_targets`.
     pub keypoint_target_weight: Option<f64>,
 }
-
-/// The weights `--keypoint-target-weight` accepts.
-pub const KEYPOINT_TARGET_WEIGHTS: std::ops::RangeInclusive<f64> = 0.0..=1000.0;
 
 /// The indices of the proprioception entries `names` in `proprio_names` (the robot's),
 /// or an error naming `flag` and the name given twice, or the unknown name and the
