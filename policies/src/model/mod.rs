@@ -432,8 +432,6 @@ impl VlaPolicyConfig {
             chunk_len: k,
             action_dim: a,
             flow_steps: self.flow_steps,
-            // Initialised last, so that a policy without targets starts from the same
-            // weights for the same seed as one with them.
             keypoint_readout: (!self.keypoint_targets.is_empty()).then(|| {
                 LinearConfig::new(2 * self.stem_channels, self.keypoint_targets.len()).init(device)
             }),
