@@ -490,7 +490,7 @@ fn collect_train_eval_round_trip_and_bad_inputs() {
                 "--keypoint-targets",
                 "ee_x",
             ][..],
-            "the linear policy has no keypoints",
+            "--keypoint-targets ee_x: the linear policy reads no pixels",
         ),
         (
             &["--policy", "diffusion", "--keypoint-targets", "ee_x"][..],

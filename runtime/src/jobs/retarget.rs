@@ -50,11 +50,12 @@ pub fn retarget_policy(
             from.display()
         )
     })?;
-    let differences: Vec<String> = trained
-        .data_differences(spec)
-        .into_iter()
-        .filter(|d| !d.starts_with("proprioception"))
-        .collect();
+    // Everything but the proprioception's names must match.
+    let same_names = RobotSpec {
+        proprio_names: trained.proprio_names.clone(),
+        ..spec.clone()
+    };
+    let differences = trained.data_differences(&same_names);
     anyhow::ensure!(
         differences.is_empty(),
         "{} was trained for {}, which differs from {} in more than its proprioception: {}",

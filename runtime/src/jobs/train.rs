@@ -277,15 +277,7 @@ impl PolicyShape {
         if let Some(named) = &self.keypoint_targets {
             let targets = proprio_entries("--keypoint-targets", named, proprio_names)?;
             let names = named.join(",");
-            anyhow::ensure!(
-                expected.keypoint_targets().is_some(),
-                "--keypoint-targets {names}: the {} policy has no keypoints (leave --keypoint-targets out)",
-                expected.architecture()
-            );
-            anyhow::ensure!(
-                !self.no_camera,
-                "--keypoint-targets {names} with --no-camera: a policy given a blank frame cannot find them in it (leave one out)"
-            );
+            self.ensure_camera_read(&expected, "--keypoint-targets", &names)?;
             if let Some(read) = targets
                 .iter()
                 .find(|t| expected.proprio_inputs().contains(t))
@@ -310,7 +302,7 @@ impl PolicyShape {
         &self,
         expected: &PolicyConfig,
         flag: &str,
-        value: usize,
+        value: impl std::fmt::Display,
     ) -> anyhow::Result<()> {
         anyhow::ensure!(
             expected.frame_side().is_some(),
