@@ -81,3 +81,72 @@ fn expert_episodes_replay_in_gym_pusht() {
     let coverage_gap = number("imago_mean_final_coverage") - number("gym_mean_final_coverage");
     assert!(coverage_gap.abs() < 0.01, "{summary}");
 }
+
+/// imago's camera against gym-pusht's own `pixels` observation
+/// (`scripts/pusht_frames.py`): 40 scenes after random pushes, rendered from the pose
+/// gym-pusht reports. Every scene without a contact must match byte for byte; a scene
+/// with one differs only by pymunk's red contact marks (a few pixels of the 512x512
+/// surface, each within a few pixels of the frame).
+#[test]
+fn frames_match_gym_pusht_byte_for_byte() {
+    const SIZE: u32 = 96;
+    let python = python();
+    if !has_gym_pusht(&python) {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "CI=true but {python} cannot import gym_pusht (.ci/run installs gym-pusht==0.1.8)"
+        );
+        println!("skipped: {python} cannot import gym_pusht (pip install gym-pusht==0.1.8)");
+        return;
+    }
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/pusht_frames.py");
+    let output = Command::new(&python)
+        .arg(&script)
+        .args(["40", &SIZE.to_string()])
+        .output()
+        .expect("the frame script runs");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let (mut exact, mut with_contact) = (0, 0);
+    for line in stdout.lines().filter(|line| line.starts_with('{')) {
+        let scene: serde_json::Value = serde_json::from_str(line).expect("a JSON scene");
+        let number = |v: &serde_json::Value| v.as_f64().expect("a number");
+        let pusher = [number(&scene["pusher"][0]), number(&scene["pusher"][1])];
+        let block = imago_robots::pusht::Pose {
+            x: number(&scene["block"][0]),
+            y: number(&scene["block"][1]),
+            angle: number(&scene["block"][2]),
+        };
+        let hex = scene["frame"].as_str().expect("hex bytes");
+        let theirs: Vec<u8> = (0..hex.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).expect("hex"))
+            .collect();
+        let ours = imago_robots::pusht::render(pusher, &block, SIZE);
+        assert_eq!(ours.rgb.len(), theirs.len());
+        let differing: Vec<usize> = (0..theirs.len() / 3)
+            .filter(|&p| ours.rgb[3 * p..3 * p + 3] != theirs[3 * p..3 * p + 3])
+            .collect();
+        if scene["contacts"].as_u64() == Some(0) {
+            assert!(
+                differing.is_empty(),
+                "scene {scene_at}: {n} pixels differ, first at {first:?}",
+                scene_at = exact + with_contact,
+                n = differing.len(),
+                first = differing
+                    .first()
+                    .map(|p| (p % SIZE as usize, p / SIZE as usize)),
+            );
+            exact += 1;
+        } else {
+            assert!(differing.len() <= 4, "{} pixels differ", differing.len());
+            with_contact += 1;
+        }
+    }
+    println!("{exact} scenes identical, {with_contact} with contact marks");
+    assert!(exact >= 25, "only {exact} scenes without contact");
+}

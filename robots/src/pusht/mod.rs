@@ -28,6 +28,7 @@
 mod expert;
 pub mod geometry;
 pub mod physics;
+mod raster;
 pub mod render;
 
 pub use expert::ScriptedExpert;
