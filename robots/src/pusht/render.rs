@@ -93,7 +93,7 @@ static GROUND: LazyLock<Canvas> = LazyLock::new(|| {
 
 /// gym-pusht's 512x512 surface for the scene (pymunk draws the moving shapes before
 /// the static walls).
-pub(crate) fn draw(pusher: [f64; 2], block: &Pose) -> Canvas {
+fn draw(pusher: [f64; 2], block: &Pose) -> Canvas {
     let mut canvas = GROUND.clone();
     for piece in pieces(block) {
         canvas.fill_polygon(&piece, BLOCK_FILL);
@@ -128,21 +128,20 @@ const WEIGHT_BITS: u32 = 11;
 /// indices and their fixed-point weights, computed as `cv::resize` computes them
 /// (single-precision source positions, weights rounded to 1/2048).
 fn taps(from: usize, to: usize) -> Vec<([usize; 2], [i32; 2])> {
+    // OpenCV's scale is the inverse of its inverse scale, in double precision.
     let scale = 1.0 / (to as f64 / from as f64);
     let unit = (1 << WEIGHT_BITS) as f32;
     (0..to)
         .map(|i| {
             let source = ((i as f64 + 0.5) * scale - 0.5) as f32;
-            let mut low = source.floor();
-            let mut frac = source - low;
-            if low < 0.0 {
-                (low, frac) = (0.0, 0.0);
-            }
-            let low = low as usize;
-            let (low, frac) = if low >= from - 1 {
+            let low = source.floor();
+            // Before the first pixel or from the last on, the edge pixel alone.
+            let (low, frac) = if low < 0.0 {
+                (0, 0.0)
+            } else if low as usize >= from - 1 {
                 (from - 1, 0.0)
             } else {
-                (low, frac)
+                (low as usize, source - low)
             };
             let weights = [
                 ((1.0 - frac) * unit).round_ties_even() as i32,
@@ -157,7 +156,7 @@ fn taps(from: usize, to: usize) -> Vec<([usize; 2], [i32; 2])> {
 /// shrinks it, byte for byte: OpenCV's bilinear interpolation in fixed point (each row
 /// interpolated with 11-bit weights, then rows blended as its vectorised path does),
 /// and, where the canvas is exactly twice the size, the 2x2 average OpenCV switches to.
-pub(crate) fn shrink(canvas: &Canvas, size: u32) -> Image {
+fn shrink(canvas: &Canvas, size: u32) -> Image {
     let (from, to) = (canvas.side(), size as usize);
     let mut image = Image::filled(size, size, BACKGROUND);
     if from == 2 * to {
