@@ -150,7 +150,7 @@ pub struct TrainArgs {
     #[arg(long, value_name = "NAMES", value_delimiter = ',')]
     keypoint_targets: Option<Vec<String>>,
     /// Policy: the weight of --keypoint-targets' squared error in the loss, in [0,
-    /// 1000] [default: 1; with --init, the checkpoint's].
+    /// 1000] [default: 10; with --init, the checkpoint's].
     #[arg(long, value_name = "W")]
     keypoint_target_weight: Option<f64>,
     /// Behaviour cloning: move each training frame by a random shift of up to this

@@ -374,7 +374,10 @@ fn keypoint_targets_add_their_error_and_are_learned() {
         proprio_inputs: vec![0, 1, 2, 3],
         ..config()
     };
-    let with_targets = reading_joints.clone().with_keypoint_targets(vec![6, 7]);
+    let with_targets = reading_joints
+        .clone()
+        .with_keypoint_targets(vec![6, 7])
+        .with_keypoint_target_weight(2.0);
     let input = || batch_of(&with_targets, &obs).to_input(&device);
     let policy = with_targets.init::<B>(&device);
     let loss = |policy: &VlaPolicy<B>, input: PolicyInput<B>| -> f32 {
@@ -405,6 +408,15 @@ fn keypoint_targets_add_their_error_and_are_learned() {
     assert!(
         (with_error - plain - before).abs() < 1e-4 * with_error.abs().max(1.0),
         "{with_error} = {plain} + {before}"
+    );
+    // The target loss is weighted: at weight 1 it is half what it is at 2.
+    let at_one = target_loss(&VlaPolicy {
+        keypoint_target_weight: 1.0,
+        ..policy.clone()
+    });
+    assert!(
+        (2.0 * at_one - before).abs() < 1e-5 * before,
+        "{at_one} x 2 against {before}"
     );
 
     let mut policy = policy;

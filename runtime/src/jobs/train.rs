@@ -6,7 +6,9 @@ use std::path::Path;
 use burn::Dispatch;
 use burn::module::AutodiffModule;
 use burn::prelude::Backend;
-use imago_policies::model::{KEYPOINT_TARGET_WEIGHTS, STEM_CHANNELS, STEM_LAYERS};
+use imago_policies::model::{
+    DEFAULT_KEYPOINT_TARGET_WEIGHT, KEYPOINT_TARGET_WEIGHTS, STEM_CHANNELS, STEM_LAYERS,
+};
 use imago_policies::{ActionHeadKind, Architecture, MAX_CHUNK_LEN, PolicyConfig, StemInputs};
 use serde::{Deserialize, Serialize};
 
@@ -84,7 +86,7 @@ pub struct PolicyShape {
     /// checkpoint's, which this must equal when given.
     pub keypoint_targets: Option<Vec<String>>,
     /// The keypoint targets' weight in the loss, in [`KEYPOINT_TARGET_WEIGHTS`]
-    /// [default: 1]; only with `keypoint_targets`.
+    /// [default: [`DEFAULT_KEYPOINT_TARGET_WEIGHT`]]; only with `keypoint_targets`.
     pub keypoint_target_weight: Option<f64>,
 }
 
@@ -287,8 +289,11 @@ impl PolicyShape {
                     proprio_names[*read]
                 );
             }
-            expected =
-                expected.with_keypoint_targets(targets, self.keypoint_target_weight.unwrap_or(1.0));
+            expected = expected.with_keypoint_targets(
+                targets,
+                self.keypoint_target_weight
+                    .unwrap_or(DEFAULT_KEYPOINT_TARGET_WEIGHT),
+            );
             expected
                 .validate()
                 .map_err(|e| anyhow::anyhow!("--keypoint-targets {names}: {e}"))?;
