@@ -17,24 +17,29 @@ fn python() -> String {
     std::env::var("IMAGO_PYTHON").unwrap_or_else(|_| "python3".to_string())
 }
 
-fn has_gym_pusht(python: &str) -> bool {
-    Command::new(python)
+/// The Python to run gym-pusht with; `None` (the test says it skipped) where it cannot
+/// import gym_pusht, which under `CI=true` is a failure.
+fn python_with_gym_pusht() -> Option<String> {
+    let python = python();
+    let importable = Command::new(&python)
         .args(["-c", "import gym_pusht"])
         .output()
-        .is_ok_and(|o| o.status.success())
-}
-
-#[test]
-fn expert_episodes_replay_in_gym_pusht() {
-    let python = python();
-    if !has_gym_pusht(&python) {
+        .is_ok_and(|o| o.status.success());
+    if !importable {
         assert!(
             std::env::var("CI").as_deref() != Ok("true"),
             "CI=true but {python} cannot import gym_pusht (.ci/run installs gym-pusht==0.1.8)"
         );
         println!("skipped: {python} cannot import gym_pusht (pip install gym-pusht==0.1.8)");
-        return;
     }
+    importable.then_some(python)
+}
+
+#[test]
+fn expert_episodes_replay_in_gym_pusht() {
+    let Some(python) = python_with_gym_pusht() else {
+        return;
+    };
     let dir = tempfile::tempdir().unwrap();
     let dump = dir.path().join("episodes.jsonl");
     let mut out = std::fs::File::create(&dump).unwrap();
@@ -90,15 +95,9 @@ fn expert_episodes_replay_in_gym_pusht() {
 /// the 512x512 surface, so a few pixels of the frame at most).
 #[test]
 fn frames_match_gym_pusht_byte_for_byte() {
-    let python = python();
-    if !has_gym_pusht(&python) {
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "CI=true but {python} cannot import gym_pusht (.ci/run installs gym-pusht==0.1.8)"
-        );
-        println!("skipped: {python} cannot import gym_pusht (pip install gym-pusht==0.1.8)");
+    let Some(python) = python_with_gym_pusht() else {
         return;
-    }
+    };
     for size in [96u32, 64, 256] {
         let (exact, with_contact) = compare_frames(&python, size);
         println!("{size}x{size}: {exact} scenes identical, {with_contact} with contact marks");
