@@ -55,4 +55,6 @@ if __name__ == "__main__":
         scenes, size = int(sys.argv[1]), int(sys.argv[2])
     except ValueError:
         sys.exit(f"error: SCENES and SIZE must be whole numbers, got {sys.argv[1:]}\n{__doc__}")
+    if scenes < 1 or not 1 <= size <= 512:
+        sys.exit(f"error: SCENES must be at least 1 and SIZE in [1, 512], got {scenes} and {size}")
     main(scenes, size)
