@@ -4,9 +4,11 @@
 //! `draw.circle` fill for the same integer arguments. Integer arithmetic throughout, as
 //! pygame's; pixel `(x, y)` is column `x`, row `y`, and the canvas clips.
 //!
-//! Written from pygame's documented behaviour and checked pixel for pixel against
-//! pygame 2.6 itself (the tests' reference shapes, and `tests/gym_pusht_frames.rs`
-//! against whole gym-pusht frames).
+//! The rules are the textbook algorithms pygame 2 uses (a scanline fill, Bresenham's
+//! line, the midpoint circle), written here from what pygame draws, with pygame's
+//! source consulted for the disc's exact span rule; each is checked pixel for pixel
+//! against pygame 2.6 itself (the tests' reference shapes, and
+//! `robots/tests/gym_pusht_parity.rs` against whole gym-pusht frames).
 
 /// A `side x side` RGB canvas, rows top first.
 #[derive(Debug, Clone, PartialEq, Eq)]
