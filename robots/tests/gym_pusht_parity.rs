@@ -17,6 +17,25 @@ fn python() -> String {
     std::env::var("IMAGO_PYTHON").unwrap_or_else(|_| "python3".to_string())
 }
 
+/// What `scripts/NAME ARGS...` printed, run with `python`; its error output where it
+/// fails.
+fn run_script(python: &str, name: &str, args: &[&std::ffi::OsStr]) -> String {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../scripts")
+        .join(name);
+    let output = Command::new(python)
+        .arg(&script)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("{name} runs: {e}"));
+    assert!(
+        output.status.success(),
+        "{name}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
 /// The Python to run gym-pusht with; `None` (the test says it skipped) where it cannot
 /// import gym_pusht, which under `CI=true` is a failure.
 fn python_with_gym_pusht() -> Option<String> {
@@ -50,19 +69,11 @@ fn expert_episodes_replay_in_gym_pusht() {
         writeln!(out, "{}", serde_json::to_string(&episode).unwrap()).unwrap();
     }
     drop(out);
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/pusht_crosscheck.py");
-    let output = Command::new(&python)
-        .arg(&script)
-        .arg(&dump)
-        .arg("--json")
-        .output()
-        .expect("the cross-check runs");
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
+    let stdout = run_script(
+        &python,
+        "pusht_crosscheck.py",
+        &[dump.as_os_str(), "--json".as_ref()],
     );
-    let stdout = String::from_utf8_lossy(&output.stdout);
     let line = stdout.lines().last().expect("a summary line");
     let summary: serde_json::Value = serde_json::from_str(line).expect("JSON summary");
     println!("{summary}");
@@ -111,18 +122,12 @@ fn frames_match_gym_pusht_byte_for_byte() {
 /// Renders the script's scenes at `size` and compares them with gym-pusht's frames;
 /// the numbers of scenes without and with a contact.
 fn compare_frames(python: &str, size: u32) -> (usize, usize) {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/pusht_frames.py");
-    let output = Command::new(python)
-        .arg(&script)
-        .args(["40", &size.to_string()])
-        .output()
-        .expect("the frame script runs");
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
+    let size_arg = size.to_string();
+    let stdout = run_script(
+        python,
+        "pusht_frames.py",
+        &["40".as_ref(), size_arg.as_ref()],
     );
-    let stdout = String::from_utf8_lossy(&output.stdout);
     let (mut exact, mut with_contact) = (0, 0);
     for line in stdout.lines().filter(|line| line.starts_with('{')) {
         let scene: serde_json::Value = serde_json::from_str(line).expect("a JSON scene");
