@@ -2219,6 +2219,13 @@ fn pusht_collects_trains_and_evaluates_with_coverage() {
         "{scored}"
     );
     assert_eq!(scored.matches("floor 0.0000").count(), 7, "{scored}");
+    // Its members' read-out states are ranked against the state's error.
+    assert!(
+        scored.contains(
+            "state disagreement-error Spearman (the members' read-out states): across windows "
+        ),
+        "{scored}"
+    );
     plans(
         &gated,
         "rewards from the robot's reward of the decoded state",

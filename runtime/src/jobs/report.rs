@@ -334,7 +334,7 @@ fn world_model_rows(report: &WorldModelEvalReport, horizons: &[usize]) -> String
             report.coverage_2sigma.calibrated[i],
         ));
     }
-    let show = |v: Option<f64>| v.map_or("n/a".to_string(), |v| format!("{v:.2}"));
+    let show = show_rank;
     out.push_str(&format!(
         "disagreement-error Spearman: across windows {} (mean over horizons), within trajectories {}, pooled {}\n",
         show(report.spearman.across_dataset),
@@ -351,6 +351,11 @@ fn world_model_rows(report: &WorldModelEvalReport, horizons: &[usize]) -> String
         out.push_str(&contact_rows(contact, horizons));
     }
     out
+}
+
+/// A rank correlation to two decimals, or `n/a` where it is undefined.
+fn show_rank(value: Option<f64>) -> String {
+    value.map_or("n/a".to_string(), |v| format!("{v:.2}"))
 }
 
 /// The predictions read out into the proprioception: the normalised error per
@@ -392,6 +397,15 @@ fn decoded_rows(decoded: &DecodedReport, horizons: &[usize]) -> String {
             })
             .collect();
         out.push_str(&format!("RMSE at horizon {last}: {}\n", entries.join(", ")));
+    }
+    if let Some(spearman) = &decoded.spearman {
+        let show = show_rank;
+        out.push_str(&format!(
+            "state disagreement-error Spearman (the members' read-out states): across windows {}, within trajectories {}, pooled {}\n",
+            show(spearman.across_dataset),
+            show(spearman.within_trajectory),
+            show(spearman.pooled)
+        ));
     }
     out
 }

@@ -19,6 +19,7 @@
 use nalgebra::{DMatrix, DVector};
 use serde::{Deserialize, Serialize};
 
+use super::ranking::{RankedWindow, SpearmanReport};
 use crate::robot::RobotConfig;
 
 /// Ridge strength of the readout, per sample, on standardised latents: enough to
@@ -109,6 +110,14 @@ pub struct DecodedReport {
     /// The readout's root-mean-square error on the real latents, per entry: what no
     /// prediction read out this way can go below.
     pub readout_floor_rmse: Vec<f64>,
+    /// Does the members' disagreement about the state rank the state's error? Per
+    /// window, the members' standard deviation of each read-out entry over the
+    /// entry's standard deviation, averaged over entries, against the root of the
+    /// normalised error (`error`'s measure, that window's). For a model with its own
+    /// readout (the fitted one reads out only the ensemble's mean); absent in reports
+    /// written before it.
+    #[serde(default)]
+    pub spearman: Option<SpearmanReport>,
 }
 
 /// Errors split by whether an object the robot pushes moved between a window's
@@ -153,6 +162,9 @@ pub(super) struct EpisodeRecord {
     pub model_sq: Vec<f64>,
     /// See `model_sq`.
     pub copy_sq: Vec<f64>,
+    /// The members' standard deviation of each read-out entry, `[windows, horizon,
+    /// p]`, for a model with its own readout; empty otherwise.
+    pub state_spread: Vec<f32>,
 }
 
 /// An affine map from latents to the proprioception: fitted with a small ridge, or
@@ -327,8 +339,14 @@ pub(super) fn physical_errors(
     }
 
     let mut sums = PhysicalSums::new(horizon, p);
-    for record in records {
-        sums.add(record, &readout, quantities, &variance, (horizon, d));
+    for (index, record) in records.iter().enumerate() {
+        sums.add(
+            (index, record),
+            &readout,
+            quantities,
+            &variance,
+            (horizon, d),
+        );
     }
     let normalised = |sq: &[f64], entries: &[usize], n: usize| {
         entries.iter().map(|&k| sq[k] / variance[k]).sum::<f64>()
@@ -355,6 +373,8 @@ pub(super) fn physical_errors(
             .map(|i| rmse(&sums.copy[i], sums.windows[i]))
             .collect(),
         readout_floor_rmse: rmse(&floor, rows.len()),
+        spearman: (kind == ReadoutKind::ModelDecoder && !sums.ranked[0].is_empty())
+            .then(|| SpearmanReport::of(&sums.ranked, records.len())),
     };
     let latent = |sq: &[f64], n: &[usize]| -> Vec<f64> {
         sq.iter()
@@ -402,6 +422,9 @@ struct PhysicalSums {
     moved_latent_copy: Vec<f64>,
     still_latent: Vec<f64>,
     still_latent_copy: Vec<f64>,
+    /// Per horizon: (episode, state disagreement, state error) of every window of a
+    /// record with its members' spread.
+    ranked: Vec<Vec<RankedWindow>>,
 }
 
 impl PhysicalSums {
@@ -419,6 +442,7 @@ impl PhysicalSums {
             moved_latent_copy: vec![0.0; horizon],
             still_latent: vec![0.0; horizon],
             still_latent_copy: vec![0.0; horizon],
+            ranked: vec![Vec::new(); horizon],
         }
     }
 
@@ -432,7 +456,7 @@ impl PhysicalSums {
 
     fn add(
         &mut self,
-        record: &EpisodeRecord,
+        (index, record): (usize, &EpisodeRecord),
         readout: &LinearReadout,
         quantities: &PhysicalQuantities,
         variance: &[f64],
@@ -464,6 +488,25 @@ impl PhysicalSums {
                 } else {
                     self.still_latent[i] += latent;
                     self.still_latent_copy[i] += latent_copy;
+                }
+                let spread = record
+                    .state_spread
+                    .get((w * horizon + i) * decoded.len()..(w * horizon + i + 1) * decoded.len());
+                if let Some(spread) = spread {
+                    let scale = |k: usize| variance[k].sqrt();
+                    let disagreement = spread
+                        .iter()
+                        .enumerate()
+                        .map(|(k, &s)| s as f64 / scale(k))
+                        .sum::<f64>()
+                        / decoded.len() as f64;
+                    let error = decoded
+                        .iter()
+                        .enumerate()
+                        .map(|(k, value)| (value - truth[k] as f64).powi(2) / variance[k])
+                        .sum::<f64>()
+                        / decoded.len() as f64;
+                    self.ranked[i].push((index, disagreement, error.sqrt()));
                 }
                 for (k, value) in decoded.into_iter().enumerate() {
                     let model_sq = (value - truth[k] as f64).powi(2);
@@ -516,6 +559,7 @@ mod tests {
             predicted,
             model_sq,
             copy_sq,
+            state_spread: Vec::new(),
         }
     }
 
@@ -631,6 +675,55 @@ mod tests {
             err.contains("reads out 3 entries, the robot names 2"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn the_members_spread_of_the_state_is_ranked_against_the_states_error() {
+        let horizon = 2;
+        let proprio: Vec<Vec<f32>> = (0..24)
+            .map(|t| vec![t as f32 * 0.1, (t as f32 * 0.4).cos()])
+            .collect();
+        let decoder = (vec![0.5, 0.0, 0.0, -1.0, 0.0, 0.0], vec![-0.5, 0.0]);
+        let quantities = PhysicalQuantities::unnamed(2);
+        // Each window's prediction is off by its own amount, in scrambled order.
+        let exact = record(proprio.clone(), 0.0, horizon);
+        let windows = exact.predicted.len() / (horizon * 3);
+        let off = |w: usize| ((w * 7) % windows) as f32 * 0.05;
+        let with_spread = |spread: &dyn Fn(usize) -> f32| {
+            let mut r = record(proprio.clone(), 0.0, horizon);
+            for (i, v) in r.predicted.iter_mut().enumerate() {
+                *v += off(i / (horizon * 3));
+            }
+            r.state_spread = (0..windows * horizon * 2)
+                .map(|i| spread(i / (horizon * 2)))
+                .collect();
+            r
+        };
+        let ranked = |spread: &dyn Fn(usize) -> f32| {
+            let records = [with_spread(spread)];
+            let (decoded, _) = physical_errors(
+                &records,
+                &quantities,
+                Some(decoder.clone()),
+                (horizon, 3),
+                1.0,
+            )
+            .unwrap()
+            .unwrap();
+            decoded.spearman.expect("the model's own readout")
+        };
+        let following = ranked(&|w| off(w) + 0.01);
+        assert_eq!(following.within_trajectory, Some(1.0));
+        assert_eq!(following.per_horizon, [Some(1.0), Some(1.0)]);
+        let against = ranked(&|w| 1.0 - off(w));
+        assert_eq!(against.within_trajectory, Some(-1.0));
+        // A readout fitted on the episodes reads out no member, so ranks nothing.
+        let records = [with_spread(&|w| off(w))];
+        let (fitted, _) = physical_errors(&records, &quantities, None, (horizon, 3), 1.0)
+            .unwrap()
+            .unwrap();
+        assert_eq!(fitted.readout, ReadoutKind::FittedLinear);
+        assert!(fitted.spearman.is_none());
     }
 
     #[test]

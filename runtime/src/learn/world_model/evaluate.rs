@@ -4,7 +4,7 @@
 use burn::prelude::*;
 use imago_policies::PolicyBatch;
 use imago_worldmodel::metrics::{
-    coverage, fit_interval_scale, leave_one_out_coverage, spearman, standardised_error,
+    coverage, fit_interval_scale, leave_one_out_coverage, standardised_error,
 };
 use imago_worldmodel::{
     HostWorldModel, TransitionFamily, TransitionMember, WorldModel, WorldModelConfig,
@@ -13,8 +13,10 @@ use serde::{Deserialize, Serialize};
 
 use super::dataset::{observation_at, window_actions};
 use super::decoded::{
-    ContactSplitReport, DecodedReport, EpisodeRecord, PhysicalQuantities, physical_errors,
+    ContactSplitReport, DecodedReport, EpisodeRecord, LinearReadout, PhysicalQuantities,
+    physical_errors,
 };
+use super::ranking::{RankedWindow, SpearmanReport};
 use crate::stats::quantile;
 use crate::store::replay::Episode;
 
@@ -30,24 +32,6 @@ pub struct CoverageReport {
     /// (member std averaged over latent dimensions), `c` a scale per horizon and
     /// latent dimension fitted leave-one-episode-out.
     pub calibrated: Vec<f64>,
-}
-
-/// Rank correlation between ensemble disagreement (mean member standard deviation
-/// over latent dimensions, own rollouts) and realised error (norm of the ensemble
-/// mean's error), over windows.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct SpearmanReport {
-    /// Mean over horizons of `per_horizon`: across the data set, at a fixed horizon,
-    /// do the windows the ensemble disagrees on most have the largest errors?
-    pub across_dataset: Option<f64>,
-    /// Across the data set, at each horizon `1..H`.
-    pub per_horizon: Vec<Option<f64>>,
-    /// At horizon `H`, within each episode across its start steps, averaged over
-    /// episodes with at least five windows.
-    pub within_trajectory: Option<f64>,
-    /// Over all windows and horizons together; inflated by both quantities growing
-    /// with the horizon, reported for comparison with published figures.
-    pub pooled: Option<f64>,
 }
 
 /// SALT's rollout error split into injected and propagated parts, mean norms per
@@ -92,7 +76,10 @@ pub struct WorldModelEvalReport {
     pub shuffled_action_error: Vec<f64>,
     /// Mean per-dimension variance of the target latents the errors are divided by.
     pub latent_variance: f64,
-    /// Disagreement-error rank correlation.
+    /// Rank correlation between the ensemble's disagreement (members' standard
+    /// deviation averaged over latent dimensions, own rollouts) and the error (norm of
+    /// the ensemble mean's latent error), over windows; `decoded.spearman` ranks the
+    /// same in the read-out state.
     pub spearman: SpearmanReport,
     /// Coverage of one-standard-deviation intervals (Gaussian: 0.683).
     pub coverage_1sigma: CoverageReport,
@@ -123,7 +110,7 @@ struct Collected {
     shuffled_sq: Vec<f64>,
     entries: Vec<usize>,
     /// Per horizon: (episode index, disagreement, error) of every window.
-    ranked: Vec<Vec<(usize, f64, f64)>>,
+    ranked: Vec<Vec<RankedWindow>>,
     /// Per horizon: standardised errors of own rollouts (each dimension's member std).
     own_ratios: Vec<Vec<f64>>,
     /// Per horizon, per latent dimension, per episode: errors of own rollouts divided
@@ -198,6 +185,10 @@ pub fn evaluate_world_model<B: Backend>(
     let models = Models {
         model,
         host: HostWorldModel::for_device(model, device),
+        readout: model
+            .state_decoder_weights()
+            .map(|weights| LinearReadout::of_decoder(weights, d))
+            .transpose()?,
     };
     for (index, episode) in usable.iter().enumerate() {
         let other = usable[(index + 1) % usable.len()];
@@ -229,10 +220,13 @@ pub(crate) fn host<B: Backend, const D: usize>(tensor: Tensor<B, D>) -> anyhow::
         .map_err(|e| anyhow::anyhow!("cannot read tensors back: {e:?}"))
 }
 
-/// The model, and on a CPU device its host copy, which rolls the ensemble out.
+/// The model, on a CPU device its host copy, which rolls the ensemble out, and its
+/// own readout of the state where it has one (each member's prediction read out, for
+/// the members' disagreement about the state).
 struct Models<'a, B: Backend> {
     model: &'a WorldModel<B>,
     host: Option<HostWorldModel>,
+    readout: Option<LinearReadout>,
 }
 
 /// Scores one episode into `out`: every window rolled out once, and the error,
@@ -356,6 +350,7 @@ fn evaluate_episode<B: Backend>(
         predicted: Vec::with_capacity(windows * h * d),
         model_sq: Vec::with_capacity(windows * h),
         copy_sq: Vec::with_capacity(windows * h),
+        state_spread: Vec::new(),
     };
     for w in 0..windows {
         for k in 0..h {
@@ -391,6 +386,20 @@ fn evaluate_episode<B: Backend>(
             out.shuffled_sq[k] += shuffled_sq;
             out.entries[k] += d;
             out.ranked[k].push((index, spread, sq.sqrt()));
+            if let Some(readout) = &models.readout {
+                let states: Vec<Vec<f64>> = (0..n)
+                    .map(|m| {
+                        let at = ((m * windows + w) * h + k) * d;
+                        readout.apply(&own[at..at + d])
+                    })
+                    .collect();
+                record
+                    .state_spread
+                    .extend((0..states[0].len()).map(|entry| {
+                        let values: Vec<f64> = states.iter().map(|s| s[entry]).collect();
+                        sample_std(&values) as f32
+                    }));
+            }
         }
     }
     out.records.push(record);
@@ -425,6 +434,14 @@ fn evaluate_episode<B: Backend>(
     Ok(())
 }
 
+/// Standard deviation of `values` with Bessel's correction (0 for a single value).
+fn sample_std(values: &[f64]) -> f64 {
+    let n = values.len();
+    let mean = values.iter().sum::<f64>() / n.max(1) as f64;
+    let var = values.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / (n.max(2) - 1) as f64;
+    var.sqrt()
+}
+
 fn summarise(
     c: Collected,
     family: TransitionFamily,
@@ -445,31 +462,6 @@ fn summarise(
             .map(|(s, &e)| s / e.max(1) as f64 / latent_variance)
             .collect()
     };
-    let per_horizon: Vec<Option<f64>> = c
-        .ranked
-        .iter()
-        .map(|r| {
-            let (x, y): (Vec<f64>, Vec<f64>) = r.iter().map(|&(_, s, e)| (s, e)).unzip();
-            spearman(&x, &y)
-        })
-        .collect();
-    let defined: Vec<f64> = per_horizon.iter().flatten().copied().collect();
-    let across_dataset =
-        (!defined.is_empty()).then(|| defined.iter().sum::<f64>() / defined.len() as f64);
-    let (px, py): (Vec<f64>, Vec<f64>) = c.ranked.iter().flatten().map(|&(_, s, e)| (s, e)).unzip();
-    let within: Vec<f64> = (0..episodes)
-        .filter_map(|ep| {
-            let (x, y): (Vec<f64>, Vec<f64>) = c.ranked[h - 1]
-                .iter()
-                .filter(|r| r.0 == ep)
-                .map(|&(_, s, e)| (s, e))
-                .unzip();
-            if x.len() >= 5 { spearman(&x, &y) } else { None }
-        })
-        .collect();
-    let within_trajectory =
-        (!within.is_empty()).then(|| within.iter().sum::<f64>() / within.len() as f64);
-
     // The calibrated interval of dimension j at horizon h is mu_j +- k c_hj s, with s
     // the window's disagreement (member std averaged over dimensions) and c_hj fitted
     // leave-one-episode-out. A per-dimension std from five members is itself a noisy
@@ -525,12 +517,7 @@ fn summarise(
         constant_velocity_error: normalise(&c.velocity_sq),
         shuffled_action_error: normalise(&c.shuffled_sq),
         latent_variance,
-        spearman: SpearmanReport {
-            across_dataset,
-            per_horizon,
-            within_trajectory,
-            pooled: spearman(&px, &py),
-        },
+        spearman: SpearmanReport::of(&c.ranked, episodes),
         coverage_1sigma: level(1.0, 0),
         coverage_2sigma: level(2.0, 1),
         calibration_scale: c

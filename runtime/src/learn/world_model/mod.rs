@@ -8,15 +8,15 @@ mod dataset;
 mod decoded;
 mod evaluate;
 mod imagined;
+mod ranking;
 mod train;
 
 pub use dataset::{WindowDataset, WindowTargets, observation_at, window_actions};
 pub use decoded::{ContactSplitReport, DecodedReport, PhysicalQuantities, ReadoutKind};
 pub(crate) use evaluate::host;
-pub use evaluate::{
-    CoverageReport, SaltSplitReport, SpearmanReport, WorldModelEvalReport, evaluate_world_model,
-};
+pub use evaluate::{CoverageReport, SaltSplitReport, WorldModelEvalReport, evaluate_world_model};
 pub use imagined::{ImaginedWindows, log_imagined_windows};
+pub use ranking::SpearmanReport;
 pub use train::{
     MAX_HORIZON, WorldModelStep, WorldModelTrainConfig, log_world_model_losses, mean_loss,
     train_world_model,

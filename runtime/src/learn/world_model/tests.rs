@@ -106,5 +106,7 @@ fn briefly_trained_world_model_beats_copying_the_last_latent() {
     assert_eq!(decoded.error.len(), train.horizon);
     assert!(decoded.copy_last_error[h] > decoded.copy_last_error[0]);
     assert!(decoded.error.iter().all(|e| e.is_finite()));
+    // A fitted readout reads out only the ensemble's mean: no members to rank.
+    assert!(decoded.spearman.is_none());
     assert!(report.contact.is_none());
 }
