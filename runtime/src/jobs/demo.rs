@@ -182,13 +182,17 @@ impl DemoPlan {
             // gated by contact, and the state loss at 300, 3000 steps predict the
             // pusher's and block's measured state with 0.022 at 5 ticks against
             // copy-last's 0.048 (a state decoder at weight 10: 0.033; docs/worldmodel.md,
-            // on pusht). The demo's fine-tuning (PPO on real returns) does not use it.
+            // on pusht). The latent's own prediction at 30 keeps its learned entries
+            // below copy-last too (at 1: 0.13-0.14 at 5 ticks against 0.08; at 30:
+            // 0.06-0.07, three replays). The demo's fine-tuning (PPO on real returns)
+            // does not use it.
             world_model: WorldModelTrainConfig {
                 steps: scale(1000, 3000),
                 ema_decay: 0.0,
                 state_in_latent: true,
                 losses: LossWeights {
                     state: 300.0,
+                    prediction: 30.0,
                     ..LossWeights::default()
                 },
                 ..plan.world_model
@@ -936,6 +940,8 @@ mod tests {
             // reacher2d's imagination-based fine-tuning lost with a state decoder.
             assert!(pusht.world_model.state_in_latent);
             assert!(pusht.world_model.losses.decodes_state());
+            // The learned entries' prediction weighs enough to beat copying them.
+            assert!(pusht.world_model.losses.prediction > LossWeights::default().prediction);
             let model = pusht
                 .world_model
                 .new_model(
