@@ -14,6 +14,21 @@ fn absent_devices_fail_with_one_clear_line() {
     assert_one_line_error(&["--device", "cuda", "demo", "--quick"], "cuda");
 }
 
+/// `demo --out`, the flag `collect` and `train` write to, names the run directory: a
+/// file given there is refused in one line and left as it was.
+#[test]
+fn demo_takes_out_for_its_run_directory_and_refuses_a_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("notes.txt");
+    std::fs::write(&file, "mine").unwrap();
+    let file_arg = file.to_str().unwrap();
+    assert_one_line_error(
+        &["--device", "cpu", "demo", "--quick", "--out", file_arg],
+        "notes.txt",
+    );
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "mine");
+}
+
 #[test]
 fn devices_lists_the_cpu_backends() {
     let output = imago(&["devices"]);

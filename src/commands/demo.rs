@@ -20,7 +20,8 @@ pub struct DemoArgs {
     report: Option<PathBuf>,
     /// Where the replay and the checkpoints go. A previous demo run there is
     /// replaced once this one is complete; anything else is refused (see --force).
-    #[arg(long, default_value = "imago-runs/demo")]
+    /// `--out`, as `collect` and `train` call their output, is taken too.
+    #[arg(long, visible_alias = "out", default_value = "imago-runs/demo")]
     run_dir: PathBuf,
     /// Replace what --run-dir holds even when it is not a demo run (it is kept
     /// until the new run is complete).
