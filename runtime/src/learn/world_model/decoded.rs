@@ -646,15 +646,24 @@ mod tests {
         );
     }
 
+    /// A ramp and a cosine over `steps` steps: a two-entry proprioception.
+    fn ramp_and_cosine(steps: usize) -> Vec<Vec<f32>> {
+        (0..steps)
+            .map(|t| vec![t as f32 * 0.1, (t as f32 * 0.4).cos()])
+            .collect()
+    }
+
+    /// The inverse of the test encoding as a decoder's weight and bias: p0 = (z0 - 1)
+    /// / 2, p1 = -z1.
+    fn inverse_decoder() -> (Vec<f32>, Vec<f32>) {
+        (vec![0.5, 0.0, 0.0, -1.0, 0.0, 0.0], vec![-0.5, 0.0])
+    }
+
     #[test]
     fn the_models_own_decoder_reads_out_when_it_has_one() {
         let horizon = 2;
-        let proprio: Vec<Vec<f32>> = (0..20)
-            .map(|t| vec![t as f32 * 0.1, (t as f32 * 0.4).cos()])
-            .collect();
-        let records = [record(proprio, 0.0, horizon)];
-        // The inverse of the test encoding: p0 = (z0 - 1) / 2, p1 = -z1.
-        let decoder = (vec![0.5, 0.0, 0.0, -1.0, 0.0, 0.0], vec![-0.5, 0.0]);
+        let records = [record(ramp_and_cosine(20), 0.0, horizon)];
+        let decoder = inverse_decoder();
         let quantities = PhysicalQuantities::unnamed(2);
         let (decoded, _) = physical_errors(&records, &quantities, Some(decoder), (horizon, 3), 1.0)
             .unwrap()
@@ -680,10 +689,8 @@ mod tests {
     #[test]
     fn the_members_spread_of_the_state_is_ranked_against_the_states_error() {
         let horizon = 2;
-        let proprio: Vec<Vec<f32>> = (0..24)
-            .map(|t| vec![t as f32 * 0.1, (t as f32 * 0.4).cos()])
-            .collect();
-        let decoder = (vec![0.5, 0.0, 0.0, -1.0, 0.0, 0.0], vec![-0.5, 0.0]);
+        let proprio = ramp_and_cosine(24);
+        let decoder = inverse_decoder();
         let quantities = PhysicalQuantities::unnamed(2);
         // Each window's prediction is off by its own amount, in scrambled order.
         let exact = record(proprio.clone(), 0.0, horizon);
