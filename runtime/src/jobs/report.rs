@@ -334,12 +334,11 @@ fn world_model_rows(report: &WorldModelEvalReport, horizons: &[usize]) -> String
             report.coverage_2sigma.calibrated[i],
         ));
     }
-    let show = show_rank;
     out.push_str(&format!(
         "disagreement-error Spearman: across windows {} (mean over horizons), within trajectories {}, pooled {}\n",
-        show(report.spearman.across_dataset),
-        show(report.spearman.within_trajectory),
-        show(report.spearman.pooled)
+        show_rank(report.spearman.across_dataset),
+        show_rank(report.spearman.within_trajectory),
+        show_rank(report.spearman.pooled)
     ));
     match &report.decoded {
         Some(decoded) => out.push_str(&decoded_rows(decoded, horizons)),
@@ -399,12 +398,11 @@ fn decoded_rows(decoded: &DecodedReport, horizons: &[usize]) -> String {
         out.push_str(&format!("RMSE at horizon {last}: {}\n", entries.join(", ")));
     }
     if let Some(spearman) = &decoded.spearman {
-        let show = show_rank;
         out.push_str(&format!(
             "state disagreement-error Spearman (the members' read-out states): across windows {}, within trajectories {}, pooled {}\n",
-            show(spearman.across_dataset),
-            show(spearman.within_trajectory),
-            show(spearman.pooled)
+            show_rank(spearman.across_dataset),
+            show_rank(spearman.within_trajectory),
+            show_rank(spearman.pooled)
         ));
     }
     out

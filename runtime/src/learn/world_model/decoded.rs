@@ -489,28 +489,12 @@ impl PhysicalSums {
                     self.still_latent[i] += latent;
                     self.still_latent_copy[i] += latent_copy;
                 }
-                let spread = record
-                    .state_spread
-                    .get((w * horizon + i) * decoded.len()..(w * horizon + i + 1) * decoded.len());
-                if let Some(spread) = spread {
-                    let scale = |k: usize| variance[k].sqrt();
-                    let disagreement = spread
-                        .iter()
-                        .enumerate()
-                        .map(|(k, &s)| s as f64 / scale(k))
-                        .sum::<f64>()
-                        / decoded.len() as f64;
-                    let error = decoded
-                        .iter()
-                        .enumerate()
-                        .map(|(k, value)| (value - truth[k] as f64).powi(2) / variance[k])
-                        .sum::<f64>()
-                        / decoded.len() as f64;
-                    self.ranked[i].push((index, disagreement, error.sqrt()));
-                }
+                let p = decoded.len();
+                let mut normalised_sq = 0.0;
                 for (k, value) in decoded.into_iter().enumerate() {
                     let model_sq = (value - truth[k] as f64).powi(2);
                     let copy_sq = ((start[k] - truth[k]) as f64).powi(2);
+                    normalised_sq += model_sq / variance[k];
                     self.model[i][k] += model_sq;
                     self.copy[i][k] += copy_sq;
                     if moved {
@@ -519,6 +503,17 @@ impl PhysicalSums {
                     } else {
                         self.still_model[i][k] += model_sq;
                     }
+                }
+                let spread_at = (w * horizon + i) * p;
+                if let Some(spread) = record.state_spread.get(spread_at..spread_at + p) {
+                    let disagreement = spread
+                        .iter()
+                        .zip(variance)
+                        .map(|(&s, v)| s as f64 / v.sqrt())
+                        .sum::<f64>()
+                        / p as f64;
+                    let error = (normalised_sq / p as f64).sqrt();
+                    self.ranked[i].push((index, disagreement, error));
                 }
             }
         }

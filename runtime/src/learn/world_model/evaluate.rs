@@ -326,12 +326,7 @@ fn evaluate_episode<B: Backend>(
     };
     let true_at = |w: usize, k: usize, j: usize| truth_host[(w * (h + 1) + k) * d + j] as f64;
     let mean_std = |values: &[f32], w: usize, k: usize, j: usize| {
-        let mean = (0..n).map(|m| member(values, m, w, k, j)).sum::<f64>() / n as f64;
-        let var = (0..n)
-            .map(|m| (member(values, m, w, k, j) - mean).powi(2))
-            .sum::<f64>()
-            / (n.max(2) - 1) as f64;
-        (mean, var.sqrt())
+        mean_and_std((0..n).map(|m| member(values, m, w, k, j)))
     };
 
     let truth_latents = host(target.clone().unsqueeze::<4>())?;
@@ -393,12 +388,10 @@ fn evaluate_episode<B: Backend>(
                         readout.apply(&own[at..at + d])
                     })
                     .collect();
-                record
-                    .state_spread
-                    .extend((0..states[0].len()).map(|entry| {
-                        let values: Vec<f64> = states.iter().map(|s| s[entry]).collect();
-                        sample_std(&values) as f32
-                    }));
+                record.state_spread.extend(
+                    (0..states[0].len())
+                        .map(|entry| mean_and_std(states.iter().map(|s| s[entry])).1 as f32),
+                );
             }
         }
     }
@@ -434,12 +427,13 @@ fn evaluate_episode<B: Backend>(
     Ok(())
 }
 
-/// Standard deviation of `values` with Bessel's correction (0 for a single value).
-fn sample_std(values: &[f64]) -> f64 {
-    let n = values.len();
-    let mean = values.iter().sum::<f64>() / n.max(1) as f64;
-    let var = values.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / (n.max(2) - 1) as f64;
-    var.sqrt()
+/// Mean and standard deviation (Bessel's correction; 0 for a single value) of the
+/// members' values, which `values` yields each time it is cloned.
+fn mean_and_std(values: impl Iterator<Item = f64> + Clone) -> (f64, f64) {
+    let n = values.clone().count();
+    let mean = values.clone().sum::<f64>() / n.max(1) as f64;
+    let var = values.map(|v| (v - mean).powi(2)).sum::<f64>() / (n.max(2) - 1) as f64;
+    (mean, var.sqrt())
 }
 
 fn summarise(
