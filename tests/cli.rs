@@ -677,7 +677,7 @@ fn world_model_train_and_wm_eval_round_trip() {
         }
         assert!(json["spearman"].is_object());
         for level in ["coverage_1sigma", "coverage_2sigma"] {
-            for kind in ["raw", "own_rollout", "calibrated"] {
+            for kind in ["raw", "own_rollout", "calibrated", "calibrated_gaussian"] {
                 assert_eq!(
                     json[level][kind].as_array().unwrap().len(),
                     4,
@@ -685,6 +685,15 @@ fn world_model_train_and_wm_eval_round_trip() {
                 );
             }
         }
+        // One tail factor per horizon, from a Gaussian's 2 to the largest tried.
+        let tails = json["tail_factor"].as_array().unwrap();
+        assert_eq!(tails.len(), 4);
+        assert!(
+            tails
+                .iter()
+                .all(|t| (2.0..=4.0 + 1e-9).contains(&t.as_f64().unwrap())),
+            "{tails:?}"
+        );
         assert_eq!(json["episodes"], 2, "episodes 4 and 9 are held out");
         assert_eq!(json["salt_error_split"].is_object(), family == "salt");
     }

@@ -88,10 +88,15 @@ impl SortedErrors {
     }
 }
 
-/// Candidate scales: points where one- or two-sigma coverage of `all` changes,
-/// thinned to about 800 (every quantile step of 0.25%), which bounds the fitting
-/// error in coverage by that step.
-fn candidate_scales(all: &SortedErrors) -> Vec<f64> {
+/// Tail factors tried by [`fit_intervals`]: 2 (a Gaussian's) to 4 in steps of 0.1.
+pub fn tail_factors() -> impl Iterator<Item = f64> {
+    (0..=20).map(|i| 2.0 + 0.1 * i as f64)
+}
+
+/// Candidate scales: points where the coverage of `all` at the scale or at `tail`
+/// times it changes, thinned to about 800 (every quantile step of 0.25%), which bounds
+/// the fitting error in coverage by that step.
+fn candidate_scales(all: &SortedErrors, tail: f64) -> Vec<f64> {
     let finite: Vec<f64> = all.0.iter().copied().filter(|r| r.is_finite()).collect();
     if finite.is_empty() {
         return vec![1.0];
@@ -100,7 +105,7 @@ fn candidate_scales(all: &SortedErrors) -> Vec<f64> {
     let mut candidates: Vec<f64> = finite
         .iter()
         .step_by(stride)
-        .flat_map(|&r| [r, r / 2.0])
+        .flat_map(|&r| [r, r / tail])
         .filter(|&s| s > 0.0)
         .collect();
     candidates.sort_by(f64::total_cmp);
@@ -111,66 +116,164 @@ fn candidate_scales(all: &SortedErrors) -> Vec<f64> {
     candidates
 }
 
-/// The scale `s` for which intervals of `s` and `2 s` standard deviations best cover
-/// their Gaussian masses, given how many of `total` errors lie within a width. Each
+/// The scale `s` for which intervals of `s` and `tail * s` standard deviations best
+/// cover the Gaussian masses within one and two standard deviations (68.3% and
+/// 95.4%), given how many of `total` errors lie within a width, and its miss. Each
 /// level's miscoverage is measured in units of its binomial standard deviation
 /// `sqrt(p (1 - p))` (a chi-square fit of the two coverage counts): missing 95.4% by
-/// four points is as serious as missing 68.3% by nine. With errors heavier-tailed
-/// than a Gaussian no scale hits both; this one splits the miss by that measure.
-fn best_scale(candidates: &[f64], total: usize, within: impl Fn(f64) -> usize) -> f64 {
+/// four points is as serious as missing 68.3% by nine.
+fn best_scale(
+    candidates: &[f64],
+    total: usize,
+    tail: f64,
+    within: impl Fn(f64) -> usize,
+) -> (f64, f64) {
     let miss = |s: f64| {
         let one = within(s) as f64 / total as f64 - ONE_SIGMA_MASS;
-        let two = within(2.0 * s) as f64 / total as f64 - TWO_SIGMA_MASS;
+        let two = within(tail * s) as f64 / total as f64 - TWO_SIGMA_MASS;
         one * one / (ONE_SIGMA_MASS * (1.0 - ONE_SIGMA_MASS))
             + two * two / (TWO_SIGMA_MASS * (1.0 - TWO_SIGMA_MASS))
     };
     candidates
         .iter()
-        .copied()
-        .min_by(|&a, &b| miss(a).total_cmp(&miss(b)))
-        .unwrap_or(1.0)
+        .map(|&s| (s, miss(s)))
+        .min_by(|a, b| a.1.total_cmp(&b.1))
+        .unwrap_or((1.0, f64::INFINITY))
 }
 
-/// The rescaling of standard deviations fitted on `standardised` errors: multiply
-/// each standard deviation by it so that one- and two-sigma intervals cover as close
-/// to 68.3% and 95.4% as one scale can.
-pub fn fit_interval_scale(standardised: &[f64]) -> f64 {
-    let sorted = SortedErrors::new(standardised);
-    if sorted.0.is_empty() {
-        return 1.0;
-    }
-    best_scale(&candidate_scales(&sorted), sorted.0.len(), |w| {
-        sorted.count_within(w)
-    })
+/// Interval widths fitted to standardised errors, in their units: the interval meant
+/// to hold 68.3% (a Gaussian's one standard deviation) is `scale` wide on each side,
+/// the one meant to hold 95.4% (two) is `tail_factor * scale`. A Gaussian's tail
+/// factor is 2. Errors with heavier tails (pusht's block is either still or pushed)
+/// need more: with 2, one scale over-covers the first mass to cover the second.
+#[derive(Debug, Clone, PartialEq)]
+pub struct IntervalFit {
+    /// The tail factor, shared by every dimension.
+    pub tail_factor: f64,
+    /// Each dimension's scale.
+    pub scales: Vec<f64>,
 }
 
-/// Coverage at `widths` (in calibrated standard deviations) of standardised errors
-/// grouped by episode, each group rescaled by a scale fitted on all other groups
-/// (leave-one-episode-out), pooled over groups. Groups with no errors are skipped;
-/// with a single group there is nothing to fit on and the result is NaN.
-pub fn leave_one_out_coverage(groups: &[Vec<f64>], widths: &[f64]) -> Vec<f64> {
-    let all: Vec<f64> = groups.iter().flatten().copied().collect();
-    let populated = groups.iter().filter(|g| !g.is_empty()).count();
-    if populated < 2 {
-        return vec![f64::NAN; widths.len()];
+/// How the tail factor of intervals is chosen.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum TailFactor {
+    /// 2: Gaussian intervals, one scale per dimension.
+    Gaussian,
+    /// The one of [`tail_factors`] that misses both masses least, summed over the
+    /// dimensions (each at its best scale).
+    Fitted,
+}
+
+/// [`fit_intervals`] on each dimension's sorted errors.
+fn fit_on(dims: &[SortedErrors], tail: TailFactor) -> IntervalFit {
+    let at = |factor: f64| -> (Vec<f64>, f64) {
+        let fits: Vec<(f64, f64)> = dims
+            .iter()
+            .map(|sorted| {
+                if sorted.0.is_empty() {
+                    return (1.0, 0.0);
+                }
+                best_scale(
+                    &candidate_scales(sorted, factor),
+                    sorted.0.len(),
+                    factor,
+                    |w| sorted.count_within(w),
+                )
+            })
+            .collect();
+        let miss = fits.iter().map(|f| f.1).sum();
+        (fits.into_iter().map(|f| f.0).collect(), miss)
+    };
+    let (tail_factor, (scales, _)) = match tail {
+        TailFactor::Gaussian => (2.0, at(2.0)),
+        TailFactor::Fitted => tail_factors()
+            .map(|factor| (factor, at(factor)))
+            .min_by(|a, b| (a.1).1.total_cmp(&(b.1).1))
+            .expect("tail factors to try"),
+    };
+    IntervalFit {
+        tail_factor,
+        scales,
     }
-    let all_sorted = SortedErrors::new(&all);
-    let candidates = candidate_scales(&all_sorted);
-    let mut covered = vec![0usize; widths.len()];
-    for group in groups.iter().filter(|g| !g.is_empty()) {
-        let held_out = SortedErrors::new(group);
-        let rest = all.len() - group.len();
-        let scale = best_scale(&candidates, rest, |w| {
-            all_sorted.count_within(w) - held_out.count_within(w)
-        });
-        for (count, width) in covered.iter_mut().zip(widths) {
-            *count += held_out.count_within(width * scale);
+}
+
+/// The intervals fitted on `dims` (each dimension's standardised errors): a scale
+/// per dimension and the tail factor `tail` says, so that each dimension's intervals
+/// cover 68.3% and 95.4% of its errors as closely as they can. A dimension with no
+/// errors gets scale 1.
+pub fn fit_intervals(dims: &[Vec<f64>], tail: TailFactor) -> IntervalFit {
+    let sorted: Vec<SortedErrors> = dims.iter().map(|d| SortedErrors::new(d)).collect();
+    fit_on(&sorted, tail)
+}
+
+/// Folds the tail factor is cross-fitted over in [`leave_one_out_coverage`].
+const TAIL_FOLDS: usize = 5;
+
+/// Held-out coverage of the intervals [`fit_intervals`] fits, for standardised errors
+/// grouped by dimension and episode (`dims[j][g]`, every dimension with the same
+/// episodes), pooled over dimensions and episodes: `[68.3% interval, 95.4% interval]`.
+/// Each episode's errors are judged by scales fitted on all other episodes
+/// (leave-one-episode-out); a fitted tail factor, one number shared by all
+/// dimensions, is cross-fitted: the episodes fall in up to five folds by position, and
+/// each fold's episodes are judged with the factor fitted on the other folds. Groups
+/// with no errors are skipped; with fewer than two episodes there is nothing to fit on
+/// and the result is NaN.
+pub fn leave_one_out_coverage(dims: &[Vec<Vec<f64>>], tail: TailFactor) -> [f64; 2] {
+    let episodes = dims.first().map_or(0, Vec::len);
+    let populated: Vec<usize> = (0..episodes)
+        .filter(|&g| dims.iter().any(|d| !d[g].is_empty()))
+        .collect();
+    if populated.len() < 2 {
+        return [f64::NAN; 2];
+    }
+    let folds = populated.len().min(TAIL_FOLDS);
+    let fold_of = |g: usize| populated.iter().position(|&p| p == g).unwrap_or(0) % folds;
+    let all: Vec<SortedErrors> = dims
+        .iter()
+        .map(|d| SortedErrors::new(&d.concat()))
+        .collect();
+    let fold_factor: Vec<f64> = (0..folds)
+        .map(|fold| match tail {
+            TailFactor::Gaussian => 2.0,
+            TailFactor::Fitted => {
+                let rest: Vec<SortedErrors> = dims
+                    .iter()
+                    .map(|d| {
+                        let kept: Vec<f64> = populated
+                            .iter()
+                            .filter(|&&g| fold_of(g) != fold)
+                            .flat_map(|&g| d[g].iter().copied())
+                            .collect();
+                        SortedErrors::new(&kept)
+                    })
+                    .collect();
+                fit_on(&rest, TailFactor::Fitted).tail_factor
+            }
+        })
+        .collect();
+    let (mut covered, mut total) = ([0usize; 2], 0usize);
+    for (d, all) in dims.iter().zip(&all) {
+        let candidates: Vec<Vec<f64>> = fold_factor
+            .iter()
+            .map(|&factor| candidate_scales(all, factor))
+            .collect();
+        for &g in &populated {
+            let held_out = SortedErrors::new(&d[g]);
+            let fold = fold_of(g);
+            let factor = fold_factor[fold];
+            let rest = all.0.len() - held_out.0.len();
+            if rest == 0 || held_out.0.is_empty() {
+                continue;
+            }
+            let (scale, _) = best_scale(&candidates[fold], rest, factor, |w| {
+                all.count_within(w) - held_out.count_within(w)
+            });
+            covered[0] += held_out.count_within(scale);
+            covered[1] += held_out.count_within(factor * scale);
+            total += held_out.0.len();
         }
     }
-    covered
-        .into_iter()
-        .map(|c| c as f64 / all.len() as f64)
-        .collect()
+    covered.map(|c| c as f64 / total.max(1) as f64)
 }
 
 #[cfg(test)]
@@ -251,22 +354,62 @@ mod tests {
     fn fitted_scale_undoes_overconfidence() {
         let errors = overconfident(4.0, 4000);
         assert!(coverage(&errors, 1.0) < 0.25);
-        let scale = fit_interval_scale(&errors);
-        assert!((scale - 4.0).abs() < 0.05, "{scale}");
+        for tail in [TailFactor::Gaussian, TailFactor::Fitted] {
+            let fit = fit_intervals(std::slice::from_ref(&errors), tail);
+            assert!((fit.scales[0] - 4.0).abs() < 0.05, "{fit:?}");
+            // Gaussian errors need no heavier tail.
+            assert!(fit.tail_factor <= 2.1, "{fit:?}");
+        }
+    }
+
+    /// Standardised errors of a scale mixture the predicted std does not see: 75%
+    /// from a Gaussian of std 1 and 25% from one of std 3 (a block still, or pushed).
+    fn heavy_tailed(count: usize) -> Vec<f64> {
+        let still = overconfident(1.0, count * 3 / 4);
+        still
+            .into_iter()
+            .chain(overconfident(3.0, count / 4))
+            .collect()
+    }
+
+    #[test]
+    fn a_fitted_tail_factor_covers_both_masses_of_heavy_tailed_errors() {
+        let dims: Vec<Vec<Vec<f64>>> = (0..3)
+            .map(|_| (0..6).map(|_| heavy_tailed(800)).collect())
+            .collect();
+        // One Gaussian scale cannot hold both masses: it over-covers 68.3% to come
+        // close to 95.4%.
+        let gaussian = leave_one_out_coverage(&dims, TailFactor::Gaussian);
+        assert!(gaussian[0] - ONE_SIGMA_MASS > 0.05, "{gaussian:?}");
+        let fitted = leave_one_out_coverage(&dims, TailFactor::Fitted);
+        assert!((fitted[0] - ONE_SIGMA_MASS).abs() < 0.01, "{fitted:?}");
+        assert!((fitted[1] - TWO_SIGMA_MASS).abs() < 0.01, "{fitted:?}");
+        let pooled: Vec<Vec<f64>> = dims.iter().map(|d| d.concat()).collect();
+        let fit = fit_intervals(&pooled, TailFactor::Fitted);
+        // The mixture's 95.4% quantile is 3.1 times its 68.3% one (from the two
+        // Gaussians' CDFs, weighed 3:1); a Gaussian's is 2.
+        assert!((fit.tail_factor - 3.1).abs() < 0.25, "{fit:?}");
+        assert_eq!(
+            fit_intervals(&pooled, TailFactor::Gaussian).tail_factor,
+            2.0
+        );
     }
 
     #[test]
     fn leave_one_out_coverage_is_nominal_for_consistently_scaled_groups() {
         let groups: Vec<Vec<f64>> = (0..5).map(|_| overconfident(3.0, 800)).collect();
-        let covered = leave_one_out_coverage(&groups, &[1.0, 2.0]);
-        assert!((covered[0] - ONE_SIGMA_MASS).abs() < 0.01, "{covered:?}");
-        assert!((covered[1] - TWO_SIGMA_MASS).abs() < 0.01, "{covered:?}");
+        for tail in [TailFactor::Gaussian, TailFactor::Fitted] {
+            let covered = leave_one_out_coverage(std::slice::from_ref(&groups), tail);
+            assert!((covered[0] - ONE_SIGMA_MASS).abs() < 0.01, "{covered:?}");
+            assert!((covered[1] - TWO_SIGMA_MASS).abs() < 0.01, "{covered:?}");
+        }
         // An outlying group is judged by the others' scale, not its own (a scale
         // fitted on the group itself would give nominal coverage again).
         let mut skewed = groups.clone();
         skewed[0] = overconfident(30.0, 800);
-        let covered = leave_one_out_coverage(&skewed, &[1.0]);
+        let covered = leave_one_out_coverage(&[skewed], TailFactor::Gaussian);
         assert!((covered[0] - ONE_SIGMA_MASS).abs() > 0.05, "{covered:?}");
-        assert!(leave_one_out_coverage(&groups[..1], &[1.0])[0].is_nan());
+        let single = leave_one_out_coverage(&[groups[..1].to_vec()], TailFactor::Fitted);
+        assert!(single[0].is_nan());
     }
 }

@@ -412,7 +412,7 @@ fn run_demo_in(
         &world_model.trained.model,
         &world_model.config,
         (&held_out, &training),
-        &world_model.report.calibration_scale,
+        &world_model.report.wide_interval_scale(),
         Some(&options.robot),
         &run.device.inference,
     )?;

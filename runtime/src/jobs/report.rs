@@ -308,7 +308,7 @@ impl DemoReport {
 /// correlations.
 fn world_model_rows(report: &WorldModelEvalReport, horizons: &[usize]) -> String {
     let mut out = format!(
-        "{:>7} {:>8} {:>10} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}\n",
+        "{:>7} {:>8} {:>10} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>5}\n",
         "horizon",
         "error",
         "copy-last",
@@ -317,12 +317,13 @@ fn world_model_rows(report: &WorldModelEvalReport, horizons: &[usize]) -> String
         "1σ raw",
         "1σ own",
         "1σ cal",
-        "2σ cal"
+        "2σ cal",
+        "tail"
     );
     for &h in horizons {
         let i = h - 1;
         out.push_str(&format!(
-            "{:>7} {:>8.3} {:>10.3} {:>9.3} {:>9.3} {:>9.3} {:>9.3} {:>9.3} {:>9.3}\n",
+            "{:>7} {:>8.3} {:>10.3} {:>9.3} {:>9.3} {:>9.3} {:>9.3} {:>9.3} {:>9.3} {:>5}\n",
             h,
             report.horizon_error[i],
             report.copy_last_error[i],
@@ -332,6 +333,29 @@ fn world_model_rows(report: &WorldModelEvalReport, horizons: &[usize]) -> String
             report.coverage_1sigma.own_rollout[i],
             report.coverage_1sigma.calibrated[i],
             report.coverage_2sigma.calibrated[i],
+            report
+                .tail_factor
+                .get(i)
+                .map_or("n/a".to_string(), |t| format!("{t:.1}")),
+        ));
+    }
+    let span = |v: &[f64]| {
+        let shown: Vec<f64> = horizons
+            .iter()
+            .filter_map(|&h| v.get(h - 1).copied())
+            .collect();
+        let (lo, hi) = shown
+            .iter()
+            .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), &x| {
+                (lo.min(x), hi.max(x))
+            });
+        format!("{lo:.3}-{hi:.3}")
+    };
+    if !report.coverage_1sigma.calibrated_gaussian.is_empty() {
+        out.push_str(&format!(
+            "calibrated: the 95.4% interval `tail` times the 68.3% one; Gaussian intervals (tail 2) cover {} / {} at these horizons\n",
+            span(&report.coverage_1sigma.calibrated_gaussian),
+            span(&report.coverage_2sigma.calibrated_gaussian),
         ));
     }
     out.push_str(&format!(

@@ -216,7 +216,7 @@ pub fn evaluate_world_model_checkpoint_on(
         &model,
         &config,
         (episodes, all),
-        &report.calibration_scale,
+        &report.wide_interval_scale(),
         robot,
         &device.inference,
     )?;

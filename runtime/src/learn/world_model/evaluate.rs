@@ -4,7 +4,7 @@
 use burn::prelude::*;
 use imago_policies::PolicyBatch;
 use imago_worldmodel::metrics::{
-    coverage, fit_interval_scale, leave_one_out_coverage, standardised_error,
+    IntervalFit, TailFactor, coverage, fit_intervals, leave_one_out_coverage, standardised_error,
 };
 use imago_worldmodel::{
     HostWorldModel, TransitionFamily, TransitionMember, WorldModel, WorldModelConfig,
@@ -28,10 +28,17 @@ pub struct CoverageReport {
     pub raw: Vec<f64>,
     /// Every member rolled on its own predictions; the spread of their end points.
     pub own_rollout: Vec<f64>,
-    /// Own rollouts with intervals `mean +- k c s`: `s` the window's disagreement
-    /// (member std averaged over latent dimensions), `c` a scale per horizon and
-    /// latent dimension fitted leave-one-episode-out.
+    /// Own rollouts with calibrated intervals: `mean +- c s` for the 68.3% interval
+    /// (`coverage_1sigma`) and `mean +- t c s` for the 95.4% one (`coverage_2sigma`);
+    /// `s` the window's disagreement (member std averaged over latent dimensions), `c`
+    /// a scale per horizon and latent dimension fitted leave-one-episode-out, `t` the
+    /// horizon's tail factor (2 for Gaussian errors, more for heavier tails;
+    /// `WorldModelEvalReport::tail_factor`) cross-fitted over five folds of episodes.
     pub calibrated: Vec<f64>,
+    /// The same with Gaussian intervals (`t` = 2): one scale per dimension, which
+    /// over-covers 68.3% to cover 95.4% where the errors' tails are heavier.
+    #[serde(default)]
+    pub calibrated_gaussian: Vec<f64>,
 }
 
 /// SALT's rollout error split into injected and propagated parts, mean norms per
@@ -86,8 +93,13 @@ pub struct WorldModelEvalReport {
     /// Coverage of two-standard-deviation intervals (Gaussian: 0.954).
     pub coverage_2sigma: CoverageReport,
     /// The calibration scale `c` fitted on all episodes, per horizon: the median over
-    /// latent dimensions (how far the disagreement understates the error).
+    /// latent dimensions (how far the disagreement understates the error), the 68.3%
+    /// interval's half-width in units of the disagreement.
     pub calibration_scale: Vec<f64>,
+    /// The tail factor `t` fitted on all episodes, per horizon: the 95.4% interval is
+    /// `t` times as wide as the 68.3% one (a Gaussian's: 2).
+    #[serde(default)]
+    pub tail_factor: Vec<f64>,
     /// For SALT, the exact split of the error.
     pub salt_error_split: Option<SaltSplitReport>,
     /// The predictions read out into the proprioception, against the measured values;
@@ -427,6 +439,19 @@ fn evaluate_episode<B: Backend>(
     Ok(())
 }
 
+impl WorldModelEvalReport {
+    /// Per horizon, the half-width of the calibrated interval meant to hold 95.4%, in
+    /// units of the disagreement: `calibration_scale * tail_factor` (2 where a report
+    /// from before tail factors has none).
+    pub fn wide_interval_scale(&self) -> Vec<f64> {
+        self.calibration_scale
+            .iter()
+            .enumerate()
+            .map(|(h, c)| c * self.tail_factor.get(h).copied().unwrap_or(2.0))
+            .collect()
+    }
+}
+
 /// Mean and standard deviation (Bessel's correction; 0 for a single value) of the
 /// members' values, which `values` yields each time it is cloned.
 fn mean_and_std(values: impl Iterator<Item = f64> + Clone) -> (f64, f64) {
@@ -456,32 +481,39 @@ fn summarise(
             .map(|(s, &e)| s / e.max(1) as f64 / latent_variance)
             .collect()
     };
-    // The calibrated interval of dimension j at horizon h is mu_j +- k c_hj s, with s
-    // the window's disagreement (member std averaged over dimensions) and c_hj fitted
-    // leave-one-episode-out. A per-dimension std from five members is itself a noisy
-    // estimate (four degrees of freedom), which gives errors over it Student-t tails
-    // that no single scale maps onto both the 1- and 2-sigma Gaussian masses; the
-    // average over dimensions is a far steadier measure of how unsure the ensemble is,
-    // and c_hj carries each dimension's own scale. Every dimension has the same number
-    // of errors, so the pooled coverage is the mean over dimensions.
-    let calibrated: Vec<Vec<f64>> = c
-        .spread_ratios
-        .iter()
-        .map(|dims| {
-            let per_dim: Vec<Vec<f64>> = dims
-                .iter()
-                .map(|groups| leave_one_out_coverage(groups, &[1.0, 2.0]))
-                .collect();
-            (0..2)
-                .map(|i| per_dim.iter().map(|v| v[i]).sum::<f64>() / per_dim.len() as f64)
-                .collect()
-        })
-        .collect();
+    // The calibrated intervals of dimension j at horizon h are mu_j +- c_hj s (68.3%)
+    // and mu_j +- t_h c_hj s (95.4%), with s the window's disagreement (member std
+    // averaged over dimensions), c_hj fitted leave-one-episode-out and t_h the tail
+    // factor shared by the dimensions (cross-fitted). A per-dimension std from five
+    // members is itself a noisy estimate (four degrees of freedom); the average over
+    // dimensions is a far steadier measure of how unsure the ensemble is, and c_hj
+    // carries each dimension's own scale. Errors over it still have heavier tails than
+    // a Gaussian where the dynamics switch (pusht's block, still or pushed): t_h = 2
+    // (Gaussian intervals, kept in the report) then over-covers 68.3% to cover 95.4%.
+    let calibrated = |tail: TailFactor| -> Vec<[f64; 2]> {
+        c.spread_ratios
+            .iter()
+            .map(|dims| leave_one_out_coverage(dims, tail))
+            .collect()
+    };
+    let (fitted, gaussian) = (
+        calibrated(TailFactor::Fitted),
+        calibrated(TailFactor::Gaussian),
+    );
     let level = |width: f64, index: usize| CoverageReport {
         raw: c.raw_ratios.iter().map(|r| coverage(r, width)).collect(),
         own_rollout: c.own_ratios.iter().map(|r| coverage(r, width)).collect(),
-        calibrated: calibrated.iter().map(|v| v[index]).collect(),
+        calibrated: fitted.iter().map(|v| v[index]).collect(),
+        calibrated_gaussian: gaussian.iter().map(|v| v[index]).collect(),
     };
+    let intervals: Vec<IntervalFit> = c
+        .spread_ratios
+        .iter()
+        .map(|dims| {
+            let pooled: Vec<Vec<f64>> = dims.iter().map(|groups| groups.concat()).collect();
+            fit_intervals(&pooled, TailFactor::Fitted)
+        })
+        .collect();
     let salt_error_split = c.salt.map(|s| {
         let mean = |v: &[f64]| -> Vec<f64> {
             v.iter()
@@ -514,17 +546,11 @@ fn summarise(
         spearman: SpearmanReport::of(&c.ranked, episodes),
         coverage_1sigma: level(1.0, 0),
         coverage_2sigma: level(2.0, 1),
-        calibration_scale: c
-            .spread_ratios
+        calibration_scale: intervals
             .iter()
-            .map(|dims| {
-                let scales: Vec<f64> = dims
-                    .iter()
-                    .map(|groups| fit_interval_scale(&groups.concat()))
-                    .collect();
-                quantile(&scales, 0.5)
-            })
+            .map(|fit| quantile(&fit.scales, 0.5))
             .collect(),
+        tail_factor: intervals.iter().map(|fit| fit.tail_factor).collect(),
         salt_error_split,
         decoded,
         contact,

@@ -86,7 +86,8 @@ fn fit_probe<B: Backend>(
 /// step by step, and from every `imagine_every`-th step rolls every ensemble member
 /// open loop under the recorded actions, decodes the imagined latents to the end
 /// effector and logs them beside the real path, with the error, disagreement and
-/// calibrated 2-sigma bound (`calibration_scale[h] * 2 * mean member std * sqrt(D)`)
+/// calibrated bound meant to hold 95.4% (`wide_scale[h] * mean member std * sqrt(D)`,
+/// `wide_scale` [`super::WorldModelEvalReport::wide_interval_scale`])
 /// per horizon; for a model with a state decoder, also the robot's drawing of the
 /// decoded state at the horizon beside the real one (pusht: the block and pusher).
 /// Waits for room in the queue. Without the recorded robot's settings
@@ -96,11 +97,11 @@ pub fn log_imagined_windows<B: Backend>(
     model: &WorldModel<B>,
     config: &WorldModelConfig,
     (episodes, probe_episodes): (&[Episode], &[Episode]),
-    calibration_scale: &[f64],
+    wide_scale: &[f64],
     robot: Option<&RobotConfig>,
     device: &B::Device,
 ) -> anyhow::Result<ImaginedWindows> {
-    let horizon = calibration_scale.len();
+    let horizon = wide_scale.len();
     let settings = telemetry.config();
     // Drawn only for a robot imago simulates (a remote robot's replay is not).
     let Some(mut robot) = robot.and_then(|robot| robot.build().ok()) else {
@@ -188,9 +189,7 @@ pub fn log_imagined_windows<B: Backend>(
                 }
                 error.push(sq.sqrt());
                 disagreement.push(var_sum.sqrt());
-                interval.push(
-                    2.0 * calibration_scale[k] as f32 * (std_sum / d as f32) * (d as f32).sqrt(),
-                );
+                interval.push(wide_scale[k] as f32 * (std_sum / d as f32) * (d as f32).sqrt());
             }
             let bodies = decoder.as_ref().map(|readout| {
                 // The ensemble mean at the horizon, anchored to the measured start.
