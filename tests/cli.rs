@@ -1277,6 +1277,20 @@ fn inspect_and_wm_eval_write_recordings_with_imagined_rollouts() {
         ],
         "none",
     );
+    // `--out` names the recording as `collect` and `train` name theirs; the replay's
+    // own directory given there is refused, and the replay still reads whole.
+    assert_one_line_error(
+        &[
+            "inspect",
+            "--replay",
+            &path(&replay),
+            "--out",
+            &path(&replay),
+        ],
+        "is a directory",
+    );
+    let output = imago(&["replay", "check", &path(&replay)]);
+    assert!(output.status.success(), "{}", stderr(&output));
     let output = imago(&[
         "collect",
         "--episodes",

@@ -17,8 +17,9 @@ pub struct InspectArgs {
     /// Replay directory.
     #[arg(long)]
     replay: PathBuf,
-    /// The recording to write (open it with `rerun PATH.rrd`).
-    #[arg(long, value_name = "PATH.rrd")]
+    /// The recording to write (open it with `rerun PATH.rrd`). `--out` is accepted too,
+    /// as `collect`, `train` and `demo` name their output.
+    #[arg(long, visible_alias = "out", value_name = "PATH.rrd")]
     rrd: PathBuf,
     /// A world-model checkpoint: adds its rollout error per horizon and imagined
     /// rollouts beside what really followed.
