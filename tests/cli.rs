@@ -2268,6 +2268,20 @@ fn pusht_collects_trains_and_evaluates_with_coverage() {
         &gated,
         "rewards from the robot's reward of the decoded state",
     );
+    // Its plans checked in the simulator: every plan's candidates ranked both ways.
+    let checked: Vec<String> = planned_in(&gated)
+        .into_iter()
+        .chain(["--check-plans".to_string()])
+        .collect();
+    let said = run(&as_args(&checked));
+    assert!(
+        said.contains("plans checked in the simulator: ")
+            && said.contains("the model ranks their candidates as the simulator does"),
+        "{said}"
+    );
+    let mut nothing_to_check = planned_in("simulator");
+    nothing_to_check.push("--check-plans".into());
+    assert_one_line_error(&as_args(&nothing_to_check), "no model to check");
     // Planning in the simulator itself (copies of each episode's pusht): the same
     // planner, the candidates scored by the rewards they earn there.
     plans(

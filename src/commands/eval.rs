@@ -77,6 +77,12 @@ pub struct EvalArgs {
     /// `terminal_value`; docs/configuration.md, "Planner settings", for the defaults).
     #[arg(long, value_name = "FILE.toml", requires = "plan_with")]
     planner: Option<PathBuf>,
+    /// With `--plan-with DIR` on a simulated robot: also score every plan's
+    /// candidates in a copy of the robot, and print how the world model's ranking of
+    /// them agrees with the simulator's and what its choices gain there
+    /// (docs/worldmodel.md, "Planning").
+    #[arg(long, requires = "plan_with")]
+    check_plans: bool,
     /// Also write the figures as JSON here.
     #[arg(long)]
     report: Option<PathBuf>,
@@ -113,6 +119,14 @@ pub fn run(args: EvalArgs, device: DeviceSpec) -> anyhow::Result<()> {
         !(in_simulator && args.remote.is_some()),
         "--plan-with simulator plans in copies of a robot simulated here; --remote drives a robot in another process (plan in a world model checkpoint instead)"
     );
+    anyhow::ensure!(
+        !(args.check_plans && in_simulator),
+        "--check-plans checks a world model's plans against the simulator; with --plan-with simulator there is no model to check (give a world model checkpoint)"
+    );
+    anyhow::ensure!(
+        !(args.check_plans && args.remote.is_some()),
+        "--check-plans scores plans in copies of a robot simulated here; --remote drives a robot in another process"
+    );
     let robot = match &args.remote {
         Some(path) => RobotConfig::from_table(remote::NAME, &read_toml(path)?)
             .map_err(|e| anyhow::anyhow!("{}: {e:#}", path.display()))?,
@@ -127,12 +141,15 @@ pub fn run(args: EvalArgs, device: DeviceSpec) -> anyhow::Result<()> {
         Some(_) if in_simulator => Some(ChunkPlanner::Simulator(SimulatorPlanner::new(
             planner_settings,
         )?)),
-        Some(dir) => Some(ChunkPlanner::WorldModel(Box::new(WorldModelPlanner::load(
-            dir,
-            planner_settings,
-            &robot,
-            &device.inference,
-        )?))),
+        Some(dir) => {
+            let planner =
+                WorldModelPlanner::load(dir, planner_settings, &robot, &device.inference)?;
+            Some(ChunkPlanner::WorldModel(Box::new(if args.check_plans {
+                planner.check_in_simulator()
+            } else {
+                planner
+            })))
+        }
         None => None,
     };
     if let (Some(planner), Some(dir)) = (&planner, &args.plan_with) {
@@ -159,6 +176,10 @@ pub fn run(args: EvalArgs, device: DeviceSpec) -> anyhow::Result<()> {
         name: "candidate".into(),
         rate: outcome.success_rate(),
     });
+    let check = match &planner {
+        Some(ChunkPlanner::WorldModel(planner)) => planner.check_report(),
+        _ => None,
+    };
     match &args.paired_with {
         None => {
             let row = ControllerRow::new(&args.ckpt.display().to_string(), &outcome);
@@ -193,6 +214,9 @@ pub fn run(args: EvalArgs, device: DeviceSpec) -> anyhow::Result<()> {
                 write_json(path, &paired)?;
             }
         }
+    }
+    if let Some(check) = check {
+        println!("{}", check.line());
     }
     args.rerun.finish(session)
 }

@@ -16,6 +16,7 @@ pub mod lerobot_rollout;
 pub mod loaded_policy;
 pub mod lock_step;
 pub mod paired;
+pub mod plan_check;
 pub mod planned;
 pub mod promotion_run;
 pub mod remote_eval;

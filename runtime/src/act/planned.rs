@@ -10,7 +10,8 @@
 //!
 //! The same planner can score candidates in copies of the simulated robot instead
 //! ([`ChunkPlanner::Simulator`], `act::simulated_planning`): the bound a perfect model
-//! would give.
+//! would give. A world-model planner on a simulated robot can also have its plans
+//! checked there ([`WorldModelPlanner::check_in_simulator`], `act::plan_check`).
 
 use std::path::Path;
 
@@ -22,9 +23,11 @@ use imago_worldmodel::{
     SequenceDistribution, WorldModel, WorldModelConfig, plan_sequences,
 };
 use rand::rngs::StdRng;
+use rayon::prelude::*;
 
+use crate::act::plan_check::{PlanCheck, PlanCheckReport};
 use crate::act::sampling::to_robot_units;
-use crate::act::simulated_planning::SimulatorPlanner;
+use crate::act::simulated_planning::{SimulatorPlanner, simulated_return};
 use crate::robot::{RobotConfig, SimRobot};
 use crate::store::checkpoint::load_world_model;
 
@@ -54,6 +57,7 @@ pub struct WorldModelPlanner<B: Backend> {
     host: HostWorldModel,
     planner: PlannerConfig,
     reward: PlanningReward,
+    check: Option<PlanCheck>,
 }
 
 impl<B: Backend> WorldModelPlanner<B> {
@@ -93,7 +97,23 @@ impl<B: Backend> WorldModelPlanner<B> {
             host,
             planner,
             reward,
+            check: None,
         })
+    }
+
+    /// The same planner, each plan's last-round candidates also scored in a copy of
+    /// the simulated robot it plans for ([`Self::check_report`]; a robot not simulated
+    /// here is not checked).
+    pub fn check_in_simulator(self) -> Self {
+        Self {
+            check: Some(PlanCheck::default()),
+            ..self
+        }
+    }
+
+    /// What checking the plans in the simulator found, if asked for.
+    pub fn check_report(&self) -> Option<PlanCheckReport> {
+        self.check.as_ref().map(PlanCheck::report)
     }
 
     /// Where imagined rewards come from.
@@ -108,10 +128,11 @@ impl<B: Backend> WorldModelPlanner<B> {
 
     /// Plans one chunk `[K * A]` (units of the action limit) for each observation,
     /// from the policy's proposal for it; observation `i` draws its noise from
-    /// `rngs[i]`.
+    /// `rngs[i]`. With the check on and the simulated `robots` the observations came
+    /// from, the plans are also checked there.
     pub fn plan(
         &self,
-        observations: &[&Observation],
+        (observations, robots): (&[&Observation], Option<&[&SimRobot]>),
         proposals: &[SequenceDistribution],
         rngs: &mut [StdRng],
         device: &B::Device,
@@ -146,16 +167,33 @@ impl<B: Backend> WorldModelPlanner<B> {
             uncertainty_penalty: self.planner.uncertainty_penalty,
             terminal_value: self.planner.terminal_value,
         };
-        Ok(plan_sequences(
-            &self.planner,
-            proposals,
-            rngs,
-            |candidates| {
-                imagined.score(candidates).expect(
-                    "a decoded-state reward is chosen only for a model that reads out its state",
-                )
-            },
-        ))
+        let checked = self.check.as_ref().zip(robots);
+        let mut last_round = (Vec::new(), Vec::new());
+        let plans = plan_sequences(&self.planner, proposals, rngs, |candidates| {
+            let scores = imagined.score(candidates).expect(
+                "a decoded-state reward is chosen only for a model that reads out its state",
+            );
+            if checked.is_some() {
+                last_round = (candidates.to_vec(), scores.clone());
+            }
+            scores
+        });
+        if let Some((check, robots)) = checked {
+            let (candidates, scores) = last_round;
+            let (n, width) = (self.planner.candidates, horizon * action_dim);
+            let discount = self.planner.discount;
+            let truth: Vec<f32> = candidates
+                .par_chunks(width.max(1))
+                .enumerate()
+                .map(|(row, actions)| simulated_return(robots[row / n], actions, discount))
+                .collect();
+            for (s, plan) in plans.iter().enumerate() {
+                let rows = s * n..(s + 1) * n;
+                let chosen = simulated_return(robots[s], &plan.actions, discount);
+                check.record(&scores[rows.clone()], &truth[rows], chosen);
+            }
+        }
+        Ok(plans)
     }
 }
 
@@ -245,8 +283,8 @@ pub fn planned_leading_actions<B: Backend>(
 ) -> anyhow::Result<Vec<Vec<Action>>> {
     let proposals = policy_proposals((policy, config, device), host, observations, noise)?;
     let planned = match (planner, robots) {
-        (ChunkPlanner::WorldModel(planner), _) => {
-            planner.plan(observations, &proposals, rngs, device)?
+        (ChunkPlanner::WorldModel(planner), robots) => {
+            planner.plan((observations, robots), &proposals, rngs, device)?
         }
         (ChunkPlanner::Simulator(planner), Some(robots)) => planner.plan(robots, &proposals, rngs),
         (ChunkPlanner::Simulator(_), None) => anyhow::bail!(
