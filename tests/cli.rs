@@ -2221,6 +2221,7 @@ fn pusht_collects_trains_and_evaluates_with_coverage() {
     assert_eq!(first, std::fs::read(&report).unwrap(), "planning is seeded");
     let json: serde_json::Value = serde_json::from_slice(&first).unwrap();
     assert!(json["coverage_difference"].is_object(), "{json}");
+    assert!(json["candidate"].get("plan_check").is_none(), "{json}");
     // A world model whose latent holds the measured state, its change gated: asked of
     // a family that cannot gate it, one error naming the family and nothing written;
     // with the residual MLP it reads the state out exactly and plans the same way.
@@ -2279,6 +2280,10 @@ fn pusht_collects_trains_and_evaluates_with_coverage() {
             && said.contains("the model ranks their candidates as the simulator does"),
         "{said}"
     );
+    let json: serde_json::Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+    let check = &json["candidate"]["plan_check"];
+    assert!(check["plans"].as_u64().unwrap() > 0, "{json}");
+    assert!(json["baseline"].get("plan_check").is_none(), "{json}");
     let mut nothing_to_check = planned_in("simulator");
     nothing_to_check.push("--check-plans".into());
     assert_one_line_error(&as_args(&nothing_to_check), "no model to check");

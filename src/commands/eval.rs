@@ -182,7 +182,10 @@ pub fn run(args: EvalArgs, device: DeviceSpec) -> anyhow::Result<()> {
     };
     match &args.paired_with {
         None => {
-            let row = ControllerRow::new(&args.ckpt.display().to_string(), &outcome);
+            let row = ControllerRow {
+                plan_check: check.clone(),
+                ..ControllerRow::new(&args.ckpt.display().to_string(), &outcome)
+            };
             print!(
                 "{}{}",
                 ControllerRow::table_header(row.mean_max_coverage.is_some()),
@@ -205,10 +208,11 @@ pub fn run(args: EvalArgs, device: DeviceSpec) -> anyhow::Result<()> {
                 name: "baseline".into(),
                 rate: baseline_outcome.success_rate(),
             });
-            let paired = PairedReport::new(
+            let mut paired = PairedReport::new(
                 (&baseline.display().to_string(), &baseline_outcome),
                 (&args.ckpt.display().to_string(), &outcome),
             )?;
+            paired.candidate.plan_check = check.clone();
             print!("{}", paired.table());
             if let Some(path) = &args.report {
                 write_json(path, &paired)?;

@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::act::evaluate::{EvalOutcome, Latency};
 use crate::act::paired::{PairedCounts, coverage_difference};
+use crate::act::plan_check::PlanCheckReport;
 use crate::act::promotion_run::PromotionRun;
 use crate::learn::finetune::RoundReport;
 use crate::learn::world_model::{
@@ -35,6 +36,9 @@ pub struct ControllerRow {
     /// 95% interval of `mean_max_coverage`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub coverage_interval: Option<[f64; 2]>,
+    /// Its world-model plans checked in the simulator (`imago eval --check-plans`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plan_check: Option<PlanCheckReport>,
 }
 
 impl ControllerRow {
@@ -79,6 +83,7 @@ impl ControllerRow {
             mean_length: outcome.mean_length(),
             mean_max_coverage: coverage.map(|c| c.mean),
             coverage_interval: coverage.map(|c| c.interval),
+            plan_check: None,
         }
     }
 }
