@@ -226,8 +226,8 @@ pub fn leave_one_out_coverage(dims: &[Vec<Vec<f64>>], tail: TailFactor) -> [f64;
     if populated.len() < 2 {
         return [f64::NAN; 2];
     }
+    // The populated episodes by fold: the k-th of them falls in fold `k % folds`.
     let folds = populated.len().min(TAIL_FOLDS);
-    let fold_of = |g: usize| populated.iter().position(|&p| p == g).unwrap_or(0) % folds;
     let all: Vec<SortedErrors> = dims
         .iter()
         .map(|d| SortedErrors::new(&d.concat()))
@@ -241,8 +241,9 @@ pub fn leave_one_out_coverage(dims: &[Vec<Vec<f64>>], tail: TailFactor) -> [f64;
                     .map(|d| {
                         let kept: Vec<f64> = populated
                             .iter()
-                            .filter(|&&g| fold_of(g) != fold)
-                            .flat_map(|&g| d[g].iter().copied())
+                            .enumerate()
+                            .filter(|&(k, _)| k % folds != fold)
+                            .flat_map(|(_, &g)| d[g].iter().copied())
                             .collect();
                         SortedErrors::new(&kept)
                     })
@@ -257,9 +258,9 @@ pub fn leave_one_out_coverage(dims: &[Vec<Vec<f64>>], tail: TailFactor) -> [f64;
             .iter()
             .map(|&factor| candidate_scales(all, factor))
             .collect();
-        for &g in &populated {
+        for (k, &g) in populated.iter().enumerate() {
             let held_out = SortedErrors::new(&d[g]);
-            let fold = fold_of(g);
+            let fold = k % folds;
             let factor = fold_factor[fold];
             let rest = all.0.len() - held_out.0.len();
             if rest == 0 || held_out.0.is_empty() {

@@ -345,12 +345,9 @@ fn world_model_rows(report: &WorldModelEvalReport, horizons: &[usize]) -> String
         ));
     }
     let span = |v: &[f64]| {
-        let shown: Vec<f64> = horizons
+        let (lo, hi) = horizons
             .iter()
-            .filter_map(|&h| v.get(h - 1).copied())
-            .collect();
-        let (lo, hi) = shown
-            .iter()
+            .filter_map(|&h| v.get(h - 1))
             .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), &x| {
                 (lo.min(x), hi.max(x))
             });
