@@ -61,6 +61,13 @@ def main():
     args = parser.parse_args()
     if not 0 < args.discordance <= 1:
         parser.error("--discordance must be in (0, 1]")
+    if not 0 <= args.min_improvement <= 0.45:
+        parser.error("--min-improvement must be in [0, 0.45], as the gate's")
+    for flag, value in [("--reps", args.reps), ("--limit", args.limit)]:
+        if value < 1:
+            parser.error(f"{flag} must be at least 1")
+    if min(args.within) < 1:
+        parser.error("--within takes episode counts of at least 1")
     rng = np.random.default_rng(args.seed)
     threshold = 1.0 / (1.0 - args.confidence)
     header = ["gain (points)"] + [f"certified within {n}" for n in args.within]
